@@ -1,0 +1,173 @@
+// Package catalog owns deckhand's state in PostgreSQL: the schema and its migrations,
+// every SQL statement, and every state transition (see state.go). Other packages never
+// write SQL against the catalog; they call functions here.
+package catalog
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Catalog is a handle on the deckhand schema of one PostgreSQL database.
+type Catalog struct {
+	Pool *pgxpool.Pool
+	// Now, when set, replaces the database clock in every time comparison and timestamp the
+	// catalog writes, so tests can move time without sleeping. Production leaves it nil.
+	Now func() time.Time
+}
+
+// New wraps a pool. The pool's connections must reach the catalog database.
+func New(pool *pgxpool.Pool) *Catalog { return &Catalog{Pool: pool} }
+
+// Open connects to the catalog database.
+func Open(ctx context.Context, dsn string) (*Catalog, error) {
+	if dsn == "" {
+		return nil, errors.New("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("catalog DSN: %w", err)
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "deckhand"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to catalog: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to catalog: %w", err)
+	}
+	return New(pool), nil
+}
+
+// Close releases the pool.
+func (c *Catalog) Close() { c.Pool.Close() }
+
+// now returns the injected time, or nil so SQL falls back to now() via coalesce($n, now()).
+func (c *Catalog) now() *time.Time {
+	if c.Now == nil {
+		return nil
+	}
+	t := c.Now()
+	return &t
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		prefix, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(prefix)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration file %q has no numeric prefix", e.Name())
+		}
+		body, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: e.Name(), sql: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// SchemaVersion is the newest migration this build knows.
+func SchemaVersion() int {
+	ms, err := migrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
+}
+
+// Migrate creates or upgrades the schema. It is idempotent and safe to run from several
+// processes at once: an advisory lock serializes them. It returns the versions applied.
+func (c *Catalog) Migrate(ctx context.Context) ([]int, error) {
+	ms, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := c.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Release()
+	const lockKey = 0x646b686e64 // "dkhnd"
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(lockKey)); err != nil {
+		return nil, fmt.Errorf("migrate: lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(lockKey)) //nolint:errcheck
+
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS deckhand;
+		CREATE TABLE IF NOT EXISTS deckhand.schema_migration (
+			version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	var current int
+	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM deckhand.schema_migration`).Scan(&current); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	if latest := ms[len(ms)-1].version; current > latest {
+		return nil, fmt.Errorf("catalog schema is version %d, newer than this deckhand (%d): upgrade deckhand", current, latest)
+	}
+	var applied []int
+	for _, m := range ms {
+		if m.version <= current {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO deckhand.schema_migration (version, name) VALUES ($1, $2)`, m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return applied, fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		applied = append(applied, m.version)
+	}
+	return applied, nil
+}
+
+// CheckSchema returns a clear error when the catalog has not been initialised or is older than this build.
+func (c *Catalog) CheckSchema(ctx context.Context) error {
+	var v int
+	err := c.Pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM deckhand.schema_migration`).Scan(&v)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return errors.New("catalog is not initialised: run `deckhand init`")
+	}
+	if err != nil {
+		return fmt.Errorf("read catalog schema version: %w", err)
+	}
+	if want := SchemaVersion(); v < want {
+		return fmt.Errorf("catalog schema is version %d, this deckhand needs %d: run `deckhand init`", v, want)
+	}
+	return nil
+}

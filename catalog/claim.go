@@ -1,0 +1,266 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ClaimedTask is a task a worker now owns for one attempt, identified by Token.
+type ClaimedTask struct {
+	ID            int64             `db:"id"`
+	JobID         int64             `db:"job_id"`
+	Name          string            `db:"name"`
+	Kind          string            `db:"kind"`
+	Node          *string           `db:"node"`
+	NodeDSN       *string           `db:"node_dsn"`
+	Owner         string            `db:"owner"`
+	SQL           string            `db:"sql"`
+	Payload       json.RawMessage   `db:"payload"`
+	InTransaction bool              `db:"in_transaction"`
+	TimeoutMS     int64             `db:"timeout_ms"`
+	Attempts      int               `db:"attempts"` // charged attempts, this one included
+	MaxAttempts   int               `db:"max_attempts"`
+	Run           int               `db:"runs"` // 1-based run number of this attempt
+	Token         int64             `db:"attempt_token"`
+	StartedAt     time.Time         `db:"started_at"`
+	SearchPath    string            `db:"search_path"`
+	Settings      map[string]string `db:"settings"`
+	SubmittedBy   string            `db:"submitted_by"`
+}
+
+// Claim takes up to limit runnable tasks for the worker, honouring every node's max_tasks
+// and the global max_running_tasks setting. It runs as two statements in one transaction:
+// the first locks the nodes that have work (SKIP LOCKED, so claimers of one node queue
+// without blocking others); the second, with a fresh snapshot taken under those locks,
+// counts what runs on them and claims within their free capacity. A single statement could
+// not do this safely: its snapshot would predate the lock and miss a concurrent claim.
+func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]ClaimedTask, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var claimed []ClaimedTask
+	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		var (
+			nodes  []string
+			caps   []int32
+			global int
+		)
+		err := tx.QueryRow(ctx, `
+			WITH locked AS (
+				SELECT n.name, n.max_tasks FROM deckhand.node n
+				WHERE EXISTS (SELECT 1 FROM deckhand.task t WHERE t.node = n.name AND t.state = 'runnable')
+				ORDER BY n.name FOR UPDATE OF n SKIP LOCKED
+			)
+			SELECT coalesce(array_agg(name), '{}'), coalesce(array_agg(max_tasks), '{}'),
+				coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0)
+			FROM locked`).Scan(&nodes, &caps, &global)
+		if err != nil {
+			return err
+		}
+		if global > 0 {
+			// A global cap needs one serialization point; only pay for it when it is set.
+			var running int
+			err := tx.QueryRow(ctx, `
+				SELECT pg_advisory_xact_lock(7306086), (SELECT count(*) FROM deckhand.task WHERE state IN ('running', 'cancelling'))`,
+			).Scan(nil, &running)
+			if err != nil {
+				return err
+			}
+			limit = min(limit, global-running)
+			if limit <= 0 {
+				return nil
+			}
+		}
+		rows, _ := tx.Query(ctx, `
+			WITH cap AS (
+				SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
+					WHERE t.node = c.node AND t.state IN ('running', 'cancelling')), 0) AS free
+				FROM unnest($2::text[], $3::int[]) AS c(node, cap)
+			), picked AS (
+				(SELECT id FROM deckhand.task
+				 WHERE state = 'runnable' AND node IS NULL AND not_before <= coalesce($4, now())
+				 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+				UNION ALL
+				(SELECT p.id FROM cap CROSS JOIN LATERAL (
+					SELECT t.id FROM deckhand.task t
+					WHERE t.state = 'runnable' AND t.node = cap.node AND t.not_before <= coalesce($4, now())
+					ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p)
+				LIMIT $1
+			), claimed AS (
+				UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
+					attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $5,
+					started_at = coalesce($4, now()), finished_at = NULL
+				FROM picked WHERE t.id = picked.id
+				RETURNING t.*
+			), started AS (
+				UPDATE deckhand.job j SET started_at = coalesce($4, now())
+				WHERE j.id IN (SELECT DISTINCT job_id FROM claimed) AND j.started_at IS NULL
+			)
+			SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
+				c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts, c.max_attempts, c.runs, c.attempt_token, c.started_at,
+				j.search_path, j.settings, j.submitted_by
+			FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
+			ORDER BY c.id`, limit, nodes, caps, c.now(), workerID)
+		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[ClaimedTask])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return claimed, nil
+}
+
+// Timeout is how long the task may run.
+func (t *ClaimedTask) Timeout() time.Duration { return time.Duration(t.TimeoutMS) * time.Millisecond }
+
+// Result is the end of one attempt, reported by the worker that ran it (or, for OutcomeLost,
+// by the leader that rescued it).
+type Result struct {
+	TaskID   int64
+	Token    int64
+	WorkerID int64
+	// Outcome is OutcomeDone, OutcomeRetry, OutcomeFailed, OutcomeCancelled, OutcomeReleased or
+	// OutcomeLost. Retry and lost become failed when the task has no attempts left.
+	Outcome    string
+	NotBefore  time.Time // for retry: when the task may run again
+	Err        *TaskError
+	FinishedAt time.Time
+}
+
+// Completion summarizes what Complete changed.
+type Completion struct {
+	Applied  int // results whose token still matched; the rest were fenced off
+	Runnable int // tasks that became runnable (dependents released, retries, releases)
+}
+
+// Complete records a batch of attempt results in one statement: it moves each task (guarded
+// by its attempt token), records the attempt, releases dependents of finished tasks,
+// unschedules the dependents of failed ones transitively, and updates job counters (from
+// which the job's state follows). Rows are locked in a fixed order — tasks by id, then the
+// job — the order every writer in this package uses.
+func (c *Catalog) Complete(ctx context.Context, results []Result) (Completion, error) {
+	if len(results) == 0 {
+		return Completion{}, nil
+	}
+	n := len(results)
+	ids := make([]int64, n)
+	tokens := make([]int64, n)
+	workers := make([]int64, n)
+	outcomes := make([]string, n)
+	notBefore := make([]*time.Time, n)
+	errs := make([][]byte, n)
+	finished := make([]time.Time, n)
+	for i, r := range results {
+		ids[i], tokens[i], workers[i], outcomes[i], finished[i] = r.TaskID, r.Token, r.WorkerID, r.Outcome, r.FinishedAt
+		if !r.NotBefore.IsZero() {
+			nb := r.NotBefore
+			notBefore[i] = &nb
+		}
+		if r.Err != nil {
+			b, err := json.Marshal(r.Err)
+			if err != nil {
+				return Completion{}, err
+			}
+			errs[i] = b
+		}
+	}
+	var out Completion
+	for try := 0; ; try++ {
+		err := c.Pool.QueryRow(ctx, completeSQL, ids, tokens, workers, outcomes, notBefore, errs, finished, c.now()).
+			Scan(&out.Applied, &out.Runnable)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40P01" && try < 5 {
+			continue // two completers met on shared dependents or jobs in different orders
+		}
+		if err != nil {
+			return Completion{}, fmt.Errorf("complete %d tasks: %w", n, err)
+		}
+		return out, nil
+	}
+}
+
+const completeSQL = `
+WITH RECURSIVE input AS (
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::timestamptz[], $6::jsonb[], $7::timestamptz[])
+		AS i(id, token, worker_id, outcome, not_before, err, finished_at)
+), locked AS (
+	SELECT t.id, t.state AS old_state, t.attempts < t.max_attempts AS can_retry
+	FROM deckhand.task t JOIN input i ON i.id = t.id AND t.attempt_token = i.token
+	WHERE t.state IN ('running', 'cancelling')
+	ORDER BY t.id FOR UPDATE OF t
+), decided AS (
+	SELECT i.*, l.old_state,
+		CASE WHEN i.outcome = 'done' THEN 'done'
+		     WHEN l.old_state = 'cancelling' OR i.outcome = 'cancelled' THEN 'cancelled'
+		     WHEN i.outcome = 'released' THEN 'runnable'
+		     WHEN i.outcome IN ('retry', 'lost') AND l.can_retry THEN 'runnable'
+		     ELSE 'failed' END AS new_state
+	FROM input i JOIN locked l ON l.id = i.id
+), moved AS (
+	UPDATE deckhand.task t SET
+		state = d.new_state,
+		attempts = CASE WHEN d.outcome = 'released' AND d.new_state = 'runnable' THEN t.attempts - 1 ELSE t.attempts END,
+		not_before = CASE WHEN d.new_state = 'runnable' THEN coalesce(d.not_before, $8, now()) ELSE t.not_before END,
+		finished_at = CASE WHEN d.new_state = 'runnable' THEN NULL ELSE d.finished_at END,
+		last_error = CASE WHEN d.new_state = 'done' THEN NULL ELSE coalesce(d.err, t.last_error) END,
+		worker_id = NULL
+	FROM decided d WHERE t.id = d.id
+	RETURNING t.id, t.job_id, t.runs, t.started_at, t.not_before, d.token, d.worker_id, d.outcome, d.new_state, d.err, d.finished_at
+), recorded AS (
+	INSERT INTO deckhand.task_attempt (task_id, token, attempt, worker_id, outcome, started_at, finished_at,
+		sqlstate, message, detail, hint)
+	SELECT m.id, m.token, m.runs, m.worker_id,
+		CASE WHEN m.new_state = 'cancelled' THEN 'cancelled'
+		     WHEN m.new_state = 'failed' AND m.outcome = 'retry' THEN 'failed'
+		     ELSE m.outcome END,
+		m.started_at, m.finished_at, m.err ->> 'sqlstate', m.err ->> 'message', m.err ->> 'detail', m.err ->> 'hint'
+	FROM moved m
+), downstream(id) AS (
+	SELECT d.task_id FROM deckhand.task_dep d JOIN moved m ON m.id = d.depends_on WHERE m.new_state = 'failed'
+	UNION
+	SELECT d.task_id FROM deckhand.task_dep d JOIN downstream s ON d.depends_on = s.id
+), released AS (
+	SELECT d.task_id AS id, count(*) AS n
+	FROM deckhand.task_dep d JOIN moved m ON m.id = d.depends_on
+	WHERE m.new_state = 'done'
+	GROUP BY d.task_id
+), dependents AS (
+	SELECT t.id, (t.id IN (SELECT id FROM downstream)) AS doomed, coalesce(r.n, 0) AS n
+	FROM deckhand.task t LEFT JOIN released r ON r.id = t.id
+	WHERE t.state = 'blocked' AND (t.id IN (SELECT id FROM downstream) OR r.id IS NOT NULL)
+	ORDER BY t.id FOR UPDATE OF t
+), followed AS (
+	UPDATE deckhand.task t SET
+		state = CASE WHEN d.doomed THEN 'unscheduled' WHEN t.pending_deps - d.n <= 0 THEN 'runnable' ELSE 'blocked' END,
+		pending_deps = CASE WHEN d.doomed THEN t.pending_deps ELSE t.pending_deps - d.n END,
+		finished_at = CASE WHEN d.doomed THEN coalesce($8, now()) END
+	FROM dependents d WHERE t.id = d.id
+	RETURNING t.id, t.job_id, t.state
+), delta AS (
+	SELECT job_id, sum(done)::int AS done, sum(failed)::int AS failed, sum(cancelled)::int AS cancelled,
+		sum(unscheduled)::int AS unscheduled
+	FROM (
+		SELECT job_id, (new_state = 'done')::int AS done, (new_state = 'failed')::int AS failed,
+			(new_state = 'cancelled')::int AS cancelled, 0 AS unscheduled
+		FROM moved
+		UNION ALL
+		SELECT job_id, 0, 0, 0, (state = 'unscheduled')::int FROM followed
+	) x GROUP BY job_id
+), counted AS (
+	UPDATE deckhand.job j SET tasks_done = j.tasks_done + d.done, tasks_failed = j.tasks_failed + d.failed,
+		tasks_cancelled = j.tasks_cancelled + d.cancelled, tasks_unscheduled = j.tasks_unscheduled + d.unscheduled
+	FROM delta d WHERE j.id = d.job_id AND (d.done + d.failed + d.cancelled + d.unscheduled) > 0
+	RETURNING j.id
+), woken AS (
+	SELECT (SELECT count(*) FROM followed WHERE state = 'runnable')
+	     + (SELECT count(*) FROM moved WHERE new_state = 'runnable') AS n
+)
+SELECT (SELECT count(*) FROM moved)::int, w.n::int
+FROM woken w, LATERAL (SELECT CASE WHEN w.n > 0 THEN pg_notify('deckhand_runnable', '') END) notify,
+	LATERAL (SELECT count(*) FROM counted) c`

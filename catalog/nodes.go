@@ -1,0 +1,107 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Node is a target PostgreSQL server.
+type Node struct {
+	Name         string     `json:"name" db:"name"`
+	DSN          string     `json:"dsn" db:"dsn"`
+	Group        string     `json:"group" db:"node_group"`
+	MaxTasks     int        `json:"max_tasks" db:"max_tasks"`
+	Role         string     `json:"role" db:"role"`
+	ReplayLSN    *string    `json:"replay_lsn" db:"replay_lsn"`
+	CheckedAt    *time.Time `json:"checked_at" db:"checked_at"`
+	LastError    *string    `json:"last_error" db:"last_error"`
+	CreatedAt    time.Time  `json:"created_at" db:"created_at"`
+	RunningTasks int64      `json:"running_tasks" db:"running_tasks"`
+}
+
+// ErrNotFound is returned when a named node or numbered job does not exist.
+var ErrNotFound = errors.New("not found")
+
+const nodeColumns = `name, dsn, node_group, max_tasks, role, replay_lsn::text AS replay_lsn, checked_at, last_error, created_at, running_tasks`
+
+// AddNode registers a node, or updates it when it exists already.
+func (c *Catalog) AddNode(ctx context.Context, n Node) error {
+	_, err := c.Pool.Exec(ctx, `
+		INSERT INTO deckhand.node (name, dsn, node_group, max_tasks) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (name) DO UPDATE SET dsn = EXCLUDED.dsn, node_group = EXCLUDED.node_group,
+			max_tasks = EXCLUDED.max_tasks, role = 'unknown', replay_lsn = NULL, checked_at = NULL`,
+		n.Name, n.DSN, n.Group, n.MaxTasks)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23514" {
+		return fmt.Errorf("node %q: name must be 1-63 letters, digits, '_', '.' or '-'", n.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("add node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// RemoveNode deletes a node. Tasks that still target it fail when they are claimed.
+func (c *Catalog) RemoveNode(ctx context.Context, name string) error {
+	tag, err := c.Pool.Exec(ctx, `DELETE FROM deckhand.node WHERE name = $1`, name)
+	if err != nil {
+		return fmt.Errorf("remove node %s: %w", name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("node %q: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
+// Nodes lists every node, by name.
+func (c *Catalog) Nodes(ctx context.Context) ([]Node, error) {
+	rows, _ := c.Pool.Query(ctx, `SELECT `+nodeColumns+` FROM deckhand.nodes ORDER BY name`)
+	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByName[Node])
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// NodesByName returns the named nodes that exist, keyed by name.
+func (c *Catalog) NodesByName(ctx context.Context, names []string) (map[string]Node, error) {
+	rows, _ := c.Pool.Query(ctx, `SELECT `+nodeColumns+` FROM deckhand.nodes WHERE name = ANY($1)`, names)
+	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByName[Node])
+	if err != nil {
+		return nil, fmt.Errorf("read nodes: %w", err)
+	}
+	out := make(map[string]Node, len(nodes))
+	for _, n := range nodes {
+		out[n.Name] = n
+	}
+	return out, nil
+}
+
+// RecordNodeCheck stores what the leader learned when it last probed a node.
+func (c *Catalog) RecordNodeCheck(ctx context.Context, name, role, lsn string, checkErr error) error {
+	var errText *string
+	if checkErr != nil {
+		s := checkErr.Error()
+		errText = &s
+	}
+	var lsnArg, roleArg *string
+	if lsn != "" {
+		lsnArg = &lsn
+	}
+	if role != "" {
+		roleArg = &role
+	}
+	_, err := c.Pool.Exec(ctx, `
+		UPDATE deckhand.node SET role = coalesce($2, role), replay_lsn = coalesce($3::pg_lsn, replay_lsn),
+			checked_at = coalesce($5, now()), last_error = $4
+		WHERE name = $1`, name, roleArg, lsnArg, errText, c.now())
+	if err != nil {
+		return fmt.Errorf("record check of node %s: %w", name, err)
+	}
+	return nil
+}

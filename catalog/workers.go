@@ -1,0 +1,198 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Worker is a row of deckhand.workers.
+type Worker struct {
+	ID             int64      `json:"id" db:"id"`
+	Name           string     `json:"name" db:"name"`
+	Concurrency    int        `json:"concurrency" db:"concurrency"`
+	StartedAt      time.Time  `json:"started_at" db:"started_at"`
+	HeartbeatAt    time.Time  `json:"heartbeat_at" db:"heartbeat_at"`
+	LeaseExpiresAt time.Time  `json:"lease_expires_at" db:"lease_expires_at"`
+	StoppedAt      *time.Time `json:"stopped_at" db:"stopped_at"`
+	Alive          bool       `json:"alive" db:"alive"`
+	IsLeader       bool       `json:"is_leader" db:"is_leader"`
+	RunningTasks   int64      `json:"running_tasks" db:"running_tasks"`
+}
+
+// ErrLeaseLost is returned by Heartbeat when the worker was declared dead; it must stop
+// its tasks at once (the leader may already have handed them to someone else) and re-register.
+var ErrLeaseLost = errors.New("worker lease lost")
+
+// RegisterWorker records a new worker process with a lease of ttl.
+func (c *Catalog) RegisterWorker(ctx context.Context, name string, concurrency int, ttl time.Duration) (int64, error) {
+	var id int64
+	err := c.Pool.QueryRow(ctx, `
+		INSERT INTO deckhand.worker (name, concurrency, started_at, heartbeat_at, lease_expires_at)
+		VALUES ($1, $2, coalesce($4, now()), coalesce($4, now()), coalesce($4, now()) + $3::interval) RETURNING id`,
+		name, concurrency, ttl, c.now()).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("register worker: %w", err)
+	}
+	return id, nil
+}
+
+// Heartbeat extends the worker's lease and returns the ids of its tasks that are being cancelled.
+func (c *Catalog) Heartbeat(ctx context.Context, workerID int64, ttl time.Duration) ([]int64, error) {
+	var cancelling []int64
+	err := c.Pool.QueryRow(ctx, `
+		UPDATE deckhand.worker SET heartbeat_at = coalesce($3, now()), lease_expires_at = coalesce($3, now()) + $2::interval
+		WHERE id = $1 AND stopped_at IS NULL
+		RETURNING ARRAY(SELECT id FROM deckhand.task WHERE worker_id = $1 AND state = 'cancelling')`,
+		workerID, ttl, c.now()).Scan(&cancelling)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrLeaseLost
+	}
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat: %w", err)
+	}
+	return cancelling, nil
+}
+
+// CancellingTasks returns the ids of the worker's tasks whose job is being cancelled.
+func (c *Catalog) CancellingTasks(ctx context.Context, workerID int64) ([]int64, error) {
+	rows, _ := c.Pool.Query(ctx, `SELECT id FROM deckhand.task WHERE worker_id = $1 AND state = 'cancelling'`, workerID)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read cancelling tasks: %w", err)
+	}
+	return ids, nil
+}
+
+// StopWorker marks a worker stopped and gives up its leadership, if it had it.
+func (c *Catalog) StopWorker(ctx context.Context, workerID int64) error {
+	_, err := c.Pool.Exec(ctx, `
+		WITH resigned AS (DELETE FROM deckhand.leader WHERE worker_id = $1)
+		UPDATE deckhand.worker SET stopped_at = coalesce($2, now()) WHERE id = $1 AND stopped_at IS NULL`,
+		workerID, c.now())
+	if err != nil {
+		return fmt.Errorf("stop worker %d: %w", workerID, err)
+	}
+	return nil
+}
+
+// Workers lists workers that are alive or stopped recently, newest first.
+func (c *Catalog) Workers(ctx context.Context, includeStopped bool) ([]Worker, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		SELECT id, name, concurrency, started_at, heartbeat_at, lease_expires_at, stopped_at, alive, is_leader, running_tasks
+		FROM deckhand.workers WHERE $1 OR stopped_at IS NULL ORDER BY id DESC LIMIT 1000`, includeStopped)
+	workers, err := pgx.CollectRows(rows, pgx.RowToStructByName[Worker])
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return workers, nil
+}
+
+// TryLead takes or renews the leader lease for ttl. It returns true while the worker leads.
+func (c *Catalog) TryLead(ctx context.Context, workerID int64, ttl time.Duration) (bool, error) {
+	var leader int64
+	err := c.Pool.QueryRow(ctx, `
+		INSERT INTO deckhand.leader AS l (worker_id, elected_at, lease_expires_at)
+		VALUES ($1, coalesce($3, now()), coalesce($3, now()) + $2::interval)
+		ON CONFLICT (singleton) DO UPDATE SET
+			worker_id = $1,
+			elected_at = CASE WHEN l.worker_id = $1 THEN l.elected_at ELSE coalesce($3, now()) END,
+			lease_expires_at = coalesce($3, now()) + $2::interval
+		WHERE l.worker_id = $1 OR l.lease_expires_at < coalesce($3, now())
+		RETURNING worker_id`, workerID, ttl, c.now()).Scan(&leader)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("leader election: %w", err)
+	}
+	return leader == workerID, nil
+}
+
+// Leader returns the current leader's worker id, or 0 when there is none.
+func (c *Catalog) Leader(ctx context.Context) (int64, error) {
+	var id int64
+	err := c.Pool.QueryRow(ctx, `SELECT worker_id FROM deckhand.leader WHERE lease_expires_at > coalesce($1, now())`, c.now()).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read leader: %w", err)
+	}
+	return id, nil
+}
+
+// Orphan is a task whose worker was declared dead while the task ran.
+type Orphan struct {
+	TaskID   int64   `db:"id"`
+	Token    int64   `db:"attempt_token"`
+	WorkerID int64   `db:"worker_id"`
+	Node     *string `db:"node"`
+	NodeDSN  *string `db:"node_dsn"`
+	Owner    string  `db:"owner"`
+}
+
+// ExpireWorkers declares dead every worker whose lease has run out and returns the tasks they
+// held. The caller terminates each orphan's backend on its node, then reports OutcomeLost
+// through Complete; the token fences the rescue against a worker that comes back.
+func (c *Catalog) ExpireWorkers(ctx context.Context) ([]Orphan, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		WITH dead AS (
+			UPDATE deckhand.worker SET stopped_at = coalesce($1, now())
+			WHERE stopped_at IS NULL AND lease_expires_at < coalesce($1, now())
+			RETURNING id
+		)
+		SELECT t.id, t.attempt_token, t.worker_id, t.node, n.dsn AS node_dsn, t.owner
+		FROM deckhand.task t LEFT JOIN deckhand.node n ON n.name = t.node
+		WHERE t.state IN ('running', 'cancelling')
+		  AND (t.worker_id IN (SELECT id FROM dead)
+		       OR NOT EXISTS (SELECT 1 FROM deckhand.worker w WHERE w.id = t.worker_id AND w.stopped_at IS NULL))
+		ORDER BY t.id`, c.now())
+	orphans, err := pgx.CollectRows(rows, pgx.RowToStructByName[Orphan])
+	if err != nil {
+		return nil, fmt.Errorf("expire workers: %w", err)
+	}
+	return orphans, nil
+}
+
+// Setting reads a catalog-wide setting, or def when it is not set.
+func (c *Catalog) Setting(ctx context.Context, name, def string) (string, error) {
+	var v string
+	err := c.Pool.QueryRow(ctx, `SELECT value FROM deckhand.setting WHERE name = $1`, name).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return def, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read setting %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// SetSetting stores a catalog-wide setting.
+func (c *Catalog) SetSetting(ctx context.Context, name, value string) error {
+	_, err := c.Pool.Exec(ctx, `INSERT INTO deckhand.setting (name, value) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`, name, value)
+	if err != nil {
+		return fmt.Errorf("set %s: %w", name, err)
+	}
+	return nil
+}
+
+// DeleteFinishedJobs removes up to limit jobs that ended before cutoff (with their tasks and
+// attempts) and workers stopped before it. It returns how many jobs it removed.
+func (c *Catalog) DeleteFinishedJobs(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	tag, err := c.Pool.Exec(ctx, `
+		WITH old_workers AS (
+			DELETE FROM deckhand.worker WHERE stopped_at < $1
+		)
+		DELETE FROM deckhand.job WHERE id IN (
+			SELECT id FROM deckhand.job WHERE finished_at < $1 AND state IN ('finished', 'failed', 'cancelled')
+			ORDER BY finished_at LIMIT $2)`, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("retention: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,116 @@
+// Package executor runs one claimed task of each kind: SQL on a node as its owner, noop.
+// It knows nothing about claiming or recording results; the engine does that with what
+// Run returns, classified by Classify.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/deckhandhq/deckhand/catalog"
+)
+
+// Executor runs one attempt of a task. It must return promptly once ctx is done.
+type Executor interface {
+	Run(ctx context.Context, t *catalog.ClaimedTask) error
+}
+
+// Func adapts a function to Executor.
+type Func func(ctx context.Context, t *catalog.ClaimedTask) error
+
+func (f Func) Run(ctx context.Context, t *catalog.ClaimedTask) error { return f(ctx, t) }
+
+// Noop does nothing; it measures the engine's own overhead.
+var Noop = Func(func(context.Context, *catalog.ClaimedTask) error { return nil })
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err so that Classify never retries it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// Retryable reports whether an attempt that failed with err may succeed if run again:
+// connection loss, serialization failures and deadlocks, lock and statement timeouts,
+// recovery conflicts, administrator shutdown and resource exhaustion. Syntax, permission,
+// undefined object, data and authentication errors are permanent.
+func Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var perm permanentError
+	if errors.As(err, &perm) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		code := pgErr.Code
+		switch {
+		case strings.HasPrefix(code, "08"), // connection exception
+			strings.HasPrefix(code, "53"), // insufficient resources (too many connections, out of memory, disk full)
+			strings.HasPrefix(code, "58"): // system error (I/O)
+			return true
+		}
+		switch code {
+		case "40001", // serialization failure; also recovery conflicts on standbys
+			"40P01", // deadlock detected
+			"55P03", // lock not available (lock_timeout)
+			"57014", // query canceled (statement_timeout)
+			"57P01", // admin shutdown
+			"57P02", // crash shutdown
+			"57P03": // cannot connect now (starting up, recovering)
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		// A refused or dropped connection is transient; a refused login is not.
+		return !strings.Contains(connectErr.Error(), "authentication") && !strings.Contains(connectErr.Error(), "does not exist")
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	// Unknown failures (a closed connection, a driver error) are treated as transient:
+	// max_attempts bounds the cost of being wrong.
+	return true
+}
+
+// Describe turns an error into the record kept for the attempt, keeping PostgreSQL's fields.
+func Describe(err error) *catalog.TaskError {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return &catalog.TaskError{SQLState: pgErr.Code, Message: pgErr.Message, Detail: pgErr.Detail, Hint: pgErr.Hint}
+	}
+	return &catalog.TaskError{Message: err.Error()}
+}
+
+// Registry maps task kinds to executors.
+type Registry map[string]Executor
+
+// Run dispatches t to the executor of its kind.
+func (r Registry) Run(ctx context.Context, t *catalog.ClaimedTask) error {
+	ex, ok := r[t.Kind]
+	if !ok {
+		return Permanent(fmt.Errorf("no executor for task kind %q on this worker", t.Kind))
+	}
+	return ex.Run(ctx, t)
+}

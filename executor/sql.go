@@ -1,0 +1,170 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deckhandhq/deckhand/catalog"
+)
+
+// Pools keeps one connection pool per (node conninfo, role). Tasks connect as their owner
+// role itself, never as a privileged user that switches role: a session user that is the
+// owner cannot gain privileges with RESET ROLE, SET SESSION AUTHORIZATION or set_config.
+// Passwords come from the environment (pgpass, PGPASSWORD, certificates), never the catalog.
+type Pools struct {
+	MaxConns int32
+
+	mu    sync.Mutex
+	pools map[poolKey]*pgxpool.Pool
+}
+
+type poolKey struct{ dsn, user string }
+
+// NewPools returns an empty pool set whose pools hold at most maxConns connections each.
+func NewPools(maxConns int) *Pools {
+	return &Pools{MaxConns: int32(max(maxConns, 1)), pools: map[poolKey]*pgxpool.Pool{}}
+}
+
+// Get returns the pool for dsn connected as user (empty: the user dsn names).
+func (p *Pools) Get(ctx context.Context, dsn, user string) (*pgxpool.Pool, error) {
+	key := poolKey{dsn, user}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pool, ok := p.pools[key]; ok {
+		return pool, nil
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("node conninfo: %w", err))
+	}
+	if user != "" {
+		cfg.ConnConfig.User = user
+	}
+	cfg.MaxConns = p.MaxConns
+	cfg.MinConns = 0
+	cfg.MaxConnIdleTime = time.Minute
+	cfg.ConnConfig.RuntimeParams["application_name"] = "deckhand"
+	// On cancellation, ask the server to cancel the running statement (so a cancelled task's
+	// backend stops at once) before giving up on the socket.
+	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, CancelRequestDelay: 0, DeadlineDelay: 5 * time.Second}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.pools[key] = pool
+	return pool, nil
+}
+
+// Close closes every pool.
+func (p *Pools) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, pool := range p.pools {
+		pool.Close()
+		delete(p.pools, k)
+	}
+}
+
+// ApplicationName identifies a task attempt's backend in pg_stat_activity, so the leader can
+// find and terminate it if the worker running it dies.
+func ApplicationName(taskID, token int64) string {
+	return "deckhand task " + strconv.FormatInt(taskID, 10) + "/" + strconv.FormatInt(token, 10)
+}
+
+// SQL runs a task's SQL text on its node, connected as its owner.
+type SQL struct{ Pools *Pools }
+
+func (s SQL) Run(ctx context.Context, t *catalog.ClaimedTask) error {
+	if t.Node == nil || t.NodeDSN == nil {
+		return Permanent(errors.New("the task's node is no longer registered"))
+	}
+	pool, err := s.Pools.Get(ctx, *t.NodeDSN, t.Owner)
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to node %s as %s: %w", *t.Node, t.Owner, err)
+	}
+	defer func() {
+		// Leave nothing of this task in a pooled session: settings, temp tables, locks.
+		// A connection left inside a transaction or broken is destroyed instead.
+		if conn.Conn().PgConn().TxStatus() == 'I' && !conn.Conn().IsClosed() && ctx.Err() == nil {
+			if _, err := conn.Exec(ctx, "DISCARD ALL"); err != nil {
+				conn.Conn().Close(context.Background()) //nolint:errcheck
+			}
+		} else {
+			conn.Conn().Close(context.Background()) //nolint:errcheck
+		}
+		conn.Release()
+	}()
+
+	if err := prepareSession(ctx, conn.Conn(), t); err != nil {
+		return err
+	}
+	if !t.InTransaction {
+		_, err = conn.Exec(ctx, t.SQL)
+		return err
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, t.SQL)
+		return err
+	})
+}
+
+// prepareSession applies the submit-time context and checks, on the node itself, that the
+// submitter may act as the owner — so a forged catalog row cannot borrow a role.
+func prepareSession(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask) error {
+	names := []string{"statement_timeout", "application_name"}
+	values := []string{strconv.FormatInt(max(t.TimeoutMS, 1), 10), ApplicationName(t.ID, t.Token)}
+	if t.SearchPath != "" {
+		names = append(names, "search_path")
+		values = append(values, t.SearchPath)
+	}
+	for k, v := range t.Settings {
+		names = append(names, k)
+		values = append(values, v)
+	}
+	var q strings.Builder
+	q.WriteString("SELECT pg_has_role($1, current_user, 'MEMBER')")
+	args := []any{t.SubmittedBy}
+	for i := range names {
+		fmt.Fprintf(&q, ", set_config($%d, $%d, false)", len(args)+1, len(args)+2)
+		args = append(args, names[i], values[i])
+	}
+	rows, err := conn.Query(ctx, q.String(), args...)
+	if err != nil {
+		return err
+	}
+	var member bool
+	for rows.Next() {
+		if err := rows.Scan(&member); err != nil {
+			rows.Close()
+			return err
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42704" {
+			return Permanent(fmt.Errorf("submitter %q is not a role on node %s", t.SubmittedBy, *t.Node))
+		}
+		return err
+	}
+	if !member {
+		return Permanent(fmt.Errorf("submitter %q is not a member of role %q on node %s", t.SubmittedBy, t.Owner, *t.Node))
+	}
+	return nil
+}

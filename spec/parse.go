@@ -1,0 +1,241 @@
+package spec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Error is a problem with a job spec, found by Parse or Validate. Its message is one line,
+// fit to show a user as is; callers can use errors.As to tell bad input from other failures.
+type Error struct {
+	Msg string
+	Err error // underlying cause, if any
+}
+
+func (e *Error) Error() string { return e.Msg }
+func (e *Error) Unwrap() error { return e.Err }
+
+func invalidf(format string, args ...any) error {
+	return &Error{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Parse reads a job spec written in JSON or YAML. Unknown fields are errors, so a misspelt
+// field name is reported rather than silently ignored. Parse only decodes: call Validate
+// before using the job.
+func Parse(data []byte) (*Job, error) {
+	doc, err := toJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &top); err != nil || top == nil {
+		if bytes.Equal(doc, []byte("null")) {
+			return nil, invalidf("spec: empty input")
+		}
+		return nil, invalidf("spec: expected a job object with a \"tasks\" list, got %s", jsonKind(doc))
+	}
+	if err := checkFields(top, jobFields, "job"); err != nil {
+		return nil, err
+	}
+	// Decode the job with its tasks left raw, so that each task's errors can name the task.
+	var raw struct {
+		Job
+		Tasks []json.RawMessage `json:"tasks"`
+	}
+	if err := decodeStrict(doc, &raw); err != nil {
+		return nil, decodeError("", err)
+	}
+	job := raw.Job
+	job.Tasks = make([]Task, len(raw.Tasks))
+	for i, rt := range raw.Tasks {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(rt, &fields); err != nil || fields == nil {
+			return nil, invalidf("spec: task #%d: expected an object, got %s", i+1, jsonKind(rt))
+		}
+		label := fmt.Sprintf("task #%d", i+1)
+		var name string
+		if json.Unmarshal(fields["name"], &name) == nil && name != "" {
+			label = fmt.Sprintf("task %q", name)
+		}
+		if err := checkFields(fields, taskFields, label); err != nil {
+			return nil, err
+		}
+		if err := decodeStrict(rt, &job.Tasks[i]); err != nil {
+			return nil, decodeError(label+": ", err)
+		}
+	}
+	return &job, nil
+}
+
+// toJSON returns data as JSON. Input that looks like JSON is read as JSON, so that syntax
+// errors carry a line number; anything else is read as YAML.
+func toJSON(data []byte) ([]byte, error) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // UTF-8 byte order mark
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, invalidf("spec: empty input")
+	}
+	if trimmed[0] == '{' || trimmed[0] == '[' {
+		var v any
+		jerr := json.Unmarshal(data, &v)
+		if jerr == nil {
+			return trimmed, nil
+		}
+		// Maybe a YAML flow mapping such as {tasks: [...]}; if not, the JSON error is the useful one.
+		if doc, err := yaml.YAMLToJSONStrict(data); err == nil {
+			return doc, nil
+		}
+		var se *json.SyntaxError
+		if errors.As(jerr, &se) {
+			line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
+			return nil, &Error{Msg: fmt.Sprintf("spec: line %d: %s", line, se.Error()), Err: jerr}
+		}
+		return nil, &Error{Msg: "spec: " + jerr.Error(), Err: jerr}
+	}
+	doc, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, &Error{Msg: "spec: " + yamlMessage(err), Err: err}
+	}
+	return doc, nil
+}
+
+// yamlMessage flattens a YAML error to one line without the library's prefixes:
+// "yaml: unmarshal errors:\n  line 4: key ..." becomes "line 4: key ...".
+func yamlMessage(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	msg = strings.TrimPrefix(msg, "unmarshal errors:")
+	var parts []string
+	for l := range strings.Lines(msg) {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func decodeStrict(doc []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v) // doc is known to hold exactly one JSON value
+}
+
+// decodeError turns a decoding error into one line naming the field.
+func decodeError(prefix string, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := strings.TrimPrefix(te.Field, "Job.") // the job is embedded while decoding
+		if field == "" {
+			field = "value"
+		}
+		return &Error{Msg: fmt.Sprintf("spec: %s%s: expected %s, got %s", prefix, field, describeType(te.Type), te.Value), Err: err}
+	}
+	return &Error{Msg: "spec: " + prefix + strings.TrimPrefix(err.Error(), "json: "), Err: err}
+}
+
+func describeType(t reflect.Type) string {
+	switch {
+	case t == nil:
+		return "a different type"
+	case t == reflect.TypeFor[Duration]() || t == reflect.TypeFor[time.Duration]():
+		return `a duration such as "90s", "10m", "1h30m" or a number of seconds`
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return describeType(t.Elem())
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return t.String()
+}
+
+var (
+	jobFields  = jsonFieldNames(reflect.TypeFor[Job]())
+	taskFields = jsonFieldNames(reflect.TypeFor[Task]())
+)
+
+func jsonFieldNames(t reflect.Type) []string {
+	var names []string
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.IsExported() && name != "-" && name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// checkFields reports the first (in sorted order) key of obj that is not exactly one of known.
+// encoding/json would accept "Name" for "name"; a spec must spell fields as documented.
+func checkFields(obj map[string]json.RawMessage, known []string, where string) error {
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if slices.Contains(known, k) {
+			continue
+		}
+		msg := fmt.Sprintf("spec: unknown field %q in %s", k, where)
+		if s := suggest(k, known); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		return invalidf("%s", msg)
+	}
+	return nil
+}
+
+// suggest returns the known name closest to a misspelt one, or "" when none is close.
+func suggest(name string, known []string) string {
+	norm := func(s string) string {
+		return strings.NewReplacer("_", "", "-", "", " ", "").Replace(strings.ToLower(s))
+	}
+	best, bestDist := "", 3 // accept at most 2 edits
+	for _, k := range known {
+		d := editDistance(norm(name), norm(k))
+		if d < bestDist && 2*d <= len(name) {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,299 @@
+package spec
+
+import (
+	"container/heap"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+)
+
+// MaxNameLen is the longest task name, in bytes (PostgreSQL's identifier limit).
+const MaxNameLen = 63
+
+// MaxMaxAttempts bounds Task.MaxAttempts.
+const MaxMaxAttempts = 1000
+
+// kinds maps each known task kind to whether it needs a node.
+var kinds = struct {
+	sync.RWMutex
+	m map[string]bool
+}{m: map[string]bool{KindSQL: true, KindNoop: false}}
+
+var kindNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// RegisterKind makes a task kind known to Validate; packages that implement a kind
+// (executor: drop, export, ...) call it from init. needsNode says whether a task of the kind
+// must name a node. Tasks of registered kinds take their arguments in Payload, never in SQL.
+// It panics if name is not a lower-case identifier or is already registered.
+func RegisterKind(name string, needsNode bool) {
+	if !kindNameRE.MatchString(name) {
+		panic(fmt.Sprintf("spec: RegisterKind: invalid kind name %q", name))
+	}
+	kinds.Lock()
+	defer kinds.Unlock()
+	if _, dup := kinds.m[name]; dup {
+		panic(fmt.Sprintf("spec: RegisterKind: kind %q registered twice", name))
+	}
+	kinds.m[name] = needsNode
+}
+
+// Kinds returns the known task kinds, sorted.
+func Kinds() []string {
+	kinds.RLock()
+	defer kinds.RUnlock()
+	return slices.Sorted(maps.Keys(kinds.m))
+}
+
+// LookupKind reports whether kind is known and, if so, whether its tasks need a node.
+func LookupKind(kind string) (needsNode, ok bool) {
+	kinds.RLock()
+	defer kinds.RUnlock()
+	needsNode, ok = kinds.m[kind]
+	return needsNode, ok
+}
+
+// Attempts is the task's maximum number of attempts, DefaultMaxAttempts when unset.
+func (t Task) Attempts() int {
+	if t.MaxAttempts == 0 {
+		return DefaultMaxAttempts
+	}
+	return t.MaxAttempts
+}
+
+// TimeoutOrDefault is the task's timeout, DefaultTimeout when unset.
+func (t Task) TimeoutOrDefault() time.Duration {
+	if t.Timeout == 0 {
+		return DefaultTimeout
+	}
+	return time.Duration(t.Timeout)
+}
+
+// gucNameRE matches setting names such as work_mem or myext.some_setting.
+var gucNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// Validate checks the job without a database and returns the first problem as a one-line
+// *Error naming the task concerned. Checks that need the catalog (that nodes and roles exist,
+// that the submitter may act as the owner) belong to the engine.
+//
+// Validate normalizes the job: when it succeeds, every task's Kind is set (an empty Kind with
+// SQL becomes "sql"). On error the job is left unchanged.
+func (j *Job) Validate() error {
+	if j == nil {
+		return invalidf("no job")
+	}
+	if len(j.Tasks) == 0 {
+		return invalidf("job has no tasks")
+	}
+	if strings.ContainsRune(j.SearchPath, 0) {
+		return invalidf("search_path contains a NUL byte")
+	}
+	for _, name := range slices.Sorted(maps.Keys(j.Settings)) {
+		if !gucNameRE.MatchString(name) {
+			return invalidf("settings: %q is not a valid setting name", name)
+		}
+		if strings.ContainsRune(j.Settings[name], 0) {
+			return invalidf("settings: value of %q contains a NUL byte", name)
+		}
+	}
+
+	index := make(map[string]int, len(j.Tasks))
+	for i, t := range j.Tasks {
+		if err := checkName(i, t.Name); err != nil {
+			return err
+		}
+		if first, dup := index[t.Name]; dup {
+			return invalidf("duplicate task name %q (tasks #%d and #%d)", t.Name, first+1, i+1)
+		}
+		index[t.Name] = i
+	}
+
+	resolved := make([]string, len(j.Tasks))
+	for i, t := range j.Tasks {
+		kind, err := t.validate(index)
+		if err != nil {
+			return err
+		}
+		resolved[i] = kind
+	}
+	if cycle := j.findCycle(index); cycle != nil {
+		return invalidf("dependency cycle: %s", strings.Join(cycle, " -> "))
+	}
+	for i := range j.Tasks {
+		j.Tasks[i].Kind = resolved[i]
+	}
+	return nil
+}
+
+func checkName(i int, name string) error {
+	switch {
+	case name == "":
+		return invalidf("task #%d: name is empty", i+1)
+	case strings.TrimSpace(name) != name:
+		return invalidf("task %q: name has leading or trailing space", name)
+	case len(name) > MaxNameLen:
+		return invalidf("task %q: name is longer than %d bytes", name, MaxNameLen)
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return invalidf("task %q: name contains a control character", name)
+	}
+	return nil
+}
+
+// validate checks one task whose name is known to be valid and returns its resolved kind.
+func (t Task) validate(index map[string]int) (string, error) {
+	kind := t.Kind
+	if kind == "" {
+		if t.SQL == "" {
+			return "", invalidf("task %q: sql is empty", t.Name)
+		}
+		kind = KindSQL
+	}
+	needsNode, ok := LookupKind(kind)
+	if !ok {
+		return "", invalidf("task %q: unknown kind %q (known kinds: %s)", t.Name, kind, strings.Join(Kinds(), ", "))
+	}
+	if kind == KindSQL {
+		if strings.TrimSpace(t.SQL) == "" {
+			return "", invalidf("task %q: sql is empty", t.Name)
+		}
+	} else if t.SQL != "" {
+		return "", invalidf("task %q: kind %q does not take sql", t.Name, kind)
+	}
+	if (kind == KindSQL || kind == KindNoop) && len(t.Payload) > 0 && string(t.Payload) != "null" {
+		return "", invalidf("task %q: kind %q does not take a payload", t.Name, kind)
+	}
+	if needsNode && t.Node == "" {
+		return "", invalidf("task %q: node is required for kind %q", t.Name, kind)
+	}
+	if t.MaxAttempts < 0 || t.MaxAttempts > MaxMaxAttempts {
+		return "", invalidf("task %q: max_attempts must be between 1 and %d (0 means the default, %d), got %d",
+			t.Name, MaxMaxAttempts, DefaultMaxAttempts, t.MaxAttempts)
+	}
+	if t.Timeout < 0 {
+		return "", invalidf("task %q: timeout must not be negative, got %s", t.Name, time.Duration(t.Timeout))
+	}
+	seen := make(map[string]bool, len(t.DependsOn))
+	for _, dep := range t.DependsOn {
+		switch {
+		case dep == t.Name:
+			return "", invalidf("task %q: depends on itself", t.Name)
+		case seen[dep]:
+			return "", invalidf("task %q: depends_on lists %q twice", t.Name, dep)
+		}
+		if _, ok := index[dep]; !ok {
+			return "", invalidf("task %q: depends on unknown task %q", t.Name, dep)
+		}
+		seen[dep] = true
+	}
+	return kind, nil
+}
+
+// findCycle returns a dependency cycle as task names, first name repeated at the end
+// ("a", "b", "a" reads: a depends on b, b depends on a), or nil. The search is a depth-first
+// walk from each task in spec order, following depends_on in listed order, so the cycle
+// reported is deterministic. Unknown dependencies are ignored.
+func (j *Job) findCycle(index map[string]int) []string {
+	const (
+		unvisited = iota
+		onStack
+		finished
+	)
+	state := make([]int, len(j.Tasks))
+	var stack []int
+	var visit func(i int) []string
+	visit = func(i int) []string {
+		state[i] = onStack
+		stack = append(stack, i)
+		for _, dep := range j.Tasks[i].DependsOn {
+			d, ok := index[dep]
+			if !ok {
+				continue
+			}
+			switch state[d] {
+			case onStack:
+				start := slices.Index(stack, d)
+				var cycle []string
+				for _, k := range stack[start:] {
+					cycle = append(cycle, j.Tasks[k].Name)
+				}
+				return append(cycle, j.Tasks[d].Name)
+			case unvisited:
+				if c := visit(d); c != nil {
+					return c
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		state[i] = finished
+		return nil
+	}
+	for i := range j.Tasks {
+		if state[i] == unvisited {
+			if c := visit(i); c != nil {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// TopoOrder returns the indexes of j.Tasks in an order where every task comes after the tasks
+// it depends on; among tasks that are ready together, spec order wins. It is meant for a job
+// that passed Validate: unknown dependency names are ignored and tasks on a cycle (or
+// depending on one) are left out.
+func (j *Job) TopoOrder() []int {
+	index := make(map[string]int, len(j.Tasks))
+	for i, t := range j.Tasks {
+		if _, dup := index[t.Name]; !dup {
+			index[t.Name] = i
+		}
+	}
+	pending := make([]int, len(j.Tasks))      // unmet dependencies per task
+	dependents := make([][]int, len(j.Tasks)) // reverse edges
+	for i, t := range j.Tasks {
+		seen := make(map[int]bool, len(t.DependsOn))
+		for _, dep := range t.DependsOn {
+			d, ok := index[dep]
+			if !ok || seen[d] {
+				continue
+			}
+			seen[d] = true
+			pending[i]++
+			dependents[d] = append(dependents[d], i)
+		}
+	}
+	ready := &intHeap{}
+	for i, n := range pending {
+		if n == 0 {
+			*ready = append(*ready, i) // ascending, hence already a heap
+		}
+	}
+	order := make([]int, 0, len(j.Tasks))
+	for ready.Len() > 0 {
+		i := heap.Pop(ready).(int)
+		order = append(order, i)
+		for _, d := range dependents[i] {
+			if pending[d]--; pending[d] == 0 {
+				heap.Push(ready, d)
+			}
+		}
+	}
+	return order
+}
+
+type intHeap []int
+
+func (h intHeap) Len() int           { return len(h) }
+func (h intHeap) Less(a, b int) bool { return h[a] < h[b] }
+func (h intHeap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
+func (h *intHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *intHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
