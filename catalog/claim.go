@@ -82,16 +82,17 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]Claim
 				SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
 					WHERE t.node = c.node AND t.state IN ('running', 'cancelling')), 0) AS free
 				FROM unnest($2::text[], $3::int[]) AS c(node, cap)
-			), picked AS (
-				(SELECT id FROM deckhand.task
-				 WHERE state = 'runnable' AND node IS NULL AND not_before <= coalesce($4, now())
-				 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
-				UNION ALL
-				(SELECT p.id FROM cap CROSS JOIN LATERAL (
+			), anywhere AS (
+				SELECT id FROM deckhand.task
+				WHERE state = 'runnable' AND node IS NULL AND not_before <= coalesce($4, now())
+				ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+			), on_nodes AS (
+				SELECT p.id FROM cap CROSS JOIN LATERAL (
 					SELECT t.id FROM deckhand.task t
 					WHERE t.state = 'runnable' AND t.node = cap.node AND t.not_before <= coalesce($4, now())
-					ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p)
-				LIMIT $1
+					ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
+			), picked AS (
+				SELECT id FROM anywhere UNION ALL SELECT id FROM on_nodes LIMIT $1
 			), claimed AS (
 				UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
 					attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $5,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,7 +84,7 @@ type Task struct {
 	Attempts      int        `json:"attempts" db:"attempts"`
 	MaxAttempts   int        `json:"max_attempts" db:"max_attempts"`
 	Runs          int        `json:"runs" db:"runs"`
-	NotBefore     time.Time  `json:"not_before" db:"not_before"`
+	NotBefore     *time.Time `json:"not_before" db:"not_before"`
 	WorkerID      *int64     `json:"worker_id" db:"worker_id"`
 	StartedAt     *time.Time `json:"started_at" db:"started_at"`
 	FinishedAt    *time.Time `json:"finished_at" db:"finished_at"`
@@ -238,7 +239,7 @@ func (c *Catalog) Job(ctx context.Context, id int64) (Job, error) {
 func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]Task, error) {
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT t.id, t.job_id, t.name, t.kind, t.node, t.owner, t.state, t.attempts, t.max_attempts, t.runs,
-			t.not_before, t.worker_id, t.started_at, t.finished_at,
+			nullif(t.not_before, '-infinity') AS not_before, t.worker_id, t.started_at, t.finished_at,
 			(extract(epoch FROM t.timeout) * 1000)::bigint AS timeout_ms, t.in_transaction, t.last_error,
 			ARRAY(SELECT p.name FROM deckhand.task_dep d JOIN deckhand.task p ON p.id = d.depends_on
 			      WHERE d.task_id = t.id ORDER BY p.id) AS depends_on, t.sql
@@ -302,7 +303,7 @@ func (c *Catalog) CancelJob(ctx context.Context, id int64) (string, error) {
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2::text)`, ChannelCancel, id)
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelCancel, strconv.FormatInt(id, 10))
 		return err
 	})
 	if err != nil {

@@ -54,6 +54,9 @@ func (p *Pools) Get(ctx context.Context, dsn, user string) (*pgxpool.Pool, error
 	cfg.MinConns = 0
 	cfg.MaxConnIdleTime = time.Minute
 	cfg.ConnConfig.RuntimeParams["application_name"] = "deckhand"
+	// Sessions are reset with DISCARD ALL after each task, which would invalidate cached
+	// prepared statements; unnamed statements cost nothing extra here.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	// On cancellation, ask the server to cancel the running statement (so a cancelled task's
 	// backend stops at once) before giving up on the socket.
 	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
@@ -144,19 +147,10 @@ func prepareSession(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask)
 		fmt.Fprintf(&q, ", set_config($%d, $%d, false)", len(args)+1, len(args)+2)
 		args = append(args, names[i], values[i])
 	}
-	rows, err := conn.Query(ctx, q.String(), args...)
-	if err != nil {
-		return err
-	}
 	var member bool
-	for rows.Next() {
-		if err := rows.Scan(&member); err != nil {
-			rows.Close()
-			return err
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	dest := make([]any, 1+len(names)) // nil destinations skip the set_config results
+	dest[0] = &member
+	if err := conn.QueryRow(ctx, q.String(), args...).Scan(dest...); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42704" {
 			return Permanent(fmt.Errorf("submitter %q is not a role on node %s", t.SubmittedBy, *t.Node))
@@ -167,4 +161,49 @@ func prepareSession(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask)
 		return Permanent(fmt.Errorf("submitter %q is not a member of role %q on node %s", t.SubmittedBy, t.Owner, *t.Node))
 	}
 	return nil
+}
+
+// TerminateAttempt ends the backend of a task attempt on its node, if it still runs, and
+// waits until it is gone. It connects as the task's owner, who may always signal its own backends.
+func TerminateAttempt(ctx context.Context, pools *Pools, dsn, owner string, taskID, token int64) error {
+	pool, err := pools.Get(ctx, dsn, owner)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var stillThere int
+	err = pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE NOT pg_terminate_backend(pid, 5000))
+		FROM pg_stat_activity WHERE application_name = $1 AND usename = current_user`, ApplicationName(taskID, token)).Scan(&stillThere)
+	if err != nil {
+		return err
+	}
+	if stillThere > 0 {
+		return fmt.Errorf("backend of task %d still running after terminate", taskID)
+	}
+	return nil
+}
+
+// Probe reports a node's role (primary or standby) and its WAL position: the replay position
+// on a standby, the current write position on a primary.
+func Probe(ctx context.Context, pools *Pools, dsn string) (role, lsn string, err error) {
+	pool, err := pools.Get(ctx, dsn, "")
+	if err != nil {
+		return "", "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var standby bool
+	err = pool.QueryRow(ctx, `
+		SELECT pg_is_in_recovery(),
+			coalesce(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, '')`,
+	).Scan(&standby, &lsn)
+	if err != nil {
+		return "", "", err
+	}
+	if standby {
+		return "standby", lsn, nil
+	}
+	return "primary", lsn, nil
 }

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/deckhandhq/deckhand/executor"
+)
+
+// Clock tells the time. Tests inject one to move time without sleeping.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Backoff is exponential with jitter and a cap: attempt n waits about Base·2^(n-1), at most
+// Max, spread by ±Jitter so that tasks failing together do not retry together.
+type Backoff struct {
+	Base   time.Duration
+	Max    time.Duration
+	Jitter float64 // 0..1
+}
+
+// DefaultBackoff is used when Config.Backoff is zero.
+var DefaultBackoff = Backoff{Base: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
+
+// Delay is the wait after the given failed attempt (1-based); r is uniform in [0, 1).
+func (b Backoff) Delay(attempt int, r float64) time.Duration {
+	d := float64(b.Base) * math.Pow(2, float64(max(attempt, 1)-1))
+	d = min(d, float64(b.Max))
+	d *= 1 - b.Jitter + 2*b.Jitter*r
+	return time.Duration(d)
+}
+
+// Config tunes a Worker. Zero values mean the defaults documented on each field.
+type Config struct {
+	Name        string // shown in deckhand.workers; default host:pid
+	Concurrency int    // tasks this worker runs at once; default 100
+	FetchLimit  int    // most tasks one claim takes; default Concurrency
+
+	LeaseTTL            time.Duration // a worker silent this long is declared dead; default 15s
+	HeartbeatInterval   time.Duration // default LeaseTTL/3
+	PollInterval        time.Duration // claim even without a notification this often; default 1s
+	MaintenanceInterval time.Duration // the leader rescues and probes this often; default 1s
+	ShutdownGrace       time.Duration // running tasks may finish this long after a stop; default 30s
+	Retention           time.Duration // finished jobs are deleted after this; default 7 days
+
+	Backoff   Backoff
+	Clock     Clock          // nil: real time; SQL then uses the database clock
+	Rand      func() float64 // nil: math/rand/v2
+	Executors executor.Registry
+	Logger    *slog.Logger
+	// NoLeader keeps this worker out of leader elections.
+	NoLeader bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 100
+	}
+	if c.FetchLimit <= 0 || c.FetchLimit > c.Concurrency {
+		c.FetchLimit = c.Concurrency
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = c.LeaseTTL / 3
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.MaintenanceInterval <= 0 {
+		c.MaintenanceInterval = time.Second
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.Retention <= 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.Backoff == (Backoff{}) {
+		c.Backoff = DefaultBackoff
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}

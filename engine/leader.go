@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/executor"
+)
+
+// lead stands for election every MaintenanceInterval and, while leading, does maintenance:
+// rescuing tasks of dead workers, probing nodes, and retention. Leadership is a lease row in
+// the catalog, so losing the leader loses nothing: the next one picks up where it stopped.
+func (w *Worker) lead(ctx context.Context) {
+	if w.cfg.NoLeader {
+		return
+	}
+	tick := time.NewTicker(w.cfg.MaintenanceInterval)
+	defer tick.Stop()
+	var lastRetention, lastProbe time.Time
+	for {
+		leading, err := w.cat.TryLead(ctx, w.ID(), w.cfg.LeaseTTL)
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("leader election failed", "err", err)
+		}
+		if leading != w.leading.Load() {
+			w.leading.Store(leading)
+			w.log.Info("leadership changed", "leading", leading)
+		}
+		if leading {
+			w.rescue(ctx)
+			if time.Since(lastProbe) >= 5*w.cfg.MaintenanceInterval {
+				w.probeNodes(ctx)
+				lastProbe = time.Now()
+			}
+			if time.Since(lastRetention) >= time.Minute {
+				w.applyRetention(ctx)
+				lastRetention = time.Now()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// rescue hands the tasks of dead workers back to the queue. The old backend on the node is
+// terminated first, so a task never runs twice at the same time; if that is not possible
+// yet (node unreachable), the task waits for the next round.
+func (w *Worker) rescue(ctx context.Context) {
+	orphans, err := w.cat.ExpireWorkers(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("could not look for dead workers", "err", err)
+		}
+		return
+	}
+	var results []catalog.Result
+	for _, o := range orphans {
+		if o.Node != nil && o.NodeDSN != nil {
+			if err := executor.TerminateAttempt(ctx, w.pools, *o.NodeDSN, o.Owner, o.TaskID, o.Token); err != nil {
+				w.log.Warn("could not terminate orphaned backend; will retry", "task", o.TaskID, "node", *o.Node, "err", err)
+				continue
+			}
+		}
+		now := w.cfg.Clock.Now()
+		results = append(results, catalog.Result{
+			TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: catalog.OutcomeLost,
+			NotBefore: now, FinishedAt: now,
+			Err: &catalog.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired", o.WorkerID)},
+		})
+	}
+	if len(results) == 0 {
+		return
+	}
+	comp, err := w.cat.Complete(ctx, results)
+	if err != nil {
+		w.log.Warn("could not rescue tasks", "err", err)
+		return
+	}
+	w.log.Info("rescued tasks of dead workers", "tasks", comp.Applied)
+	w.Nudge()
+}
+
+// probeNodes records each node's role and WAL position, as its registered user sees them.
+func (w *Worker) probeNodes(ctx context.Context) {
+	nodes, err := w.cat.Nodes(ctx)
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		role, lsn, err := executor.Probe(ctx, w.pools, n.DSN)
+		if err := w.cat.RecordNodeCheck(ctx, n.Name, role, lsn, err); err != nil && ctx.Err() == nil {
+			w.log.Warn("could not record node check", "node", n.Name, "err", err)
+		}
+	}
+}
+
+func (w *Worker) applyRetention(ctx context.Context) {
+	retention := w.cfg.Retention
+	if v, err := w.cat.Setting(ctx, "retention", ""); err == nil && v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			retention = d
+		}
+	}
+	cutoff := w.cfg.Clock.Now().Add(-retention)
+	for ctx.Err() == nil {
+		n, err := w.cat.DeleteFinishedJobs(ctx, cutoff, 500)
+		if err != nil {
+			w.log.Warn("retention failed", "err", err)
+			return
+		}
+		if n > 0 {
+			w.log.Info("deleted finished jobs past retention", "jobs", n)
+		}
+		if n < 500 {
+			return
+		}
+	}
+}

@@ -1,0 +1,415 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/executor"
+)
+
+// Reasons a running task's context is cancelled by the worker itself.
+var (
+	errJobCancelled = errors.New("job cancelled")
+	errShutdown     = errors.New("worker shutting down")
+	errLeaseLost    = errors.New("worker lease lost")
+)
+
+// Worker claims runnable tasks from the catalog, runs them, and records their results.
+// It also stands for leader election; the leader rescues tasks of dead workers and applies
+// retention. Any number of workers may run against one catalog.
+type Worker struct {
+	cat   *catalog.Catalog
+	cfg   Config
+	log   *slog.Logger
+	pools *executor.Pools
+	exec  executor.Registry
+
+	id        atomic.Int64
+	active    atomic.Int64
+	saturated atomic.Bool
+	wake      chan struct{}
+	checkCanc chan struct{}
+	results   chan catalog.Result
+
+	mu      sync.Mutex
+	running map[int64]*runningTask
+	tasksWG sync.WaitGroup
+
+	leading atomic.Bool
+	// Hooks for tests: called after each claim and each recorded batch.
+	onClaim    func([]catalog.ClaimedTask)
+	onComplete func([]catalog.Result)
+}
+
+type runningTask struct {
+	jobID  int64
+	token  int64
+	cancel context.CancelCauseFunc
+}
+
+// NewWorker prepares a worker; Run starts it.
+func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
+	cfg = cfg.withDefaults()
+	if cfg.Clock != (systemClock{}) && cat.Now == nil {
+		cat.Now = cfg.Clock.Now
+	}
+	w := &Worker{
+		cat:       cat,
+		cfg:       cfg,
+		log:       cfg.Logger.With("worker", cfg.Name),
+		pools:     executor.NewPools(cfg.Concurrency),
+		wake:      make(chan struct{}, 1),
+		checkCanc: make(chan struct{}, 1),
+		results:   make(chan catalog.Result, 2*cfg.Concurrency),
+		running:   map[int64]*runningTask{},
+	}
+	w.exec = executor.Registry{
+		"noop": executor.Noop,
+		"sql":  executor.SQL{Pools: w.pools},
+	}
+	for kind, ex := range cfg.Executors {
+		w.exec[kind] = ex
+	}
+	return w
+}
+
+// ID is the worker's id in deckhand.workers once Run has registered it.
+func (w *Worker) ID() int64 { return w.id.Load() }
+
+// Leading reports whether this worker currently holds the leader lease.
+func (w *Worker) Leading() bool { return w.leading.Load() }
+
+// Nudge makes the worker look for runnable tasks now.
+func (w *Worker) Nudge() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run works until ctx is done, then shuts down gracefully: it stops claiming, lets running
+// tasks finish within ShutdownGrace, releases the rest without charging an attempt, and
+// records every result before it returns.
+func (w *Worker) Run(ctx context.Context) error {
+	id, err := w.cat.RegisterWorker(ctx, w.cfg.Name, w.cfg.Concurrency, w.cfg.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	w.id.Store(id)
+	w.log = w.log.With("worker_id", id)
+	w.log.Debug("worker started", "concurrency", w.cfg.Concurrency)
+	defer w.pools.Close()
+
+	// Tasks run under their own context: stopping the worker must not kill them outright.
+	tasksCtx, killTasks := context.WithCancelCause(context.Background())
+	defer killTasks(errShutdown)
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	completerDone := make(chan struct{})
+	go func() { defer close(completerDone); w.completer(bgCtx) }()
+	for _, loop := range []func(context.Context){w.listen, w.heartbeat, w.lead} {
+		bg.Add(1)
+		go func() { defer bg.Done(); loop(bgCtx) }()
+	}
+
+	w.fetchLoop(ctx, tasksCtx)
+
+	// Graceful shutdown.
+	finished := make(chan struct{})
+	go func() { w.tasksWG.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(w.cfg.ShutdownGrace):
+		w.log.Info("shutdown grace expired; releasing running tasks", "tasks", w.active.Load())
+		killTasks(errShutdown)
+		<-finished
+	}
+	close(w.results) // every task goroutine has sent its result
+	<-completerDone
+	stopBackground()
+	bg.Wait()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.cat.StopWorker(stopCtx, w.ID()); err != nil {
+		w.log.Warn("could not record worker stop", "err", err)
+	}
+	w.log.Debug("worker stopped")
+	return nil
+}
+
+func (w *Worker) fetchLoop(ctx, tasksCtx context.Context) {
+	poll := time.NewTicker(w.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		w.claimAvailable(ctx, tasksCtx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// claimAvailable claims until the worker is full or nothing is runnable.
+func (w *Worker) claimAvailable(ctx, tasksCtx context.Context) {
+	for ctx.Err() == nil {
+		free := w.cfg.Concurrency - int(w.active.Load())
+		if free <= 0 {
+			w.saturated.Store(true)
+			return
+		}
+		limit := min(free, w.cfg.FetchLimit)
+		tasks, err := w.cat.Claim(ctx, w.ID(), limit)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("claim failed; retrying on the next poll", "err", err)
+			}
+			return
+		}
+		if w.onClaim != nil {
+			w.onClaim(tasks)
+		}
+		for i := range tasks {
+			w.start(tasksCtx, &tasks[i])
+		}
+		w.saturated.Store(len(tasks) == limit)
+		if len(tasks) < limit {
+			return
+		}
+	}
+}
+
+func (w *Worker) start(tasksCtx context.Context, t *catalog.ClaimedTask) {
+	ctx, cancel := context.WithCancelCause(tasksCtx)
+	// statement_timeout on the node ends a slow statement with a proper error first;
+	// this deadline only catches what the server cannot see, like a stalled network.
+	ctx, cancelTimeout := context.WithTimeout(ctx, t.Timeout()+5*time.Second)
+	w.mu.Lock()
+	w.running[t.ID] = &runningTask{jobID: t.JobID, token: t.Token, cancel: cancel}
+	w.mu.Unlock()
+	w.active.Add(1)
+	w.tasksWG.Add(1)
+	go func() {
+		defer w.tasksWG.Done()
+		err := w.exec.Run(ctx, t)
+		cause := context.Cause(ctx)
+		cancelTimeout()
+		cancel(nil)
+		w.mu.Lock()
+		delete(w.running, t.ID)
+		w.mu.Unlock()
+		w.active.Add(-1)
+		if w.saturated.Load() {
+			w.Nudge()
+		}
+		if errors.Is(cause, errLeaseLost) {
+			return // the leader owns this task now; our result would be fenced off anyway
+		}
+		w.results <- w.result(t, err, cause)
+	}()
+}
+
+// result classifies how an attempt ended.
+func (w *Worker) result(t *catalog.ClaimedTask, err, cause error) catalog.Result {
+	r := catalog.Result{TaskID: t.ID, Token: t.Token, WorkerID: w.ID(), FinishedAt: w.cfg.Clock.Now()}
+	switch {
+	case err == nil:
+		r.Outcome = catalog.OutcomeDone
+	case errors.Is(cause, errJobCancelled):
+		r.Outcome = catalog.OutcomeCancelled
+		r.Err = &catalog.TaskError{Message: "cancelled: " + executor.Describe(err).String()}
+	case errors.Is(cause, errShutdown):
+		r.Outcome = catalog.OutcomeReleased
+		r.Err = &catalog.TaskError{Message: "released: the worker shut down while the task ran"}
+	case executor.Retryable(err):
+		r.Outcome = catalog.OutcomeRetry
+		r.Err = executor.Describe(err)
+		r.NotBefore = r.FinishedAt.Add(w.cfg.Backoff.Delay(t.Attempts, w.cfg.Rand()))
+	default:
+		r.Outcome = catalog.OutcomeFailed
+		r.Err = executor.Describe(err)
+	}
+	return r
+}
+
+// completer records results in batches: whatever accumulated while the previous batch was
+// being written goes in the next one, so a busy worker writes few large batches and an idle
+// one writes each result at once.
+func (w *Worker) completer(ctx context.Context) {
+	const maxBatch = 2000
+	batch := make([]catalog.Result, 0, maxBatch)
+	for r := range w.results {
+		batch = append(batch[:0], r)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case r, ok := <-w.results:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		w.record(ctx, batch)
+	}
+}
+
+// record writes a batch, retrying until the catalog takes it: results are never dropped.
+func (w *Worker) record(ctx context.Context, batch []catalog.Result) {
+	for try := 0; ; try++ {
+		comp, err := w.cat.Complete(context.WithoutCancel(ctx), batch)
+		if err == nil {
+			if comp.Runnable > 0 {
+				w.Nudge()
+			}
+			for _, r := range batch {
+				if r.Outcome == catalog.OutcomeRetry {
+					w.nudgeAt(r.NotBefore)
+				}
+			}
+			if w.onComplete != nil {
+				w.onComplete(batch)
+			}
+			return
+		}
+		delay := w.cfg.Backoff.Delay(try+1, w.cfg.Rand())
+		w.log.Warn("could not record results; retrying", "tasks", len(batch), "err", err, "in", delay)
+		time.Sleep(min(delay, 10*time.Second))
+	}
+}
+
+func (w *Worker) nudgeAt(t time.Time) {
+	if d := t.Sub(w.cfg.Clock.Now()); d > 0 {
+		time.AfterFunc(d, w.Nudge)
+	}
+}
+
+// listen wakes the worker on catalog notifications; polling covers any gap while it reconnects.
+func (w *Worker) listen(ctx context.Context) {
+	for try := 0; ctx.Err() == nil; try++ {
+		err := w.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		delay := min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second)
+		w.log.Warn("notification listener lost; reconnecting", "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+func (w *Worker) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, w.cat.Pool.Config().ConnConfig)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background()) //nolint:errcheck
+	for _, ch := range []string{catalog.ChannelRunnable, catalog.ChannelCancel} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	w.Nudge() // anything announced while we were not listening
+	w.cancelMarked(ctx)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		switch n.Channel {
+		case catalog.ChannelRunnable:
+			w.Nudge()
+		case catalog.ChannelCancel:
+			jobID, _ := strconv.ParseInt(n.Payload, 10, 64)
+			if w.runsJob(jobID) {
+				w.cancelMarked(ctx)
+			}
+		}
+	}
+}
+
+func (w *Worker) runsJob(jobID int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, rt := range w.running {
+		if rt.jobID == jobID {
+			return true
+		}
+	}
+	return false
+}
+
+// cancelMarked cancels the worker's tasks that the catalog marks cancelling.
+func (w *Worker) cancelMarked(ctx context.Context) {
+	ids, err := w.cat.CancellingTasks(ctx, w.ID())
+	if err != nil {
+		w.log.Warn("could not read cancelled tasks", "err", err)
+		return
+	}
+	w.cancelTasks(ids, errJobCancelled)
+}
+
+func (w *Worker) cancelTasks(ids []int64, cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		if rt, ok := w.running[id]; ok {
+			rt.cancel(cause)
+		}
+	}
+}
+
+func (w *Worker) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		cancelling, err := w.cat.Heartbeat(ctx, w.ID(), w.cfg.LeaseTTL)
+		switch {
+		case errors.Is(err, catalog.ErrLeaseLost):
+			w.loseLease(ctx)
+		case err != nil:
+			if ctx.Err() == nil {
+				w.log.Warn("heartbeat failed", "err", err)
+			}
+		default:
+			w.cancelTasks(cancelling, errJobCancelled)
+		}
+	}
+}
+
+// loseLease handles being declared dead (for example after a long pause): the leader may
+// have handed our tasks to other workers, so we stop them all and start over as a new worker.
+func (w *Worker) loseLease(ctx context.Context) {
+	w.log.Error("worker lease lost; abandoning running tasks")
+	w.mu.Lock()
+	for _, rt := range w.running {
+		rt.cancel(errLeaseLost)
+	}
+	w.mu.Unlock()
+	id, err := w.cat.RegisterWorker(ctx, w.cfg.Name, w.cfg.Concurrency, w.cfg.LeaseTTL)
+	if err != nil {
+		w.log.Error("could not re-register worker", "err", err)
+		return
+	}
+	w.id.Store(id)
+	w.Nudge()
+}

@@ -1,0 +1,313 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+func (a *app) jobCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "job", Short: "Submit, watch and control jobs"}
+	cmd.AddCommand(a.jobSubmit(), a.jobRun(), a.jobList(), a.jobShow(), a.jobCancel(), a.jobRetry(), a.jobWait())
+	return cmd
+}
+
+func (a *app) jobSubmit() *cobra.Command {
+	return &cobra.Command{
+		Use:   "submit FILE|-",
+		Short: "Submit a job spec (JSON or YAML); prints the job id",
+		Args:  exactArgs(1, "a spec FILE or - for standard input"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var data []byte
+			var err error
+			if args[0] == "-" {
+				data, err = io.ReadAll(a.stdin)
+			} else {
+				data, err = os.ReadFile(args[0])
+			}
+			if err != nil {
+				return Usage("read spec: %v", err)
+			}
+			job, err := spec.Parse(data)
+			if err != nil {
+				return Usage("%v", err)
+			}
+			if err := job.Validate(); err != nil {
+				return Usage("%v", err)
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id, err := c.Submit(cmd.Context(), job)
+			if err != nil {
+				return classify(err)
+			}
+			fmt.Fprintln(a.stdout, id)
+			return nil
+		},
+	}
+}
+
+func (a *app) jobRun() *cobra.Command {
+	var node, owner string
+	var noTx bool
+	cmd := &cobra.Command{
+		Use:   "run --node N [--owner R] [--no-transaction] SQL",
+		Short: "Submit a one-task SQL job; prints the job id",
+		Args:  exactArgs(1, "the SQL text"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if node == "" {
+				return Usage("--node is required")
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id, err := c.Run(cmd.Context(), node, owner, args[0], !noTx)
+			if err != nil {
+				return classify(err)
+			}
+			fmt.Fprintln(a.stdout, id)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node to run on")
+	cmd.Flags().StringVar(&owner, "owner", "", "role to run as (default: you)")
+	cmd.Flags().BoolVar(&noTx, "no-transaction", false, "run outside a transaction block (VACUUM, CREATE INDEX CONCURRENTLY)")
+	return cmd
+}
+
+func (a *app) jobList() *cobra.Command {
+	var f catalog.JobFilter
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List jobs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			jobs, err := c.Catalog.Jobs(cmd.Context(), f)
+			if err != nil {
+				return classify(err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, jobs)
+			}
+			rows := make([][]string, 0, len(jobs))
+			for _, j := range jobs {
+				rows = append(rows, []string{strconv.FormatInt(j.ID, 10), j.State, progressText(j),
+					j.SubmittedBy, j.CreatedAt.Local().Format(time.DateTime), durationText(j), j.Description})
+			}
+			return PrintTable(a.stdout, []string{"id", "state", "tasks", "submitted_by", "created", "duration", "description"}, rows)
+		},
+	}
+	cmd.Flags().StringVar(&f.State, "state", "", "only jobs in this state")
+	cmd.Flags().IntVar(&f.Limit, "limit", 50, "most jobs to list")
+	cmd.Flags().Int64Var(&f.BeforeID, "before", 0, "only jobs with an id below this (paging)")
+	return cmd
+}
+
+func progressText(j catalog.Job) string {
+	s := fmt.Sprintf("%d/%d done", j.TasksDone, j.TasksTotal)
+	if j.TasksFailed > 0 {
+		s += fmt.Sprintf(", %d failed", j.TasksFailed)
+	}
+	if j.TasksCancelled > 0 {
+		s += fmt.Sprintf(", %d cancelled", j.TasksCancelled)
+	}
+	if j.TasksUnscheduled > 0 {
+		s += fmt.Sprintf(", %d unscheduled", j.TasksUnscheduled)
+	}
+	return s
+}
+
+func durationText(j catalog.Job) string {
+	if j.FinishedAt == nil {
+		return time.Since(j.CreatedAt).Round(time.Millisecond).String() + "…"
+	}
+	return j.FinishedAt.Sub(j.CreatedAt).Round(time.Millisecond).String()
+}
+
+func (a *app) jobShow() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a job with its tasks and attempts",
+		Args:  exactArgs(1, "a job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := jobID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			d, err := c.Job(cmd.Context(), id)
+			if err != nil {
+				return classify(err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, d)
+			}
+			fmt.Fprintf(a.stdout, "job %d  %s  %s  (%s)\n", d.ID, d.State, progressText(d.Job), durationText(d.Job))
+			if d.Description != "" {
+				fmt.Fprintf(a.stdout, "  %s\n", d.Description)
+			}
+			fmt.Fprintln(a.stdout)
+			rows := make([][]string, 0, len(d.Tasks))
+			for _, t := range d.Tasks {
+				node := "-"
+				if t.Node != nil {
+					node = *t.Node
+				}
+				rows = append(rows, []string{t.Name, t.Kind, node, t.Owner, t.State,
+					fmt.Sprintf("%d/%d", t.Attempts, t.MaxAttempts), fmt.Sprint(t.DependsOn), t.LastError.String()})
+			}
+			if err := PrintTable(a.stdout, []string{"task", "kind", "node", "owner", "state", "attempts", "depends_on", "last_error"}, rows); err != nil {
+				return err
+			}
+			var failures [][]string
+			for _, at := range d.Attempts {
+				if at.Message != nil {
+					failures = append(failures, []string{at.TaskName, strconv.Itoa(at.Attempt), at.Outcome,
+						deref(at.SQLState), deref(at.Message)})
+				}
+			}
+			if len(failures) > 0 {
+				fmt.Fprintln(a.stdout)
+				return PrintTable(a.stdout, []string{"task", "attempt", "outcome", "sqlstate", "error"}, failures)
+			}
+			return nil
+		},
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (a *app) jobCancel() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a job: pending tasks at once, running ones on their node",
+		Args:  exactArgs(1, "a job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.control(cmd.Context(), args[0], "cancel")
+		},
+	}
+}
+
+func (a *app) jobRetry() *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry ID",
+		Short: "Re-run the failed and cancelled tasks of a job",
+		Args:  exactArgs(1, "a job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.control(cmd.Context(), args[0], "retry")
+		},
+	}
+}
+
+func (a *app) control(ctx context.Context, arg, action string) error {
+	id, err := jobID(arg)
+	if err != nil {
+		return err
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var state string
+	if action == "cancel" {
+		state, err = c.Cancel(ctx, id)
+	} else {
+		state, err = c.Retry(ctx, id)
+	}
+	if err != nil {
+		return classify(err)
+	}
+	if a.json() {
+		return PrintJSON(a.stdout, map[string]any{"id": id, "state": state})
+	}
+	fmt.Fprintf(a.stdout, "job %d %s\n", id, state)
+	return nil
+}
+
+func (a *app) jobWait() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait ID [--timeout D]",
+		Short: "Wait for a job to end: exit 0 finished, 1 failed or cancelled, 3 timeout",
+		Args:  exactArgs(1, "a job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := jobID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			bar := NewProgress(a.stderr)
+			var progress func(catalog.Job)
+			if bar.Terminal() {
+				progress = func(j catalog.Job) {
+					bar.Update(fmt.Sprintf("job %d %s %s %s", j.ID, j.State, Bar(j.TasksDone, j.TasksTotal, 30), durationText(j)))
+				}
+			}
+			job, err := c.Wait(ctx, id, progress)
+			if errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
+				bar.Done(fmt.Sprintf("job %d still %s after %s", id, job.State, timeout))
+				return Timeout("timed out waiting for job %d (%s, %s)", id, job.State, progressText(job))
+			}
+			if err != nil {
+				return classify(err)
+			}
+			if a.json() {
+				bar.Done("")
+				return waitResult(job, PrintJSON(a.stdout, job))
+			}
+			bar.Done(fmt.Sprintf("job %d %s: %s in %s", job.ID, job.State, progressText(job), durationText(job)))
+			return waitResult(job, nil)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (exit code 3); 0 waits forever")
+	return cmd
+}
+
+func waitResult(job catalog.Job, err error) error {
+	if err != nil {
+		return err
+	}
+	if job.State != catalog.JobFinished {
+		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("job %d %s", job.ID, job.State)}
+	}
+	return nil
+}

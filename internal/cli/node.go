@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deckhandhq/deckhand/catalog"
+)
+
+func (a *app) nodeCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "Register and list target PostgreSQL servers"}
+	var n catalog.Node
+	add := &cobra.Command{
+		Use:   "add NAME --dsn CONNINFO [--group G] [--max-tasks N]",
+		Short: "Register a node (or update it)",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n.DSN == "" {
+				return Usage("--dsn is required")
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			n.Name = args[0]
+			if err := c.AddNode(cmd.Context(), n); err != nil {
+				return classify(err)
+			}
+			fmt.Fprintf(a.stderr, "node %s registered\n", n.Name)
+			return nil
+		},
+	}
+	add.Flags().StringVar(&n.DSN, "dsn", "", "conninfo of the node, without password")
+	add.Flags().StringVar(&n.Group, "group", "", "node group: a primary and its standbys (default: the node's name)")
+	add.Flags().IntVar(&n.MaxTasks, "max-tasks", 4, "most tasks running on this node at once")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List nodes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			nodes, err := c.Catalog.Nodes(cmd.Context())
+			if err != nil {
+				return classify(err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, nodes)
+			}
+			rows := make([][]string, 0, len(nodes))
+			for _, n := range nodes {
+				rows = append(rows, []string{n.Name, n.Group, n.Role, strconv.FormatInt(n.RunningTasks, 10) + "/" + strconv.Itoa(n.MaxTasks), n.DSN})
+			}
+			return PrintTable(a.stdout, []string{"name", "group", "role", "tasks", "dsn"}, rows)
+		},
+	}
+	remove := &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove a node",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.Catalog.RemoveNode(cmd.Context(), args[0]); err != nil {
+				return classify(err)
+			}
+			fmt.Fprintf(a.stderr, "node %s removed\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(add, list, remove)
+	return cmd
+}
+
+// exactArgs is cobra.ExactArgs with a usage error naming what is expected.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != n {
+			return Usage("expected %s, got %d argument(s)", names, len(args))
+		}
+		return nil
+	}
+}
+
+// jobID parses a job id argument.
+func jobID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, Usage("job id must be a positive integer, got %q", s)
+	}
+	return id, nil
+}

@@ -1,0 +1,139 @@
+// Package cli implements the deckhand command line: thin commands over engine and catalog.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/engine"
+)
+
+// app holds what every command shares: global flags and the output streams.
+type app struct {
+	catalogDSN string
+	output     string
+	logLevel   string
+	stdin      io.Reader
+	stdout     io.Writer
+	stderr     io.Writer
+}
+
+// Main runs the command line with args and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "deckhand: "+oneLine(err))
+	}
+	return ExitCode(err)
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "deckhand",
+		Short: "Durable background jobs for PostgreSQL fleets",
+		Long: `deckhand runs long-running management operations on PostgreSQL fleets in the background:
+jobs made of dependent tasks, executed by any number of workers, surviving crashes and restarts.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := ParseFormat(a.output); err != nil {
+				return err
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
+				return Usage("--log-level: %v", err)
+			}
+			slog.SetDefault(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level})))
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage("%v", err) })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.catalogDSN, "catalog", os.Getenv("DECKHAND_CATALOG"), "catalog database conninfo (env DECKHAND_CATALOG)")
+	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(a.initCommand(), a.nodeCommand(), a.jobCommand(), a.serveCommand(),
+		a.demoCommand(), a.benchCommand())
+	return root
+}
+
+func (a *app) json() bool { return strings.EqualFold(a.output, string(FormatJSON)) }
+
+// client opens the catalog for a command, mapping a missing catalog to a usage error.
+func (a *app) client(ctx context.Context) (*engine.Client, error) {
+	if a.catalogDSN == "" {
+		return nil, Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
+	}
+	c, err := engine.Open(ctx, a.catalogDSN)
+	if err != nil {
+		return nil, Failed("%w", err)
+	}
+	return c, nil
+}
+
+// classify maps engine and catalog errors to exit codes: bad input and unknown objects are
+// usage errors (2), everything else failed (1).
+func classify(err error) error {
+	var exit *ExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &exit):
+		return err
+	case engine.IsInvalid(err), errors.Is(err, catalog.ErrNotFound):
+		return &ExitError{Code: ExitUsage, Err: err}
+	case errors.Is(err, catalog.ErrJobTerminal):
+		return &ExitError{Code: ExitFailed, Err: err}
+	default:
+		return &ExitError{Code: ExitFailed, Err: err}
+	}
+}
+
+func (a *app) initCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "init",
+		Short: "Create or upgrade the catalog schema (idempotent)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.catalogDSN == "" {
+				return Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
+			}
+			cat, err := catalog.Open(cmd.Context(), a.catalogDSN)
+			if err != nil {
+				return Failed("%w", err)
+			}
+			defer cat.Close()
+			applied, err := cat.Migrate(cmd.Context())
+			if err != nil {
+				return Failed("%w", err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, map[string]any{"schema_version": catalog.SchemaVersion(), "applied": applied})
+			}
+			if len(applied) == 0 {
+				fmt.Fprintf(a.stdout, "catalog is up to date (schema version %d)\n", catalog.SchemaVersion())
+			} else {
+				fmt.Fprintf(a.stdout, "catalog upgraded to schema version %d (applied %v)\n", catalog.SchemaVersion(), applied)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deckhandhq/deckhand/engine"
+)
+
+func (a *app) serveCommand() *cobra.Command {
+	var cfg engine.Config
+	cmd := &cobra.Command{
+		Use:   "serve [--concurrency N]",
+		Short: "Run a worker (and leader candidate) until SIGINT or SIGTERM",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			// SIGTERM starts a graceful shutdown: no new claims, running tasks get ShutdownGrace.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			w := engine.NewWorker(c.Catalog, cfg)
+			return classify(w.Run(ctx))
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Concurrency, "concurrency", 100, "tasks this worker runs at once")
+	f.StringVar(&cfg.Name, "name", "", "worker name shown in deckhand.workers (default host:pid)")
+	f.DurationVar(&cfg.LeaseTTL, "lease", 15*time.Second, "a worker silent this long is declared dead and its tasks re-run")
+	f.DurationVar(&cfg.PollInterval, "poll-interval", time.Second, "claim this often even without a notification")
+	f.DurationVar(&cfg.MaintenanceInterval, "maintenance-interval", time.Second, "how often the leader looks for dead workers")
+	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long running tasks may finish after SIGTERM")
+	f.DurationVar(&cfg.Backoff.Base, "retry-backoff", engine.DefaultBackoff.Base, "backoff after the first retryable failure (doubles each attempt)")
+	f.DurationVar(&cfg.Backoff.Max, "retry-backoff-max", engine.DefaultBackoff.Max, "longest backoff between attempts")
+	cmd.PreRun = func(*cobra.Command, []string) { cfg.Backoff.Jitter = engine.DefaultBackoff.Jitter }
+	return cmd
+}

@@ -1,0 +1,9 @@
+package pgtest_test
+
+import (
+	"testing"
+
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

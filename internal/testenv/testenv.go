@@ -1,0 +1,243 @@
+// Package testenv builds what engine, cli and other tests share on top of pgtest: a fresh
+// catalog database, target nodes, workers run in-process or as real deckhand processes.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+)
+
+// Env is one test's catalog on the shared cluster.
+type Env struct {
+	T       testing.TB
+	Cluster *pgtest.Cluster
+	DB      string // catalog database
+	DSN     string // catalog conninfo (as the superuser)
+	Client  *engine.Client
+}
+
+// New creates a catalog database, migrates it and opens a client on it.
+func New(t testing.TB) *Env {
+	t.Helper()
+	cl := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t)
+	e := &Env{T: t, Cluster: cl, DB: db, DSN: cl.DSN(db, "postgres")}
+	cat, err := catalog.Open(context.Background(), e.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cat.Close()
+	c, err := engine.Open(context.Background(), e.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	e.Client = c
+	return e
+}
+
+// AddNode creates a database to serve as a node and registers it. It returns the database name.
+func (e *Env) AddNode(name string, maxTasks int) string {
+	e.T.Helper()
+	db := pgtest.NewDatabase(e.T)
+	err := e.Client.AddNode(context.Background(), catalog.Node{Name: name, DSN: e.Cluster.DSN(db, "postgres"), MaxTasks: maxTasks})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return db
+}
+
+// Exec runs SQL as the superuser in database db.
+func (e *Env) Exec(db, sql string, args ...any) {
+	e.T.Helper()
+	if err := e.Cluster.Exec(context.Background(), db, sql, args...); err != nil {
+		e.T.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// Pool opens a pool on database db as the superuser, closed at cleanup.
+func (e *Env) Pool(db string) *pgxpool.Pool {
+	e.T.Helper()
+	p, err := pgxpool.New(context.Background(), e.Cluster.DSN(db, "postgres"))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(p.Close)
+	return p
+}
+
+var roleSeq atomic.Int64
+
+// Role creates a LOGIN role with a unique name, dropped at cleanup.
+func (e *Env) Role(prefix string) string {
+	e.T.Helper()
+	name := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), roleSeq.Add(1))
+	e.Exec("postgres", "CREATE ROLE "+pgx.Identifier{name}.Sanitize()+" LOGIN")
+	e.T.Cleanup(func() {
+		// Objects the role owns live in per-test databases dropped separately; ignore failures.
+		_ = e.Cluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	})
+	return name
+}
+
+// Worker runs an in-process worker until the test ends (or stop is called) and returns it.
+func (e *Env) Worker(cfg engine.Config) (w *engine.Worker, stop func()) {
+	e.T.Helper()
+	cat, err := catalog.Open(context.Background(), e.DSN)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 2 * time.Second
+	}
+	if cfg.MaintenanceInterval == 0 {
+		cfg.MaintenanceInterval = 100 * time.Millisecond
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 200 * time.Millisecond
+	}
+	w = engine.NewWorker(cat, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := w.Run(ctx); err != nil {
+			e.T.Errorf("worker: %v", err)
+		}
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			cat.Close()
+		})
+	}
+	e.T.Cleanup(stop)
+	// Wait for registration so callers can use w.ID().
+	Eventually(e.T, 10*time.Second, func() bool { return w.ID() != 0 }, "worker registers")
+	return w, stop
+}
+
+// Wait waits for a job to end, failing the test after timeout.
+func (e *Env) Wait(id int64, timeout time.Duration) catalog.Job {
+	e.T.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	job, err := e.Client.Wait(ctx, id, nil)
+	if err != nil {
+		d, _ := e.Client.Job(context.Background(), id)
+		e.T.Fatalf("wait for job %d: %v (job: %+v)", id, err, d)
+	}
+	return job
+}
+
+// Eventually polls cond until it holds, failing the test after timeout.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds the deckhand command once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "deckhand-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "deckhand")
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/deckhand")
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// Process is a deckhand command running as its own process.
+type Process struct {
+	Cmd    *exec.Cmd
+	output *lockedBuffer
+}
+
+// Output is what the process printed so far.
+func (p *Process) Output() string { return p.output.String() }
+
+// Serve starts `deckhand serve` against the env's catalog as a separate process, killed at cleanup.
+func (e *Env) Serve(args ...string) *Process {
+	e.T.Helper()
+	bin := Binary(e.T)
+	all := append([]string{"serve", "--catalog", e.DSN, "--log-level", "debug"}, args...)
+	cmd := exec.Command(bin, all...)
+	buf := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = buf, buf
+	if err := cmd.Start(); err != nil {
+		e.T.Fatal(err)
+	}
+	p := &Process{Cmd: cmd, output: buf}
+	e.T.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if e.T.Failed() {
+			e.T.Logf("deckhand serve output:\n%s", buf.String())
+		}
+	})
+	return p
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
