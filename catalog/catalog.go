@@ -42,6 +42,11 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog DSN: %w", err)
 	}
+	// The catalog's statements are planned once per connection: their shapes do not depend on
+	// parameter values, and re-planning the claim and completion CTEs cost more than running them.
+	if cfg.ConnConfig.RuntimeParams["plan_cache_mode"] == "" {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "deckhand"
 	}

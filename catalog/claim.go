@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,9 @@ type ClaimedTask struct {
 	SearchPath    string            `db:"search_path"`
 	Settings      map[string]string `db:"settings"`
 	SubmittedBy   string            `db:"submitted_by"`
+	// HasDependents tells the worker that finishing this task may release others, so it is
+	// worth claiming in the transaction that records the result.
+	HasDependents bool `db:"has_dependents"`
 }
 
 // Claim takes up to limit runnable tasks for the worker, honouring every node's max_tasks
@@ -44,78 +48,115 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]Claim
 	if limit <= 0 {
 		return nil, nil
 	}
-	var claimed []ClaimedTask
-	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		var (
-			nodes  []string
-			caps   []int32
-			global int
-		)
-		err := tx.QueryRow(ctx, `
-			WITH locked AS (
-				SELECT n.name, n.max_tasks FROM deckhand.node n
-				WHERE EXISTS (SELECT 1 FROM deckhand.task t WHERE t.node = n.name AND t.state = 'runnable')
-				ORDER BY n.name FOR UPDATE OF n SKIP LOCKED
-			)
-			SELECT coalesce(array_agg(name), '{}'), coalesce(array_agg(max_tasks), '{}'),
-				coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0)
-			FROM locked`).Scan(&nodes, &caps, &global)
-		if err != nil {
-			return err
-		}
-		if global > 0 {
-			// A global cap needs one serialization point; only pay for it when it is set.
-			var running int
-			err := tx.QueryRow(ctx, `
-				SELECT pg_advisory_xact_lock(7306086), (SELECT count(*) FROM deckhand.task WHERE state IN ('running', 'cancelling'))`,
-			).Scan(nil, &running)
-			if err != nil {
-				return err
-			}
-			limit = min(limit, global-running)
-			if limit <= 0 {
-				return nil
-			}
-		}
-		rows, _ := tx.Query(ctx, `
-			WITH cap AS (
-				SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
-					WHERE t.node = c.node AND t.state IN ('running', 'cancelling')), 0) AS free
-				FROM unnest($2::text[], $3::int[]) AS c(node, cap)
-			), anywhere AS (
-				SELECT id FROM deckhand.task
-				WHERE state = 'runnable' AND node IS NULL AND not_before <= coalesce($4, now())
-				ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
-			), on_nodes AS (
-				SELECT p.id FROM cap CROSS JOIN LATERAL (
-					SELECT t.id FROM deckhand.task t
-					WHERE t.state = 'runnable' AND t.node = cap.node AND t.not_before <= coalesce($4, now())
-					ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
-			), picked AS (
-				SELECT id FROM anywhere UNION ALL SELECT id FROM on_nodes LIMIT $1
-			), claimed AS (
-				UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
-					attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $5,
-					started_at = coalesce($4, now()), finished_at = NULL
-				FROM picked WHERE t.id = picked.id
-				RETURNING t.*
-			), started AS (
-				UPDATE deckhand.job j SET started_at = coalesce($4, now())
-				WHERE j.id IN (SELECT DISTINCT job_id FROM claimed) AND j.started_at IS NULL
-			)
-			SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
-				c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts, c.max_attempts, c.runs, c.attempt_token, c.started_at,
-				j.search_path, j.settings, j.submitted_by
-			FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
-			ORDER BY c.id`, limit, nodes, caps, c.now(), workerID)
-		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[ClaimedTask])
-		return err
-	})
+	claimed, err := c.inClaimTx(ctx, workerID, limit, nil)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return claimed, nil
 }
+
+// inClaimTx runs a claim transaction in two pipelined round trips: BEGIN, whatever first
+// queues, and the node locks; then the claim itself with COMMIT.
+func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first func(*pgx.Batch)) ([]ClaimedTask, error) {
+	conn, err := c.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	claimed, err := c.claim(ctx, conn.Conn(), workerID, limit, first)
+	if err != nil {
+		// Leave no transaction open on a pooled connection.
+		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
+		}
+		return nil, err
+	}
+	return claimed, nil
+}
+
+func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first func(*pgx.Batch)) ([]ClaimedTask, error) {
+	var (
+		nodes  []string
+		caps   []int32
+		global int
+	)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	if first != nil {
+		first(b)
+	}
+	b.Queue(lockNodesSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&nodes, &caps, &global) })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	if global > 0 {
+		// A global cap needs one serialization point; only pay for it when it is set.
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_xact_lock(7306086)`); err != nil {
+			return nil, err
+		}
+	}
+	var claimed []ClaimedTask
+	b = &pgx.Batch{}
+	b.Queue(claimSQL, limit, nodes, caps, c.now(), workerID, global).Query(func(rows pgx.Rows) error {
+		var err error
+		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[ClaimedTask])
+		return err
+	})
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return claimed, nil
+}
+
+const lockNodesSQL = `
+WITH locked AS (
+	SELECT n.name, n.max_tasks FROM deckhand.node n
+	WHERE EXISTS (SELECT 1 FROM deckhand.task t WHERE t.node = n.name AND t.state = 'runnable')
+	ORDER BY n.name FOR UPDATE OF n SKIP LOCKED
+)
+SELECT coalesce(array_agg(name), '{}'), coalesce(array_agg(max_tasks), '{}'),
+	coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0)
+FROM locked`
+
+// claimSQL runs with a snapshot taken after the node (and global) locks were granted, so its
+// counts of running tasks include every earlier claimer's.
+const claimSQL = `
+WITH cap AS (
+	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling')), 0) AS free
+	FROM unnest($2::text[], $3::int[]) AS c(node, cap)
+), budget AS (
+	SELECT CASE WHEN $6::int > 0
+		THEN least($1, greatest($6 - (SELECT count(*) FROM deckhand.task WHERE state IN ('running', 'cancelling')), 0))
+		ELSE $1 END AS n
+), anywhere AS (
+	SELECT id FROM deckhand.task
+	WHERE state = 'runnable' AND node IS NULL AND not_before <= coalesce($4, now())
+	ORDER BY id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
+), on_nodes AS (
+	SELECT p.id FROM cap CROSS JOIN LATERAL (
+		SELECT t.id FROM deckhand.task t
+		WHERE t.state = 'runnable' AND t.node = cap.node AND t.not_before <= coalesce($4, now())
+		ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
+), picked AS (
+	SELECT id FROM anywhere UNION ALL SELECT id FROM on_nodes LIMIT (SELECT n FROM budget)
+), claimed AS (
+	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
+		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $5,
+		started_at = coalesce($4, clock_timestamp()), finished_at = NULL
+	FROM picked WHERE t.id = picked.id
+	RETURNING t.*
+), started AS (
+	UPDATE deckhand.job j SET started_at = coalesce($4, clock_timestamp())
+	WHERE j.id IN (SELECT DISTINCT job_id FROM claimed) AND j.started_at IS NULL
+)
+SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
+	c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts,
+	c.max_attempts, c.runs, c.attempt_token, c.started_at, j.search_path, j.settings, j.submitted_by,
+	EXISTS (SELECT 1 FROM deckhand.task_dep d WHERE d.depends_on = c.id) AS has_dependents
+FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
+ORDER BY c.id`
 
 // Timeout is how long the task may run.
 func (t *ClaimedTask) Timeout() time.Duration { return time.Duration(t.TimeoutMS) * time.Millisecond }
@@ -128,9 +169,11 @@ type Result struct {
 	WorkerID int64
 	// Outcome is OutcomeDone, OutcomeRetry, OutcomeFailed, OutcomeCancelled, OutcomeReleased or
 	// OutcomeLost. Retry and lost become failed when the task has no attempts left.
-	Outcome    string
-	NotBefore  time.Time // for retry: when the task may run again
-	Err        *TaskError
+	Outcome string
+	Backoff time.Duration // for retry: how long the task waits before it may run again
+	Err     *TaskError
+	// FinishedAt is when the attempt ended; zero means now on the catalog's clock, which keeps
+	// attempt durations and backoffs on one clock whatever the workers' clocks say.
 	FinishedAt time.Time
 }
 
@@ -146,68 +189,96 @@ type Completion struct {
 // which the job's state follows). Rows are locked in a fixed order — tasks by id, then the
 // job — the order every writer in this package uses.
 func (c *Catalog) Complete(ctx context.Context, results []Result) (Completion, error) {
+	out, _, err := c.CompleteAndClaim(ctx, results, 0, 0)
+	return out, err
+}
+
+// CompleteAndClaim records results like Complete and, when limit > 0, claims up to limit
+// runnable tasks for workerID in the same transaction — so a dependent released by these
+// results starts without waiting for a second commit. It costs two pipelined round trips.
+func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, workerID int64, limit int) (Completion, []ClaimedTask, error) {
 	if len(results) == 0 {
-		return Completion{}, nil
+		return Completion{}, nil, nil
 	}
-	n := len(results)
-	ids := make([]int64, n)
-	tokens := make([]int64, n)
-	workers := make([]int64, n)
-	outcomes := make([]string, n)
-	notBefore := make([]*time.Time, n)
-	errs := make([][]byte, n)
-	finished := make([]time.Time, n)
-	for i, r := range results {
-		ids[i], tokens[i], workers[i], outcomes[i], finished[i] = r.TaskID, r.Token, r.WorkerID, r.Outcome, r.FinishedAt
-		if !r.NotBefore.IsZero() {
-			nb := r.NotBefore
-			notBefore[i] = &nb
-		}
-		if r.Err != nil {
-			b, err := json.Marshal(r.Err)
-			if err != nil {
-				return Completion{}, err
-			}
-			errs[i] = b
-		}
+	args, err := completeArgs(results)
+	if err != nil {
+		return Completion{}, nil, err
 	}
-	var out Completion
+	args = append(args, c.now(), strconv.FormatInt(results[0].WorkerID, 10))
 	for try := 0; ; try++ {
-		err := c.Pool.QueryRow(ctx, completeSQL, ids, tokens, workers, outcomes, notBefore, errs, finished, c.now()).
-			Scan(&out.Applied, &out.Runnable)
+		var (
+			out     Completion
+			claimed []ClaimedTask
+			err     error
+		)
+		if limit <= 0 {
+			err = c.Pool.QueryRow(ctx, completeSQL, args...).Scan(&out.Applied, &out.Runnable)
+		} else {
+			claimed, err = c.inClaimTx(ctx, workerID, limit, func(b *pgx.Batch) {
+				b.Queue(completeSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
+			})
+		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "40P01" && try < 5 {
 			continue // two completers met on shared dependents or jobs in different orders
 		}
 		if err != nil {
-			return Completion{}, fmt.Errorf("complete %d tasks: %w", n, err)
+			return Completion{}, nil, fmt.Errorf("complete %d tasks: %w", len(results), err)
 		}
-		return out, nil
+		return out, claimed, nil
 	}
 }
 
+func completeArgs(results []Result) ([]any, error) {
+	n := len(results)
+	ids := make([]int64, n)
+	tokens := make([]int64, n)
+	workers := make([]int64, n)
+	outcomes := make([]string, n)
+	backoffs := make([]time.Duration, n)
+	errs := make([][]byte, n)
+	finished := make([]*time.Time, n)
+	for i, r := range results {
+		ids[i], tokens[i], workers[i], outcomes[i], backoffs[i] = r.TaskID, r.Token, r.WorkerID, r.Outcome, r.Backoff
+		if !r.FinishedAt.IsZero() {
+			finished[i] = &r.FinishedAt
+		}
+		if r.Err != nil {
+			b, err := json.Marshal(r.Err)
+			if err != nil {
+				return nil, err
+			}
+			errs[i] = b
+		}
+	}
+	return []any{ids, tokens, workers, outcomes, backoffs, errs, finished}, nil
+}
+
 const completeSQL = `
-WITH RECURSIVE input AS (
-	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::timestamptz[], $6::jsonb[], $7::timestamptz[])
-		AS i(id, token, worker_id, outcome, not_before, err, finished_at)
-), locked AS (
-	SELECT t.id, t.state AS old_state, t.attempts < t.max_attempts AS can_retry
-	FROM deckhand.task t JOIN input i ON i.id = t.id AND t.attempt_token = i.token
-	WHERE t.state IN ('running', 'cancelling')
+WITH RECURSIVE locked AS MATERIALIZED (
+	SELECT i.*, t.state AS old_state, t.attempts < t.max_attempts AS can_retry
+	FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::interval[], $6::jsonb[], $7::timestamptz[])
+		AS i(id, token, worker_id, outcome, backoff, err, finished_at)
+	JOIN deckhand.task t ON t.id = i.id AND t.attempt_token = i.token
+	-- Written as a negation so the planner probes the primary key instead of scanning the
+	-- partial index of active tasks, which carries dead entries until vacuum.
+	WHERE t.state <> ALL ('{blocked,runnable,done,failed,unscheduled,cancelled}')
 	ORDER BY t.id FOR UPDATE OF t
-), decided AS (
-	SELECT i.*, l.old_state,
-		CASE WHEN i.outcome = 'done' THEN 'done'
-		     WHEN l.old_state = 'cancelling' OR i.outcome = 'cancelled' THEN 'cancelled'
-		     WHEN i.outcome = 'released' THEN 'runnable'
-		     WHEN i.outcome IN ('retry', 'lost') AND l.can_retry THEN 'runnable'
+), decided AS MATERIALIZED (
+	SELECT l.id, l.token, l.worker_id, l.outcome, l.err, l.old_state,
+		coalesce(l.finished_at, $8, clock_timestamp()) AS finished_at,
+		coalesce(l.finished_at, $8, clock_timestamp()) + l.backoff AS not_before,
+		CASE WHEN l.outcome = 'done' THEN 'done'
+		     WHEN l.old_state = 'cancelling' OR l.outcome = 'cancelled' THEN 'cancelled'
+		     WHEN l.outcome = 'released' THEN 'runnable'
+		     WHEN l.outcome IN ('retry', 'lost') AND l.can_retry THEN 'runnable'
 		     ELSE 'failed' END AS new_state
-	FROM input i JOIN locked l ON l.id = i.id
+	FROM locked l
 ), moved AS (
 	UPDATE deckhand.task t SET
 		state = d.new_state,
 		attempts = CASE WHEN d.outcome = 'released' AND d.new_state = 'runnable' THEN t.attempts - 1 ELSE t.attempts END,
-		not_before = CASE WHEN d.new_state = 'runnable' THEN coalesce(d.not_before, $8, now()) ELSE t.not_before END,
+		not_before = CASE WHEN d.new_state = 'runnable' THEN d.not_before ELSE t.not_before END,
 		finished_at = CASE WHEN d.new_state = 'runnable' THEN NULL ELSE d.finished_at END,
 		last_error = CASE WHEN d.new_state = 'done' THEN NULL ELSE coalesce(d.err, t.last_error) END,
 		worker_id = NULL
@@ -232,9 +303,11 @@ WITH RECURSIVE input AS (
 	WHERE m.new_state = 'done'
 	GROUP BY d.task_id
 ), dependents AS (
-	SELECT t.id, (t.id IN (SELECT id FROM downstream)) AS doomed, coalesce(r.n, 0) AS n
-	FROM deckhand.task t LEFT JOIN released r ON r.id = t.id
-	WHERE t.state = 'blocked' AND (t.id IN (SELECT id FROM downstream) OR r.id IS NOT NULL)
+	-- = ANY keeps this an index lookup: the planner cannot tell how few ids there are.
+	SELECT t.id, t.id IN (SELECT id FROM downstream) AS doomed, coalesce(r.n, 0) AS n
+	FROM deckhand.task t
+	LEFT JOIN released r ON r.id = t.id
+	WHERE t.id = ANY (ARRAY(SELECT id FROM downstream UNION SELECT id FROM released)) AND t.state = 'blocked'
 	ORDER BY t.id FOR UPDATE OF t
 ), followed AS (
 	UPDATE deckhand.task t SET
@@ -263,5 +336,5 @@ WITH RECURSIVE input AS (
 	     + (SELECT count(*) FROM moved WHERE new_state = 'runnable') AS n
 )
 SELECT (SELECT count(*) FROM moved)::int, w.n::int
-FROM woken w, LATERAL (SELECT CASE WHEN w.n > 0 THEN pg_notify('deckhand_runnable', '') END) notify,
+FROM woken w, LATERAL (SELECT CASE WHEN w.n > 0 THEN pg_notify('deckhand_runnable', $9::text) END) notify,
 	LATERAL (SELECT count(*) FROM counted) c`

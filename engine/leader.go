@@ -66,11 +66,10 @@ func (w *Worker) rescue(ctx context.Context) {
 				continue
 			}
 		}
-		now := w.cfg.Clock.Now()
 		results = append(results, catalog.Result{
 			TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: catalog.OutcomeLost,
-			NotBefore: now, FinishedAt: now,
-			Err: &catalog.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired", o.WorkerID)},
+			FinishedAt: w.injectedNow(),
+			Err:        &catalog.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired", o.WorkerID)},
 		})
 	}
 	if len(results) == 0 {

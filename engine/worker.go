@@ -33,20 +33,29 @@ type Worker struct {
 	exec  executor.Registry
 
 	id        atomic.Int64
-	active    atomic.Int64
-	saturated atomic.Bool
+	active    atomic.Int64 // task slots in use, including slots reserved for a claim in flight
+	saturated atomic.Bool  // the last claim filled every slot it asked for: more work may wait
+
+	// claimMu serializes claims (by the fetch loop and by the completer) with the start of a
+	// shutdown, so that no task starts once stopping is set.
+	claimMu  sync.Mutex
+	stopping bool
+	tasksCtx context.Context
 	wake      chan struct{}
 	checkCanc chan struct{}
-	results   chan catalog.Result
+	results   chan finished
 
 	mu      sync.Mutex
 	running map[int64]*runningTask
 	tasksWG sync.WaitGroup
 
 	leading atomic.Bool
-	// Hooks for tests: called after each claim and each recorded batch.
-	onClaim    func([]catalog.ClaimedTask)
-	onComplete func([]catalog.Result)
+}
+
+// finished is an attempt's result on its way to the catalog.
+type finished struct {
+	catalog.Result
+	releases bool // the task has dependents that its success may release
 }
 
 type runningTask struct {
@@ -68,7 +77,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		pools:     executor.NewPools(cfg.Concurrency),
 		wake:      make(chan struct{}, 1),
 		checkCanc: make(chan struct{}, 1),
-		results:   make(chan catalog.Result, 2*cfg.Concurrency),
+		results:   make(chan finished, 2*cfg.Concurrency),
 		running:   map[int64]*runningTask{},
 	}
 	w.exec = executor.Registry{
@@ -111,6 +120,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Tasks run under their own context: stopping the worker must not kill them outright.
 	tasksCtx, killTasks := context.WithCancelCause(context.Background())
 	defer killTasks(errShutdown)
+	w.tasksCtx = tasksCtx
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	completerDone := make(chan struct{})
@@ -120,9 +130,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer bg.Done(); loop(bgCtx) }()
 	}
 
-	w.fetchLoop(ctx, tasksCtx)
+	w.fetchLoop(ctx)
 
-	// Graceful shutdown.
+	// Graceful shutdown: no claim from here on, by the fetch loop or the completer.
+	w.claimMu.Lock()
+	w.stopping = true
+	w.claimMu.Unlock()
 	finished := make(chan struct{})
 	go func() { w.tasksWG.Wait(); close(finished) }()
 	select {
@@ -145,11 +158,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) fetchLoop(ctx, tasksCtx context.Context) {
+func (w *Worker) fetchLoop(ctx context.Context) {
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
 	for {
-		w.claimAvailable(ctx, tasksCtx)
+		w.claimAvailable(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -160,43 +173,65 @@ func (w *Worker) fetchLoop(ctx, tasksCtx context.Context) {
 }
 
 // claimAvailable claims until the worker is full or nothing is runnable.
-func (w *Worker) claimAvailable(ctx, tasksCtx context.Context) {
+func (w *Worker) claimAvailable(ctx context.Context) {
 	for ctx.Err() == nil {
-		free := w.cfg.Concurrency - int(w.active.Load())
-		if free <= 0 {
-			w.saturated.Store(true)
-			return
+		full, err := w.claimWith(func(limit int) ([]catalog.ClaimedTask, error) {
+			return w.cat.Claim(ctx, w.ID(), limit)
+		})
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("claim failed; retrying on the next poll", "err", err)
 		}
-		limit := min(free, w.cfg.FetchLimit)
-		tasks, err := w.cat.Claim(ctx, w.ID(), limit)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("claim failed; retrying on the next poll", "err", err)
-			}
-			return
-		}
-		if w.onClaim != nil {
-			w.onClaim(tasks)
-		}
-		for i := range tasks {
-			w.start(tasksCtx, &tasks[i])
-		}
-		w.saturated.Store(len(tasks) == limit)
-		if len(tasks) < limit {
+		if !full {
 			return
 		}
 	}
 }
 
-func (w *Worker) start(tasksCtx context.Context, t *catalog.ClaimedTask) {
-	ctx, cancel := context.WithCancelCause(tasksCtx)
+// claimWith reserves free slots, claims into them with claim, and starts what it got. It
+// reports whether the claim filled every slot it asked for (more work may be waiting).
+func (w *Worker) claimWith(claim func(limit int) ([]catalog.ClaimedTask, error)) (full bool, err error) {
+	w.claimMu.Lock()
+	defer w.claimMu.Unlock()
+	limit := 0
+	if !w.stopping {
+		limit = w.reserve(w.cfg.FetchLimit)
+	}
+	tasks, err := claim(limit)
+	w.active.Add(int64(len(tasks) - limit)) // give back what the claim did not use
+	if err != nil {
+		return false, err
+	}
+	for i := range tasks {
+		w.start(&tasks[i])
+	}
+	full = limit > 0 && len(tasks) == limit
+	w.saturated.Store(limit == 0 || full)
+	return full, nil
+}
+
+// reserve takes up to n free task slots and returns how many it took.
+func (w *Worker) reserve(n int) int {
+	for {
+		used := w.active.Load()
+		take := min(int64(n), int64(w.cfg.Concurrency)-used)
+		if take <= 0 {
+			return 0
+		}
+		if w.active.CompareAndSwap(used, used+take) {
+			return int(take)
+		}
+	}
+}
+
+// start runs a claimed task in its own goroutine; its slot was reserved by the claim.
+func (w *Worker) start(t *catalog.ClaimedTask) {
+	ctx, cancel := context.WithCancelCause(w.tasksCtx)
 	// statement_timeout on the node ends a slow statement with a proper error first;
 	// this deadline only catches what the server cannot see, like a stalled network.
 	ctx, cancelTimeout := context.WithTimeout(ctx, t.Timeout()+5*time.Second)
 	w.mu.Lock()
 	w.running[t.ID] = &runningTask{jobID: t.JobID, token: t.Token, cancel: cancel}
 	w.mu.Unlock()
-	w.active.Add(1)
 	w.tasksWG.Add(1)
 	go func() {
 		defer w.tasksWG.Done()
@@ -207,20 +242,19 @@ func (w *Worker) start(tasksCtx context.Context, t *catalog.ClaimedTask) {
 		w.mu.Lock()
 		delete(w.running, t.ID)
 		w.mu.Unlock()
+		if !errors.Is(cause, errLeaseLost) { // else the leader owns the task now; our result would be fenced off
+			w.results <- finished{w.result(t, err, cause), t.HasDependents}
+		}
 		w.active.Add(-1)
 		if w.saturated.Load() {
 			w.Nudge()
 		}
-		if errors.Is(cause, errLeaseLost) {
-			return // the leader owns this task now; our result would be fenced off anyway
-		}
-		w.results <- w.result(t, err, cause)
 	}()
 }
 
 // result classifies how an attempt ended.
 func (w *Worker) result(t *catalog.ClaimedTask, err, cause error) catalog.Result {
-	r := catalog.Result{TaskID: t.ID, Token: t.Token, WorkerID: w.ID(), FinishedAt: w.cfg.Clock.Now()}
+	r := catalog.Result{TaskID: t.ID, Token: t.Token, WorkerID: w.ID(), FinishedAt: w.injectedNow()}
 	switch {
 	case err == nil:
 		r.Outcome = catalog.OutcomeDone
@@ -233,7 +267,7 @@ func (w *Worker) result(t *catalog.ClaimedTask, err, cause error) catalog.Result
 	case executor.Retryable(err):
 		r.Outcome = catalog.OutcomeRetry
 		r.Err = executor.Describe(err)
-		r.NotBefore = r.FinishedAt.Add(w.cfg.Backoff.Delay(t.Attempts, w.cfg.Rand()))
+		r.Backoff = w.cfg.Backoff.Delay(t.Attempts, w.cfg.Rand())
 	default:
 		r.Outcome = catalog.OutcomeFailed
 		r.Err = executor.Describe(err)
@@ -247,39 +281,54 @@ func (w *Worker) result(t *catalog.ClaimedTask, err, cause error) catalog.Result
 func (w *Worker) completer(ctx context.Context) {
 	const maxBatch = 2000
 	batch := make([]catalog.Result, 0, maxBatch)
-	for r := range w.results {
-		batch = append(batch[:0], r)
+	for f := range w.results {
+		batch = append(batch[:0], f.Result)
+		releases := f.releases
 	drain:
 		for len(batch) < maxBatch {
 			select {
-			case r, ok := <-w.results:
+			case f, ok := <-w.results:
 				if !ok {
 					break drain
 				}
-				batch = append(batch, r)
+				batch = append(batch, f.Result)
+				releases = releases || f.releases
 			default:
 				break drain
 			}
 		}
-		w.record(ctx, batch)
+		w.record(ctx, batch, releases)
 	}
 }
 
 // record writes a batch, retrying until the catalog takes it: results are never dropped.
-func (w *Worker) record(ctx context.Context, batch []catalog.Result) {
+// When the batch may release dependents, it claims work for the free slots in the same
+// transaction, so a released dependent starts at once.
+func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bool) {
+	ctx = context.WithoutCancel(ctx)
 	for try := 0; ; try++ {
-		comp, err := w.cat.Complete(context.WithoutCancel(ctx), batch)
+		var comp catalog.Completion
+		var err error
+		if releases {
+			_, err = w.claimWith(func(limit int) ([]catalog.ClaimedTask, error) {
+				var claimed []catalog.ClaimedTask
+				var err error
+				comp, claimed, err = w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
+				return claimed, err
+			})
+		} else {
+			comp, err = w.cat.Complete(ctx, batch)
+		}
 		if err == nil {
-			if comp.Runnable > 0 {
-				w.Nudge()
-			}
 			for _, r := range batch {
 				if r.Outcome == catalog.OutcomeRetry {
-					w.nudgeAt(r.NotBefore)
+					time.AfterFunc(r.Backoff, w.Nudge)
 				}
 			}
-			if w.onComplete != nil {
-				w.onComplete(batch)
+			// Slots freed by this batch, and dependents there was no slot for, are claimed
+			// by the fetch loop.
+			if !releases || (comp.Runnable > 0 && w.saturated.Load()) {
+				w.Nudge()
 			}
 			return
 		}
@@ -289,10 +338,12 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result) {
 	}
 }
 
-func (w *Worker) nudgeAt(t time.Time) {
-	if d := t.Sub(w.cfg.Clock.Now()); d > 0 {
-		time.AfterFunc(d, w.Nudge)
+// injectedNow is the test clock's time, or zero to let the catalog use its own clock.
+func (w *Worker) injectedNow() time.Time {
+	if w.cat.Now == nil {
+		return time.Time{}
 	}
+	return w.cat.Now()
 }
 
 // listen wakes the worker on catalog notifications; polling covers any gap while it reconnects.
@@ -332,7 +383,11 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 		}
 		switch n.Channel {
 		case catalog.ChannelRunnable:
-			w.Nudge()
+			// Our own completions nudge us directly; a second, empty claim would only
+			// delay the next real one.
+			if n.Payload != strconv.FormatInt(w.ID(), 10) {
+				w.Nudge()
+			}
 		case catalog.ChannelCancel:
 			jobID, _ := strconv.ParseInt(n.Payload, 10, 64)
 			if w.runsJob(jobID) {

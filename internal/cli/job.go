@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -96,6 +98,16 @@ func (a *app) jobList() *cobra.Command {
 		Short: "List jobs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A misspelt state would silently list nothing.
+			if f.State != "" && !slices.Contains(jobStates, f.State) {
+				return Usage("--state: unknown job state %q (want one of %s)", f.State, strings.Join(jobStates, ", "))
+			}
+			if f.Limit < 1 {
+				return Usage("--limit must be at least 1, got %d", f.Limit)
+			}
+			if f.BeforeID < 0 {
+				return Usage("--before must be a job id, got %d", f.BeforeID)
+			}
 			c, err := a.client(cmd.Context())
 			if err != nil {
 				return err
@@ -121,6 +133,10 @@ func (a *app) jobList() *cobra.Command {
 	cmd.Flags().Int64Var(&f.BeforeID, "before", 0, "only jobs with an id below this (paging)")
 	return cmd
 }
+
+// jobStates are the states `job list --state` accepts.
+var jobStates = []string{catalog.JobScheduled, catalog.JobRunning, catalog.JobFinished, catalog.JobFailing,
+	catalog.JobFailed, catalog.JobCancelling, catalog.JobCancelled}
 
 func progressText(j catalog.Job) string {
 	s := fmt.Sprintf("%d/%d done", j.TasksDone, j.TasksTotal)
@@ -264,6 +280,9 @@ func (a *app) jobWait() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if timeout < 0 {
+				return Usage("--timeout must not be negative, got %s (0 waits forever)", timeout)
+			}
 			c, err := a.client(cmd.Context())
 			if err != nil {
 				return err
@@ -284,14 +303,25 @@ func (a *app) jobWait() *cobra.Command {
 			}
 			job, err := c.Wait(ctx, id, progress)
 			if errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
-				bar.Done(fmt.Sprintf("job %d still %s after %s", id, job.State, timeout))
-				return Timeout("timed out waiting for job %d (%s, %s)", id, job.State, progressText(job))
+				bar.Clear()
+				if job.ID == 0 {
+					// The deadline struck while reading the job: read it once more to say
+					// what state it is in (or that it does not exist).
+					rctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+					job, err = c.Catalog.Job(rctx, id)
+					cancel()
+					if err != nil {
+						return classify(err)
+					}
+				}
+				return Timeout("timed out after %s waiting for job %d: still %s, %s", timeout, id, job.State, progressText(job))
 			}
 			if err != nil {
+				bar.Clear()
 				return classify(err)
 			}
 			if a.json() {
-				bar.Done("")
+				bar.Clear()
 				return waitResult(job, PrintJSON(a.stdout, job))
 			}
 			bar.Done(fmt.Sprintf("job %d %s: %s in %s", job.ID, job.State, progressText(job), durationText(job)))

@@ -20,6 +20,9 @@ func (a *app) nodeCommand() *cobra.Command {
 			if n.DSN == "" {
 				return Usage("--dsn is required")
 			}
+			if n.MaxTasks < 1 {
+				return Usage("--max-tasks must be at least 1, got %d", n.MaxTasks)
+			}
 			c, err := a.client(cmd.Context())
 			if err != nil {
 				return err

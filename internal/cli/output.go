@@ -111,6 +111,16 @@ func (p *Progress) Done(final string) {
 	fmt.Fprintln(p.w, final)
 }
 
+// Clear erases the progress line on a terminal and prints nothing otherwise: for when the
+// error that follows says all there is to say.
+func (p *Progress) Clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.terminal {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
+}
+
 // Bar renders done out of total as a bar width cells wide followed by the count,
 // e.g. Bar(5, 10, 10) is "[#####.....] 5/10". A width below 1 means 20.
 func Bar(done, total, width int) string {

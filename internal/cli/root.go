@@ -72,7 +72,41 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(a.initCommand(), a.nodeCommand(), a.jobCommand(), a.serveCommand(),
 		a.demoCommand(), a.benchCommand())
+	groupCommands(root)
 	return root
+}
+
+// groupCommands makes every command that only groups subcommands (deckhand, deckhand job,
+// ...) print its help when called alone and refuse an unknown subcommand with a usage error.
+// Left to cobra, `deckhand bogus` exits 1 and `deckhand job lst` prints help and exits 0,
+// which a script would take for success.
+func groupCommands(cmd *cobra.Command) {
+	if cmd.HasSubCommands() && !cmd.Runnable() {
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if cmd.SuggestionsMinimumDistance <= 0 {
+				cmd.SuggestionsMinimumDistance = 2
+			}
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				best := s[0]
+				for _, name := range s { // "nod" means node more likely than job
+					if strings.HasPrefix(name, strings.ToLower(args[0])) {
+						best = name
+						break
+					}
+				}
+				msg += fmt.Sprintf(" (did you mean %q?)", best)
+			}
+			return Usage("%s; see `%s --help`", msg, cmd.CommandPath())
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		groupCommands(sub)
+	}
 }
 
 func (a *app) json() bool { return strings.EqualFold(a.output, string(FormatJSON)) }
@@ -124,6 +158,9 @@ func (a *app) initCommand() *cobra.Command {
 			applied, err := cat.Migrate(cmd.Context())
 			if err != nil {
 				return Failed("%w", err)
+			}
+			if applied == nil {
+				applied = []int{} // "applied": [] rather than null
 			}
 			if a.json() {
 				return PrintJSON(a.stdout, map[string]any{"schema_version": catalog.SchemaVersion(), "applied": applied})

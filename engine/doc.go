@@ -1,0 +1,33 @@
+/*
+Package engine runs deckhand jobs: a Client submits and controls them, any number of Workers
+claim and run their tasks, and one Worker at a time leads and does maintenance. All of them
+coordinate only through the catalog (package catalog); nothing in memory is authoritative.
+
+Data flows one way:
+
+	spec.Job ──Submit──▶ catalog rows ──Claim──▶ Worker ──executor.Run──▶ Result ──Complete──▶ catalog rows
+	                         ▲                                                       │
+	                         └──────────── NOTIFY deckhand_runnable ◀────────────────┘
+
+Submit validates the spec, checks nodes and owner roles on the nodes themselves, and writes
+the job and its tasks in one transaction, then notifies the workers.
+
+A Worker runs four loops:
+
+  - fetch: claims runnable tasks (FOR UPDATE SKIP LOCKED) whenever it is woken — by a
+    notification, by its own completions, or by the fallback poll — up to its free concurrency
+    and each node's max_tasks;
+  - complete: records results in batches; one statement moves the tasks, records the
+    attempts, releases dependents and updates the job, so a dependent is claimable the moment
+    its prerequisite's result commits;
+  - heartbeat: renews the worker's lease, which covers every task it runs, and learns which
+    of its tasks are being cancelled;
+  - lead: stands for the leader lease; the leader declares workers with expired leases dead,
+    terminates their orphaned backends on the nodes, and hands their tasks back (or fails
+    them when attempts are exhausted), probes nodes, and applies retention.
+
+Every write a worker makes about a task is fenced by the attempt token it got when claiming,
+so a worker that lost its lease (paused, partitioned) can never overwrite a newer outcome.
+The task and job state machines are documented in package catalog, next to their constants.
+*/
+package engine

@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deckhandhq/deckhand/internal/bench"
+)
+
+func (a *app) benchCommand() *cobra.Command {
+	o := bench.Options{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure task throughput and dependency latency; the last line is key=value pairs",
+		Long: `bench measures the engine on DECKHAND_CATALOG's server (in scratch databases it drops
+afterwards) or, when none is configured, on a throwaway cluster it starts itself:
+  - throughput of noop tasks and of SELECT 1 SQL tasks, from submission to all done;
+  - the hand-off latency along a chain of dependent tasks (completion to dependent start);
+  - throughput again with many finished tasks already in the catalog;
+  - with --river DIR, River's reference benchmark (bench/rivercmp) on the same server.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.CatalogDSN = a.catalogDSN
+			if o.RiverDir == "auto" {
+				o.RiverDir = ""
+				if _, err := os.Stat("bench/rivercmp/go.mod"); err == nil {
+					o.RiverDir = "bench/rivercmp"
+				}
+			}
+			res, err := bench.Run(cmd.Context(), o, a.stdout)
+			if err != nil {
+				return Failed("bench: %w", err)
+			}
+			fmt.Fprintln(a.stdout, res.Line())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Tasks, "tasks", 50000, "noop tasks per throughput run")
+	f.IntVar(&o.SQLTasks, "sql-tasks", 50000, "SELECT 1 tasks for the SQL throughput run (0 skips)")
+	f.IntVar(&o.Chain, "chain", 1000, "dependent tasks in the latency chain (0 skips)")
+	f.IntVar(&o.Finished, "finished", 1000000, "finished tasks preloaded for the scale run (0 skips)")
+	f.IntVar(&o.Workers, "workers", 1, "workers")
+	f.IntVar(&o.Concurrency, "concurrency", 1000, "concurrency of each worker")
+	f.IntVar(&o.NodeMax, "node-max-tasks", 16, "max_tasks of the node SQL tasks run on")
+	f.StringVar(&o.RiverDir, "river", "auto", "directory of the rivercmp module to run River on the same server (auto: ./bench/rivercmp if present; empty: skip)")
+	return cmd
+}
