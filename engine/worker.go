@@ -38,9 +38,9 @@ type Worker struct {
 
 	// claimMu serializes claims (by the fetch loop and by the completer) with the start of a
 	// shutdown, so that no task starts once stopping is set.
-	claimMu  sync.Mutex
-	stopping bool
-	tasksCtx context.Context
+	claimMu   sync.Mutex
+	stopping  bool
+	tasksCtx  context.Context
 	wake      chan struct{}
 	checkCanc chan struct{}
 	results   chan finished
