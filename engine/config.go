@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -57,6 +58,16 @@ type Config struct {
 	Logger    *slog.Logger
 	// NoLeader keeps this worker out of leader elections.
 	NoLeader bool
+	// LeaderServices run while this worker leads (for example the cleaner) and are stopped,
+	// through their context, when it stops leading.
+	LeaderServices []Service
+	// Metrics, when set, are updated as the worker claims and runs tasks.
+	Metrics *Metrics
+}
+
+// Service is a long-running part of the leader. Run returns when ctx is done.
+type Service interface {
+	Run(ctx context.Context) error
 }
 
 func (c Config) withDefaults() Config {
@@ -96,6 +107,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/deckhandhq/deckhand/catalog"
@@ -19,6 +20,8 @@ func (w *Worker) lead(ctx context.Context) {
 	tick := time.NewTicker(w.cfg.MaintenanceInterval)
 	defer tick.Stop()
 	var lastRetention, lastProbe time.Time
+	stopServices := func() {}
+	defer func() { stopServices() }()
 	for {
 		leading, err := w.cat.TryLead(ctx, w.ID(), w.cfg.LeaseTTL)
 		if err != nil && ctx.Err() == nil {
@@ -27,6 +30,14 @@ func (w *Worker) lead(ctx context.Context) {
 		if leading != w.leading.Load() {
 			w.leading.Store(leading)
 			w.log.Info("leadership changed", "leading", leading)
+			if leading {
+				w.cfg.Metrics.Leader.Set(1)
+				stopServices = w.startServices(ctx)
+			} else {
+				w.cfg.Metrics.Leader.Set(0)
+				stopServices()
+				stopServices = func() {}
+			}
 		}
 		if leading {
 			w.rescue(ctx)
@@ -45,6 +56,22 @@ func (w *Worker) lead(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// startServices runs the leader services until the returned function is called.
+func (w *Worker) startServices(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, svc := range w.cfg.LeaderServices {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := svc.Run(ctx); err != nil && ctx.Err() == nil {
+				w.log.Error("leader service stopped", "err", err)
+			}
+		}()
+	}
+	return func() { cancel(); wg.Wait() }
 }
 
 // rescue hands the tasks of dead workers back to the queue. The old backend on the node is

@@ -175,7 +175,7 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 // claimAvailable claims until the worker is full or nothing is runnable.
 func (w *Worker) claimAvailable(ctx context.Context) {
 	for ctx.Err() == nil {
-		full, err := w.claimWith(func(limit int) ([]catalog.ClaimedTask, error) {
+		full, err := w.claimWith("fetch", func(limit int) ([]catalog.ClaimedTask, error) {
 			return w.cat.Claim(ctx, w.ID(), limit)
 		})
 		if err != nil && ctx.Err() == nil {
@@ -189,15 +189,20 @@ func (w *Worker) claimAvailable(ctx context.Context) {
 
 // claimWith reserves free slots, claims into them with claim, and starts what it got. It
 // reports whether the claim filled every slot it asked for (more work may be waiting).
-func (w *Worker) claimWith(claim func(limit int) ([]catalog.ClaimedTask, error)) (full bool, err error) {
+func (w *Worker) claimWith(via string, claim func(limit int) ([]catalog.ClaimedTask, error)) (full bool, err error) {
 	w.claimMu.Lock()
 	defer w.claimMu.Unlock()
 	limit := 0
 	if !w.stopping {
 		limit = w.reserve(w.cfg.FetchLimit)
 	}
+	began := time.Now()
 	tasks, err := claim(limit)
 	w.active.Add(int64(len(tasks) - limit)) // give back what the claim did not use
+	if limit > 0 {
+		w.cfg.Metrics.ClaimLatency.WithLabelValues(via).Observe(time.Since(began).Seconds())
+		w.cfg.Metrics.Claimed.Add(float64(len(tasks)))
+	}
 	if err != nil {
 		return false, err
 	}
@@ -235,6 +240,7 @@ func (w *Worker) start(t *catalog.ClaimedTask) {
 	w.tasksWG.Add(1)
 	go func() {
 		defer w.tasksWG.Done()
+		began := time.Now()
 		err := w.exec.Run(ctx, t)
 		cause := context.Cause(ctx)
 		cancelTimeout()
@@ -243,7 +249,13 @@ func (w *Worker) start(t *catalog.ClaimedTask) {
 		delete(w.running, t.ID)
 		w.mu.Unlock()
 		if !errors.Is(cause, errLeaseLost) { // else the leader owns the task now; our result would be fenced off
-			w.results <- finished{w.result(t, err, cause), t.HasDependents}
+			r := w.result(t, err, cause)
+			w.cfg.Metrics.TaskDuration.WithLabelValues(t.Kind, r.Outcome).Observe(time.Since(began).Seconds())
+			w.cfg.Metrics.Attempts.WithLabelValues(t.Kind, r.Outcome).Inc()
+			if r.Outcome == catalog.OutcomeRetry {
+				w.cfg.Metrics.Retries.WithLabelValues(t.Kind).Inc()
+			}
+			w.results <- finished{r, t.HasDependents}
 		}
 		w.active.Add(-1)
 		if w.saturated.Load() {
@@ -310,7 +322,7 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bo
 		var comp catalog.Completion
 		var err error
 		if releases {
-			_, err = w.claimWith(func(limit int) ([]catalog.ClaimedTask, error) {
+			_, err = w.claimWith("complete", func(limit int) ([]catalog.ClaimedTask, error) {
 				var claimed []catalog.ClaimedTask
 				var err error
 				comp, claimed, err = w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
