@@ -113,6 +113,12 @@ func SchemaVersion() int {
 // Migrate creates or upgrades the schema. It is idempotent and safe to run from several
 // processes at once: an advisory lock serializes them. It returns the versions applied.
 func (c *Catalog) Migrate(ctx context.Context) ([]int, error) {
+	return c.MigrateTo(ctx, SchemaVersion())
+}
+
+// MigrateTo applies the migrations up to and including version target (tests use it to
+// build an older catalog and upgrade it).
+func (c *Catalog) MigrateTo(ctx context.Context, target int) ([]int, error) {
 	ms, err := migrations()
 	if err != nil {
 		return nil, err
@@ -140,9 +146,9 @@ func (c *Catalog) Migrate(ctx context.Context) ([]int, error) {
 	if latest := ms[len(ms)-1].version; current > latest {
 		return nil, fmt.Errorf("catalog schema is version %d, newer than this deckhand (%d): upgrade deckhand", current, latest)
 	}
-	var applied []int
+	applied := []int{}
 	for _, m := range ms {
-		if m.version <= current {
+		if m.version <= current || m.version > target {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -262,30 +263,42 @@ func (c *Client) AddNode(ctx context.Context, n catalog.Node) error {
 	if n.Group == "" {
 		n.Group = n.Name
 	}
+	if !nodeNameRE.MatchString(n.Name) {
+		return invalid("node %q: name must be 1-63 letters, digits, '_', '.' or '-'", n.Name)
+	}
+	if n.MaxTasks > 10000 {
+		return invalid("node %q: --max-tasks %d is too large", n.Name, n.MaxTasks)
+	}
 	if err := checkConninfo(n.DSN); err != nil {
 		return invalid("node %q: %v", n.Name, err)
 	}
 	return c.Catalog.AddNode(ctx, n)
 }
 
-// checkConninfo refuses conninfo that is malformed or carries a password.
+// checkConninfo refuses conninfo that is malformed or carries a password. Its errors never
+// quote the conninfo, which could hold a secret.
 func checkConninfo(dsn string) error {
 	if strings.TrimSpace(dsn) == "" {
 		return errors.New("conninfo is empty")
 	}
+	errPassword := errors.New("conninfo must not contain a password; use pgpass or PGPASSWORD on the workers")
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			return fmt.Errorf("conninfo: %v", err)
+			var urlErr *url.Error
+			if errors.As(err, &urlErr) {
+				err = urlErr.Err
+			}
+			return fmt.Errorf("conninfo is not a valid URL: %v", err)
 		}
 		if _, has := u.User.Password(); has || u.Query().Has("password") {
-			return errors.New("conninfo must not contain a password; use pgpass or PGPASSWORD on the workers")
+			return errPassword
 		}
 	} else if hasKeyword(dsn, "password") {
-		return errors.New("conninfo must not contain a password; use pgpass or PGPASSWORD on the workers")
+		return errPassword
 	}
 	if _, err := pgconn.ParseConfig(dsn); err != nil {
-		return fmt.Errorf("conninfo: %v", err)
+		return errors.New("conninfo cannot be parsed: check its keywords and values")
 	}
 	return nil
 }
@@ -293,10 +306,12 @@ func checkConninfo(dsn string) error {
 // hasKeyword reports whether a keyword/value conninfo sets key.
 func hasKeyword(dsn, key string) bool {
 	for _, f := range strings.Fields(dsn) {
-		k, _, ok := strings.Cut(f, "=")
-		if ok && strings.TrimSpace(k) == key {
+		k, _, _ := strings.Cut(f, "=")
+		if strings.TrimSpace(k) == key {
 			return true
 		}
 	}
-	return strings.Contains(dsn, key+" =") || strings.Contains(dsn, key+"=")
+	return false
 }
+
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,63}$`)

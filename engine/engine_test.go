@@ -233,10 +233,12 @@ func TestCancelRunningTask(t *testing.T) {
 		return n
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return backends() == 1 }, "the long task runs on the node")
+	began := time.Now()
 	if _, err := e.Client.Cancel(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	job := e.Wait(id, 10*time.Second)
+	t.Logf("cancel to job cancelled (running backend stopped): %s", time.Since(began))
 	if job.State != catalog.JobCancelled || job.TasksCancelled != 2 {
 		t.Fatalf("job = %+v, want cancelled with 2 cancelled tasks", job)
 	}
@@ -422,4 +424,38 @@ func explain(d *engine.JobDetail) string {
 		b.WriteString("\n  " + a.TaskName + " #" + strconv.Itoa(a.Attempt) + " " + a.Outcome + " " + deref(a.SQLState) + " " + deref(a.Message))
 	}
 	return b.String()
+}
+
+// The leader deletes jobs that ended longer ago than the retention, keeps the rest, and
+// records each node's role. The clock is moved past the retention instead of waiting.
+func TestLeaderRetentionAndNodeProbe(t *testing.T) {
+	e := testenv.New(t)
+	e.AddNode("n1", 4)
+	old := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "t", Kind: spec.KindNoop}}})
+	w, stop := e.Worker(engine.Config{})
+	e.Wait(old, 10*time.Second)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		nodes, err := e.Client.Catalog.Nodes(ctx)
+		return err == nil && nodes[0].Role == "primary" && nodes[0].ReplayLSN != nil
+	}, "the leader records the node's role and WAL position")
+	if !w.Leading() {
+		t.Fatal("the only worker does not lead")
+	}
+	stop()
+	running := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "t", Node: "n1", SQL: "SELECT pg_sleep(600)"}}})
+
+	// Eight days later (retention is seven by default) a new leader cleans up: the old finished
+	// job goes; the job still running stays.
+	clock := &fakeClock{t: time.Now().Add(8 * 24 * time.Hour)}
+	e.Worker(engine.Config{Clock: clock, NoLeader: false, Concurrency: 1})
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		_, err := e.Client.Catalog.Job(ctx, old)
+		return errors.Is(err, catalog.ErrNotFound)
+	}, "the finished job is deleted after the retention")
+	if _, err := e.Client.Catalog.Job(ctx, running); err != nil {
+		t.Fatalf("a job that had not ended was deleted: %v", err)
+	}
+	if _, err := e.Client.Cancel(ctx, running); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,0 +1,80 @@
+package catalog_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
+	ctx := context.Background()
+	cl := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t)
+	cat, err := catalog.Open(ctx, cl.DSN(db, pgtest.Superuser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+
+	if err := cat.CheckSchema(ctx); err == nil || !strings.Contains(err.Error(), "deckhand init") {
+		t.Fatalf("uninitialised catalog: err = %v, want advice to run deckhand init", err)
+	}
+	// Build the first version of the schema, then upgrade it to the newest.
+	first, err := cat.MigrateTo(ctx, 1)
+	if err != nil || len(first) != 1 || first[0] != 1 {
+		t.Fatalf("migrate to 1 applied %v (err %v)", first, err)
+	}
+	applied, err := cat.Migrate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != catalog.SchemaVersion()-1 {
+		t.Fatalf("upgrade applied %v, want 2..%d", applied, catalog.SchemaVersion())
+	}
+	again, err := cat.Migrate(ctx)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second migrate applied %v (err %v), want nothing", again, err)
+	}
+	if err := cat.CheckSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A catalog written by a newer deckhand is refused rather than half understood.
+	if _, err := cat.Pool.Exec(ctx, `INSERT INTO deckhand.schema_migration (version, name) VALUES ($1, 'from the future')`,
+		catalog.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Migrate(ctx); err == nil || !strings.Contains(err.Error(), "newer than this deckhand") {
+		t.Fatalf("migrating a newer catalog: err = %v, want a refusal", err)
+	}
+}
+
+// Concurrent `deckhand init` runs serialize on an advisory lock instead of failing.
+func TestConcurrentMigrate(t *testing.T) {
+	ctx := context.Background()
+	cl := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			cat, err := catalog.Open(ctx, cl.DSN(db, pgtest.Superuser))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer cat.Close()
+			_, err = cat.Migrate(ctx)
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
