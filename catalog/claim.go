@@ -76,16 +76,17 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, firs
 
 func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first func(*pgx.Batch)) ([]ClaimedTask, error) {
 	var (
-		nodes  []string
-		caps   []int32
-		global int
+		nodes     []string
+		caps      []int32
+		global    int
+		groupWork bool
 	)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	if first != nil {
 		first(b)
 	}
-	b.Queue(lockNodesSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&nodes, &caps, &global) })
+	b.Queue(lockNodesSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&nodes, &caps, &global, &groupWork) })
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -97,7 +98,11 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	}
 	var claimed []ClaimedTask
 	b = &pgx.Batch{}
-	b.Queue(claimSQL, limit, nodes, caps, c.now(), workerID, global).Query(func(rows pgx.Rows) error {
+	query := claimSQL
+	if groupWork {
+		query = claimGroupsSQL
+	}
+	b.Queue(query, limit, nodes, caps, c.now(), workerID, global).Query(func(rows pgx.Rows) error {
 		var err error
 		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[ClaimedTask])
 		return err
@@ -112,15 +117,21 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 const lockNodesSQL = `
 WITH locked AS (
 	SELECT n.name, n.max_tasks FROM deckhand.node n
-	WHERE EXISTS (SELECT 1 FROM deckhand.task t WHERE t.node = n.name AND t.state = 'runnable')
+	WHERE EXISTS (SELECT 1 FROM deckhand.task t WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL)
+	   OR EXISTS (SELECT 1 FROM deckhand.task t
+	              WHERE t.node_group = n.node_group AND t.state = 'runnable' AND t.node_group IS NOT NULL AND t.node IS NULL)
 	ORDER BY n.name FOR UPDATE OF n SKIP LOCKED
 )
 SELECT coalesce(array_agg(name), '{}'), coalesce(array_agg(max_tasks), '{}'),
-	coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0)
+	coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0),
+	EXISTS (SELECT 1 FROM deckhand.task WHERE state = 'runnable' AND node_group IS NOT NULL AND node IS NULL)
 FROM locked`
 
 // claimSQL runs with a snapshot taken after the node (and global) locks were granted, so its
-// counts of running tasks include every earlier claimer's.
+// counts of running tasks include every earlier claimer's. Tasks that name a node take that
+// node's free slots first; tasks that target a node group are then dealt round-robin over the
+// remaining slots of the group's members that have replayed past the task's min_lsn (a primary
+// always has), so parts of one export spread over the group.
 const claimSQL = `
 WITH cap AS (
 	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
@@ -132,19 +143,83 @@ WITH cap AS (
 		ELSE $1 END AS n
 ), anywhere AS (
 	SELECT id FROM deckhand.task
-	WHERE state = 'runnable' AND node IS NULL AND not_before <= coalesce($4, now())
+	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce($4, now())
 	ORDER BY id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
 ), on_nodes AS (
-	SELECT p.id FROM cap CROSS JOIN LATERAL (
+	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
 		SELECT t.id FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node = cap.node AND t.not_before <= coalesce($4, now())
+		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce($4, now())
 		ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
 ), picked AS (
-	SELECT id FROM anywhere UNION ALL SELECT id FROM on_nodes LIMIT (SELECT n FROM budget)
+	SELECT id, NULL::text AS node FROM anywhere
+	UNION ALL SELECT id, NULL FROM on_nodes
+	LIMIT (SELECT n FROM budget)
 ), claimed AS (
 	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
 		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $5,
-		started_at = coalesce($4, clock_timestamp()), finished_at = NULL
+		started_at = coalesce($4, clock_timestamp()), finished_at = NULL,
+		node = coalesce(picked.node, t.node)
+	FROM picked WHERE t.id = picked.id
+	RETURNING t.*
+), started AS (
+	UPDATE deckhand.job j SET started_at = coalesce($4, clock_timestamp())
+	WHERE j.id IN (SELECT DISTINCT job_id FROM claimed) AND j.started_at IS NULL
+)
+SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
+	c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts,
+	c.max_attempts, c.runs, c.attempt_token, c.started_at, j.search_path, j.settings, j.submitted_by,
+	EXISTS (SELECT 1 FROM deckhand.task_dep d WHERE d.depends_on = c.id) AS has_dependents
+FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
+ORDER BY c.id`
+
+// claimGroupsSQL is claimSQL plus the dealing of group tasks, used only when some exist:
+// it costs a window over the runnable group tasks on every claim.
+const claimGroupsSQL = `
+WITH cap AS (
+	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling')), 0) AS free
+	FROM unnest($2::text[], $3::int[]) AS c(node, cap)
+), budget AS (
+	SELECT CASE WHEN $6::int > 0
+		THEN least($1, greatest($6 - (SELECT count(*) FROM deckhand.task WHERE state IN ('running', 'cancelling')), 0))
+		ELSE $1 END AS n
+), anywhere AS (
+	SELECT id FROM deckhand.task
+	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce($4, now())
+	ORDER BY id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
+), on_nodes AS (
+	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
+		SELECT t.id FROM deckhand.task t
+		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce($4, now())
+		ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
+), group_tasks AS (
+	SELECT t.id, t.node_group, t.min_lsn, row_number() OVER (PARTITION BY t.node_group ORDER BY t.id) AS rn
+	FROM deckhand.task t
+	WHERE t.state = 'runnable' AND t.node_group IS NOT NULL AND t.node IS NULL
+	  AND t.node_group IN (SELECT n.node_group FROM deckhand.node n WHERE n.name = ANY ($2))
+	  AND t.not_before <= coalesce($4, now())
+), group_slots AS (
+	SELECT n.name AS node, n.node_group, row_number() OVER (PARTITION BY n.node_group ORDER BY s, n.name) AS rn
+	FROM cap JOIN deckhand.node n ON n.name = cap.node
+	CROSS JOIN LATERAL generate_series(1, cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node)) s
+	WHERE n.role = 'primary'
+	   OR n.replay_lsn >= (SELECT max(g.min_lsn) FROM group_tasks g WHERE g.node_group = n.node_group)
+), in_groups AS (
+	SELECT t.id, s.node
+	FROM group_tasks g
+	JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn
+	JOIN deckhand.task t ON t.id = g.id
+	FOR UPDATE OF t SKIP LOCKED
+), picked AS (
+	SELECT id, NULL::text AS node FROM anywhere
+	UNION ALL SELECT id, NULL FROM on_nodes
+	UNION ALL SELECT id, node FROM in_groups
+	LIMIT (SELECT n FROM budget)
+), claimed AS (
+	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
+		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $5,
+		started_at = coalesce($4, clock_timestamp()), finished_at = NULL,
+		node = coalesce(picked.node, t.node)
 	FROM picked WHERE t.id = picked.id
 	RETURNING t.*
 ), started AS (
@@ -281,7 +356,9 @@ WITH RECURSIVE locked AS MATERIALIZED (
 		not_before = CASE WHEN d.new_state = 'runnable' THEN d.not_before ELSE t.not_before END,
 		finished_at = CASE WHEN d.new_state = 'runnable' THEN NULL ELSE d.finished_at END,
 		last_error = CASE WHEN d.new_state = 'done' THEN NULL ELSE coalesce(d.err, t.last_error) END,
-		worker_id = NULL
+		worker_id = NULL,
+		-- a group task back in the queue may run on another member next time
+		node = CASE WHEN t.node_group IS NOT NULL AND d.new_state = 'runnable' THEN NULL ELSE t.node END
 	FROM decided d WHERE t.id = d.id
 	RETURNING t.id, t.job_id, t.runs, t.started_at, t.not_before, d.token, d.worker_id, d.outcome, d.new_state, d.err, d.finished_at
 ), recorded AS (

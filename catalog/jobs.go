@@ -341,7 +341,8 @@ func (c *Catalog) RetryJob(ctx context.Context, id int64) (string, error) {
 			)
 			UPDATE deckhand.task t SET pending_deps = p.n,
 				state = CASE WHEN p.n = 0 THEN 'runnable' ELSE 'blocked' END,
-				attempts = 0, not_before = '-infinity', finished_at = NULL
+				attempts = 0, not_before = '-infinity', finished_at = NULL,
+				node = CASE WHEN t.node_group IS NOT NULL THEN NULL ELSE t.node END
 			FROM pending p WHERE t.id = p.id`, id)
 		if err != nil {
 			return err

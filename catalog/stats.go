@@ -1,0 +1,111 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Stats is a catalog-wide snapshot for dashboards and metrics, read in one statement so
+// that its figures agree with each other.
+type Stats struct {
+	Jobs         map[string]int64 `json:"jobs"`  // jobs by state; every job state is present
+	Tasks        map[string]int64 `json:"tasks"` // tasks by state; every task state is present
+	WorkersAlive int64            `json:"workers_alive"`
+	LeaderID     int64            `json:"leader_id"` // 0 when no worker holds the leader lease
+	ReadAt       time.Time        `json:"read_at"`
+	Took         time.Duration    `json:"-"` // how long the statement ran, for callers that cache
+}
+
+// JobStates and TaskStates list every state, in lifecycle order, for callers that show all of them.
+var (
+	JobStates  = []string{JobScheduled, JobRunning, JobFailing, JobCancelling, JobFinished, JobFailed, JobCancelled}
+	TaskStates = []string{TaskBlocked, TaskRunnable, TaskRunning, TaskCancelling, TaskDone, TaskFailed, TaskUnscheduled, TaskCancelled}
+)
+
+// Stats counts jobs and tasks by state without reading deckhand.task beyond its partial
+// indexes: ended tasks are summed from the job counters (one pass over deckhand.job, which
+// has one row per job instead of one per task), runnable and running tasks come from their
+// partial indexes, and blocked tasks are what the counters leave pending minus those.
+func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
+	start := time.Now()
+	var byState []byte
+	var runnable, running, cancelling, workers int64
+	var leader *int64
+	var readAt time.Time
+	err := c.Pool.QueryRow(ctx, `
+		WITH j AS (
+			SELECT state, count(*) AS jobs, sum(tasks_done) AS done, sum(tasks_failed) AS failed,
+				sum(tasks_cancelled) AS cancelled, sum(tasks_unscheduled) AS unscheduled,
+				sum(tasks_total - tasks_done - tasks_failed - tasks_cancelled - tasks_unscheduled) AS pending
+			FROM deckhand.job GROUP BY state
+		)
+		SELECT (SELECT coalesce(jsonb_object_agg(state, jsonb_build_array(jobs, done, failed, cancelled, unscheduled, pending)), '{}') FROM j),
+			(SELECT count(*) FROM deckhand.task WHERE state = 'runnable'),
+			(SELECT count(*) FROM deckhand.task WHERE state = 'running'),
+			(SELECT count(*) FROM deckhand.task WHERE state = 'cancelling'),
+			(SELECT count(*) FROM deckhand.worker WHERE stopped_at IS NULL AND lease_expires_at > coalesce($1, now())),
+			(SELECT worker_id FROM deckhand.leader WHERE lease_expires_at > coalesce($1, now())),
+			coalesce($1, now())`, c.now()).Scan(&byState, &runnable, &running, &cancelling, &workers, &leader, &readAt)
+	if err != nil {
+		return Stats{}, fmt.Errorf("read catalog stats: %w", err)
+	}
+	var agg map[string][6]int64
+	if err := json.Unmarshal(byState, &agg); err != nil {
+		return Stats{}, fmt.Errorf("read catalog stats: %w", err)
+	}
+	s := Stats{Jobs: map[string]int64{}, Tasks: map[string]int64{}, WorkersAlive: workers, ReadAt: readAt}
+	for _, st := range JobStates {
+		s.Jobs[st] = 0
+	}
+	var pending int64
+	for state, a := range agg {
+		s.Jobs[state] = a[0]
+		s.Tasks[TaskDone] += a[1]
+		s.Tasks[TaskFailed] += a[2]
+		s.Tasks[TaskCancelled] += a[3]
+		s.Tasks[TaskUnscheduled] += a[4]
+		pending += a[5]
+	}
+	s.Tasks[TaskRunnable] = runnable
+	s.Tasks[TaskRunning] = running
+	s.Tasks[TaskCancelling] = cancelling
+	// Never negative, should a writer ever let a counter drift from the task rows.
+	s.Tasks[TaskBlocked] = max(0, pending-runnable-running-cancelling)
+	if leader != nil {
+		s.LeaderID = *leader
+	}
+	s.Took = time.Since(start)
+	return s, nil
+}
+
+// JobPage lists jobs newest first, like Jobs, with statements whose generic plans walk an
+// index from the cursor: the primary key without a state filter, (state, id) with one. A
+// page therefore costs the same on a catalog of a hundred jobs or of millions, whichever
+// state is asked for and however deep the cursor.
+func (c *Catalog) JobPage(ctx context.Context, f JobFilter) ([]Job, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	before := f.BeforeID
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	var rows pgx.Rows
+	if f.State == "" {
+		rows, _ = c.Pool.Query(ctx, `SELECT `+jobColumns+` FROM deckhand.jobs
+			WHERE id < $1 ORDER BY id DESC LIMIT $2`, before, f.Limit)
+	} else {
+		rows, _ = c.Pool.Query(ctx, `SELECT `+jobColumns+` FROM deckhand.jobs
+			WHERE state = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, f.State, before, f.Limit)
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Job])
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return jobs, nil
+}
