@@ -26,6 +26,8 @@ type NewTask struct {
 	Name          string
 	Kind          string
 	Node          string // empty for kinds that need no node
+	Group         string // alternatively a node group: any member that has replayed past MinLSN
+	MinLSN        string
 	Owner         string
 	SQL           string
 	Payload       json.RawMessage
@@ -113,14 +115,48 @@ type Attempt struct {
 
 // InsertJob writes a job and its tasks in one transaction and wakes the workers.
 func (c *Catalog) InsertJob(ctx context.Context, j NewJob) (int64, error) {
+	var id int64
+	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = c.insertJob(ctx, tx, j)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("insert job: %w", err)
+	}
+	return id, nil
+}
+
+func (c *Catalog) insertJob(ctx context.Context, tx pgx.Tx, j NewJob) (int64, error) {
 	settings := j.Settings
 	if settings == nil {
 		settings = map[string]string{}
 	}
 	n := len(j.Tasks)
+	var id int64
+	err := tx.QueryRow(ctx, `
+		INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, created_at)
+		VALUES ($1, $2, $3, $4, $5, coalesce($6, now())) RETURNING id`,
+		j.Description, j.Kind, j.SearchPath, settings, n, c.now()).Scan(&id)
+	if err != nil {
+		return 0, err
+	}
+	if err := insertTasks(ctx, tx, id, 0, j.Tasks); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+// insertTasks writes tasks of job id, in the order given (dependency order), so ids grow
+// along the DAG's edges. Dependencies may name tasks already in the job. addedBy is the task
+// that added them, or 0 at submission.
+func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []NewTask) error {
+	n := len(tasks)
 	names := make([]string, n)
 	kinds := make([]string, n)
 	nodes := make([]*string, n)
+	groups := make([]*string, n)
+	minLSNs := make([]*string, n)
 	owners := make([]string, n)
 	sqls := make([]string, n)
 	payloads := make([][]byte, n)
@@ -129,12 +165,9 @@ func (c *Catalog) InsertJob(ctx context.Context, j NewJob) (int64, error) {
 	timeouts := make([]float64, n)
 	pending := make([]int32, n)
 	var depTask, depOn []string
-	for i, t := range j.Tasks {
+	for i, t := range tasks {
 		names[i], kinds[i], owners[i], sqls[i] = t.Name, t.Kind, t.Owner, t.SQL
-		if t.Node != "" {
-			node := t.Node
-			nodes[i] = &node
-		}
+		nodes[i], groups[i], minLSNs[i] = nonEmpty(t.Node), nonEmpty(t.Group), nonEmpty(t.MinLSN)
 		if len(t.Payload) > 0 {
 			payloads[i] = t.Payload
 		}
@@ -147,46 +180,61 @@ func (c *Catalog) InsertJob(ctx context.Context, j NewJob) (int64, error) {
 			depOn = append(depOn, d)
 		}
 	}
-	var id int64
-	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `
-			INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, created_at)
-			VALUES ($1, $2, $3, $4, $5, coalesce($6, now())) RETURNING id`,
-			j.Description, j.Kind, j.SearchPath, settings, n, c.now()).Scan(&id)
-		if err != nil {
-			return err
-		}
-		// Tasks go in as given (dependency order), so ids grow along the DAG's edges.
-		_, err = tx.Exec(ctx, `
-			INSERT INTO deckhand.task (job_id, name, kind, node, owner, sql, payload, in_transaction,
-				max_attempts, timeout, state, pending_deps)
-			SELECT $1, name, kind, node, owner, sql, payload, in_tx, max_attempts,
-				make_interval(secs => timeout), CASE WHEN pending > 0 THEN 'blocked' ELSE 'runnable' END, pending
-			FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::bool[],
-				$9::int[], $10::float8[], $11::int[]) WITH ORDINALITY
-				AS u(name, kind, node, owner, sql, payload, in_tx, max_attempts, timeout, pending, ord)
-			ORDER BY ord`,
-			id, names, kinds, nodes, owners, sqls, payloads, inTx, maxAttempts, timeouts, pending)
-		if err != nil {
-			return err
-		}
-		if len(depTask) > 0 {
-			_, err = tx.Exec(ctx, `
-				INSERT INTO deckhand.task_dep (task_id, depends_on)
-				SELECT t.id, p.id FROM unnest($2::text[], $3::text[]) AS d(task, dep)
-				JOIN deckhand.task t ON t.job_id = $1 AND t.name = d.task
-				JOIN deckhand.task p ON p.job_id = $1 AND p.name = d.dep`, id, depTask, depOn)
-			if err != nil {
-				return err
-			}
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelRunnable)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("insert job: %w", err)
+	var addedByArg *int64
+	if addedBy != 0 {
+		addedByArg = &addedBy
 	}
-	return id, nil
+	_, err := tx.Exec(ctx, `
+		INSERT INTO deckhand.task (job_id, name, kind, node, node_group, min_lsn, owner, sql, payload,
+			in_transaction, max_attempts, timeout, state, pending_deps, added_by)
+		SELECT $1, name, kind, node, node_group, min_lsn::pg_lsn, owner, sql, payload, in_tx, max_attempts,
+			make_interval(secs => timeout), CASE WHEN pending > 0 THEN 'blocked' ELSE 'runnable' END, pending, $13
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+			$9::jsonb[], $10::bool[], $11::int[], $12::float8[], $14::int[]) WITH ORDINALITY
+			AS u(name, kind, node, node_group, min_lsn, owner, sql, payload, in_tx, max_attempts, timeout, pending, ord)
+		ORDER BY ord`,
+		jobID, names, kinds, nodes, groups, minLSNs, owners, sqls, payloads, inTx, maxAttempts, timeouts, addedByArg, pending)
+	if err != nil {
+		return err
+	}
+	if len(depTask) > 0 {
+		_, err = tx.Exec(ctx, `
+			INSERT INTO deckhand.task_dep (task_id, depends_on)
+			SELECT t.id, p.id FROM unnest($2::text[], $3::text[]) AS d(task, dep)
+			JOIN deckhand.task t ON t.job_id = $1 AND t.name = d.task
+			JOIN deckhand.task p ON p.job_id = $1 AND p.name = d.dep`, jobID, depTask, depOn)
+		if err != nil {
+			return err
+		}
+	}
+	if addedBy == 0 {
+		return notifyRunnable(ctx, tx)
+	}
+	// Tasks added to a running job may depend on tasks that already finished: they wait only
+	// for the prerequisites that have not.
+	_, err = tx.Exec(ctx, `
+		UPDATE deckhand.task t SET
+			pending_deps = p.n, state = CASE WHEN p.n > 0 THEN 'blocked' ELSE 'runnable' END
+		FROM (SELECT t.id, (SELECT count(*) FROM deckhand.task_dep d JOIN deckhand.task q ON q.id = d.depends_on
+		                    WHERE d.task_id = t.id AND q.state <> 'done') AS n
+		      FROM deckhand.task t WHERE t.job_id = $1 AND t.name = ANY ($2)) p
+		WHERE t.id = p.id`, jobID, names)
+	if err != nil {
+		return err
+	}
+	return notifyRunnable(ctx, tx)
+}
+
+func notifyRunnable(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelRunnable)
+	return err
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 const jobColumns = `id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
