@@ -105,3 +105,9 @@ func (c *Catalog) RecordNodeCheck(ctx context.Context, name, role, lsn string, c
 	}
 	return nil
 }
+
+// NotifyRunnable wakes the workers, for example when a node became eligible for waiting tasks.
+func (c *Catalog) NotifyRunnable(ctx context.Context) error {
+	_, err := c.Pool.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelRunnable)
+	return err
+}

@@ -62,6 +62,9 @@ func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
 	for _, st := range JobStates {
 		s.Jobs[st] = 0
 	}
+	for _, st := range TaskStates {
+		s.Tasks[st] = 0
+	}
 	var pending int64
 	for state, a := range agg {
 		s.Jobs[state] = a[0]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/export"
 )
 
 // Reasons a running task's context is cancelled by the worker itself.
@@ -81,8 +82,10 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		running:   map[int64]*runningTask{},
 	}
 	w.exec = executor.Registry{
-		"noop": executor.Noop,
-		"sql":  executor.SQL{Pools: w.pools},
+		"noop":                 executor.Noop,
+		"sql":                  executor.SQL{Pools: w.pools},
+		export.KindCoordinator: export.Coordinator{Catalog: cat, Pools: w.pools},
+		export.KindPart:        export.Part{Catalog: cat, Pools: w.pools},
 	}
 	for kind, ex := range cfg.Executors {
 		w.exec[kind] = ex

@@ -69,6 +69,6 @@ CREATE VIEW deckhand.exports AS
            ARRAY(SELECT t.name || ': ' || (t.last_error ->> 'message')
                  FROM deckhand.task t
                  WHERE t.job_id = e.job_id AND t.last_error IS NOT NULL ORDER BY t.id) AS errors,
-           e.consistency_lsn, e.epoch, e.compression, e.forced, e.manifest_url, e.error,
-           e.created_at, e.planned_at, e.finished_at
+           e.consistency_lsn, e.epoch, e.compression, e.part_size, e.forced, e.manifest_url, e.error,
+           e.created_at, e.planned_at, e.finished_at, e.columns
     FROM deckhand.export e JOIN deckhand.job j ON j.id = e.job_id;

@@ -72,6 +72,7 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(a.initCommand(), a.nodeCommand(), a.jobCommand(), a.serveCommand(),
 		a.demoCommand(), a.benchCommand())
+	root.AddCommand(a.exportCommand())
 	groupCommands(root)
 	return root
 }

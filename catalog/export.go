@@ -1,0 +1,371 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Export states as stored. The view deckhand.exports also shows failed and cancelled, which
+// follow the export's job: a coordinator that dies cannot be trusted to record them.
+//
+//	planning ──(coordinator holds the consistency point, parts added)──▶ running ──(manifest written)──▶ committed
+//	    ▲                                                                   │
+//	    └──────────── coordinator lost: new consistency point, epoch + 1 ◀──┘
+//
+// A committed export becomes superseded when a forced export of the same partition to the
+// same destination commits.
+const (
+	ExportPlanning   = "planning"
+	ExportRunning    = "running"
+	ExportCommitted  = "committed"
+	ExportSuperseded = "superseded"
+)
+
+// ErrExportExists refuses a second export of a partition to the same destination.
+var ErrExportExists = errors.New("already exported there")
+
+// NewExport describes an export to start.
+type NewExport struct {
+	SourceTable string
+	Partition   string
+	Group       string
+	Destination string
+	Compression string
+	PartSize    int64
+	Force       bool
+}
+
+// Export is a row of deckhand.exports.
+type Export struct {
+	ID             int64           `json:"id" db:"id"`
+	JobID          int64           `json:"job_id" db:"job_id"`
+	SourceTable    string          `json:"table" db:"source_table"`
+	Partition      string          `json:"partition" db:"partition"`
+	Group          string          `json:"group" db:"node_group"`
+	Destination    string          `json:"destination" db:"destination"`
+	State          string          `json:"state" db:"state"`
+	PartsTotal     int             `json:"parts_total" db:"parts_total"`
+	PartsDone      int             `json:"parts_done" db:"parts_done"`
+	Rows           int64           `json:"rows" db:"rows"`
+	Bytes          int64           `json:"bytes" db:"bytes"`
+	Errors         []string        `json:"errors" db:"errors"`
+	ConsistencyLSN *string         `json:"consistency_lsn" db:"consistency_lsn"`
+	Epoch          int             `json:"epoch" db:"epoch"`
+	Compression    string          `json:"compression" db:"compression"`
+	PartSize       int64           `json:"part_size" db:"part_size"`
+	Forced         bool            `json:"forced" db:"forced"`
+	ManifestURL    *string         `json:"manifest_url" db:"manifest_url"`
+	Error          *string         `json:"error" db:"error"`
+	CreatedAt      time.Time       `json:"created_at" db:"created_at"`
+	PlannedAt      *time.Time      `json:"planned_at" db:"planned_at"`
+	FinishedAt     *time.Time      `json:"finished_at" db:"finished_at"`
+	Columns        json.RawMessage `json:"-" db:"columns"`
+}
+
+const exportColumns = `id, job_id, source_table, partition, node_group, destination, state, parts_total, parts_done,
+	rows, bytes, errors, consistency_lsn::text AS consistency_lsn, epoch, compression, part_size, forced, manifest_url, error,
+	created_at, planned_at, finished_at, columns`
+
+// CreateExport writes the export and its job (whose only task at first is the coordinator)
+// in one transaction. Unless e.Force, it refuses when the same partition was exported, or is
+// being exported, to the same destination.
+func (c *Catalog) CreateExport(ctx context.Context, e NewExport, j NewJob) (exportID, jobID int64, err error) {
+	err = pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		// Serialize exports to one destination so two submissions cannot both pass the check.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, e.Destination); err != nil {
+			return err
+		}
+		if !e.Force {
+			var other int64
+			err := tx.QueryRow(ctx, `
+				SELECT id FROM deckhand.exports
+				WHERE destination = $1 AND partition = $2 AND state NOT IN ('failed', 'cancelled', 'superseded')
+				LIMIT 1`, e.Destination, e.Partition).Scan(&other)
+			if err == nil {
+				return fmt.Errorf("%s to %s: %w by export %d (use --force to export again)", e.Partition, e.Destination, ErrExportExists, other)
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		jobID, err = c.insertJob(ctx, tx, j)
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
+			INSERT INTO deckhand.export (job_id, source_table, partition, node_group, destination, compression, part_size, forced)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+			jobID, e.SourceTable, e.Partition, e.Group, e.Destination, e.Compression, e.PartSize, e.Force).Scan(&exportID)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("create export: %w", err)
+	}
+	return exportID, jobID, nil
+}
+
+// ExportPlan is what a coordinator decided while holding the consistency point.
+type ExportPlan struct {
+	ExportID       int64
+	CoordinatorID  int64 // task id of the coordinator
+	Token          int64 // the coordinator's attempt token: the plan is refused if it is stale
+	ConsistencyLSN string
+	Columns        json.RawMessage
+	Parts          []ExportPart
+	// Key names the object of a part in an epoch.
+	Key func(epoch, part int) string
+	// PartTask builds the task that exports one part, for the given epoch.
+	PartTask func(epoch int, p ExportPart) NewTask
+}
+
+// ExportPart is one page range of the partition, exported to one object.
+type ExportPart struct {
+	Part      int     `json:"part" db:"part"`
+	StartPage int64   `json:"start_page" db:"start_page"`
+	EndPage   *int64  `json:"end_page" db:"end_page"` // nil: to the end
+	ObjectKey string  `json:"object_key" db:"object_key"`
+	Node      *string `json:"node" db:"node"`
+	Rows      *int64  `json:"rows" db:"rows"`
+	Bytes     *int64  `json:"bytes" db:"bytes"`
+	SHA256    *string `json:"sha256" db:"sha256"`
+	TaskID    *int64  `json:"task_id" db:"task_id"`
+}
+
+// ErrStaleAttempt is returned when a task's attempt token is no longer current: another
+// attempt (after a rescue) owns the task now.
+var ErrStaleAttempt = errors.New("attempt is no longer current")
+
+// PlanExport starts a new epoch of the export: it records the consistency point, the parts,
+// and adds one task per part to the export's job — all guarded by the coordinator's attempt
+// token. Part tasks of earlier epochs that have not ended are cancelled: what they read may
+// predate a change, so only this epoch's parts can be committed. It returns the new epoch.
+func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
+	var epoch int
+	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		var jobID int64
+		err := tx.QueryRow(ctx, `
+			UPDATE deckhand.export e SET epoch = e.epoch + 1, state = 'running', consistency_lsn = $3::pg_lsn,
+				coordinator_token = $2, parts_total = $4, columns = $5, planned_at = coalesce($6, now())
+			FROM deckhand.task t
+			WHERE e.id = $1 AND t.job_id = e.job_id AND t.attempt_token = $2 AND t.state = 'running'
+			RETURNING e.epoch, e.job_id`,
+			p.ExportID, p.Token, p.ConsistencyLSN, len(p.Parts), p.Columns, c.now()).Scan(&epoch, &jobID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrStaleAttempt
+		}
+		if err != nil {
+			return err
+		}
+		// Earlier epochs' unfinished parts are superseded. Task rows are locked in id order,
+		// as every writer does, then the job's counter follows.
+		var cancelled int
+		err = tx.QueryRow(ctx, `
+			WITH target AS (
+				SELECT id FROM deckhand.task
+				WHERE job_id = $1 AND added_by = $2 AND state IN ('blocked', 'runnable', 'running')
+				ORDER BY id FOR UPDATE
+			), moved AS (
+				UPDATE deckhand.task t
+				SET state = CASE WHEN t.state = 'running' THEN 'cancelling' ELSE 'cancelled' END,
+				    finished_at = CASE WHEN t.state = 'running' THEN NULL ELSE coalesce($3, now()) END,
+				    last_error = '{"message": "superseded: the export took a new consistency point"}'
+				FROM target WHERE t.id = target.id
+				RETURNING t.state
+			)
+			SELECT count(*) FILTER (WHERE state = 'cancelled') FROM moved`, jobID, p.CoordinatorID, c.now()).Scan(&cancelled)
+		if err != nil {
+			return err
+		}
+		tasks := make([]NewTask, len(p.Parts))
+		for i := range p.Parts {
+			p.Parts[i].ObjectKey = p.Key(epoch, p.Parts[i].Part)
+			tasks[i] = p.PartTask(epoch, p.Parts[i])
+		}
+		if err := insertTasks(ctx, tx, jobID, p.CoordinatorID, tasks); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE deckhand.job SET tasks_total = tasks_total + $2, tasks_cancelled = tasks_cancelled + $3 WHERE id = $1`,
+			jobID, len(tasks), cancelled)
+		if err != nil {
+			return err
+		}
+		parts, starts, keys := make([]int32, len(p.Parts)), make([]int64, len(p.Parts)), make([]string, len(p.Parts))
+		ends := make([]*int64, len(p.Parts))
+		for i, part := range p.Parts {
+			parts[i], starts[i], ends[i], keys[i] = int32(part.Part), part.StartPage, part.EndPage, part.ObjectKey
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO deckhand.export_part (export_id, epoch, part, start_page, end_page, object_key, task_id)
+			SELECT $1, $2, u.part, u.start_page, u.end_page, u.object_key,
+				(SELECT t.id FROM deckhand.task t WHERE t.job_id = $3 AND t.name = $6 || u.part::text)
+			FROM unnest($4::int[], $5::bigint[], $7::bigint[], $8::text[]) AS u(part, start_page, end_page, object_key)`,
+			p.ExportID, epoch, jobID, parts, starts, PartTaskPrefix(epoch), ends, keys)
+		if err != nil {
+			return err
+		}
+		if cancelled > 0 || len(tasks) > 0 {
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2::text)`, ChannelCancel, fmt.Sprint(jobID))
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("plan export %d: %w", p.ExportID, err)
+	}
+	return epoch, nil
+}
+
+// PartTaskPrefix names part tasks: the prefix plus the part number.
+func PartTaskPrefix(epoch int) string { return fmt.Sprintf("part-e%d-", epoch) }
+
+// ExportForPart reads the export and the part a part task exports.
+func (c *Catalog) ExportForPart(ctx context.Context, exportID int64, epoch, part int) (*Export, *ExportPart, int64, error) {
+	e, err := c.Export(ctx, exportID)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	var p ExportPart
+	var token int64
+	err = c.Pool.QueryRow(ctx, `
+		SELECT p.part, p.start_page, p.end_page, p.object_key, p.node, p.rows, p.bytes, p.sha256, p.task_id, e.coordinator_token
+		FROM deckhand.export_part p JOIN deckhand.export e ON e.id = p.export_id
+		WHERE p.export_id = $1 AND p.epoch = $2 AND p.part = $3`, exportID, epoch, part).
+		Scan(&p.Part, &p.StartPage, &p.EndPage, &p.ObjectKey, &p.Node, &p.Rows, &p.Bytes, &p.SHA256, &p.TaskID, &token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, 0, fmt.Errorf("export %d part %d (epoch %d): %w", exportID, part, epoch, ErrNotFound)
+	}
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return e, &p, token, nil
+}
+
+// CurrentEpoch reports the export's epoch and whether its coordinator (with that token) still
+// runs: a part checks it before and after reading, since only the coordinator's lock makes
+// what it reads consistent.
+func (c *Catalog) CurrentEpoch(ctx context.Context, exportID, token int64) (epoch int, coordinatorAlive bool, err error) {
+	err = c.Pool.QueryRow(ctx, `
+		SELECT e.epoch, EXISTS (SELECT 1 FROM deckhand.task t WHERE t.job_id = e.job_id
+		                         AND t.attempt_token = $2 AND t.state = 'running')
+		FROM deckhand.export e WHERE e.id = $1`, exportID, token).Scan(&epoch, &coordinatorAlive)
+	if err != nil {
+		return 0, false, fmt.Errorf("read export %d: %w", exportID, err)
+	}
+	return epoch, coordinatorAlive, nil
+}
+
+// RecordExportPart stores what a part wrote. Guarded by the part task's attempt token.
+func (c *Catalog) RecordExportPart(ctx context.Context, exportID int64, epoch, part int, taskToken int64, node string, rows, bytes int64, sha string) error {
+	tag, err := c.Pool.Exec(ctx, `
+		UPDATE deckhand.export_part p SET node = $5, rows = $6, bytes = $7, sha256 = $8, finished_at = coalesce($9, now())
+		FROM deckhand.task t
+		WHERE p.export_id = $1 AND p.epoch = $2 AND p.part = $3 AND t.id = p.task_id AND t.attempt_token = $4
+		  AND t.state = 'running'`,
+		exportID, epoch, part, taskToken, node, rows, bytes, sha, c.now())
+	if err != nil {
+		return fmt.Errorf("record export part: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrStaleAttempt
+	}
+	return nil
+}
+
+// ExportProgress counts the parts of an epoch: done, ended without success, and in all.
+func (c *Catalog) ExportProgress(ctx context.Context, exportID int64, epoch int) (done, failed, total int, err error) {
+	err = c.Pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE p.finished_at IS NOT NULL AND t.state = 'done'),
+		       count(*) FILTER (WHERE t.state IN ('failed', 'cancelled', 'unscheduled')),
+		       count(*)
+		FROM deckhand.export_part p JOIN deckhand.task t ON t.id = p.task_id
+		WHERE p.export_id = $1 AND p.epoch = $2`, exportID, epoch).Scan(&done, &failed, &total)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("export %d progress: %w", exportID, err)
+	}
+	return done, failed, total, nil
+}
+
+// ExportParts lists the parts of an epoch (0: the current one).
+func (c *Catalog) ExportParts(ctx context.Context, exportID int64, epoch int) ([]ExportPart, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		SELECT p.part, p.start_page, p.end_page, p.object_key, p.node, p.rows, p.bytes, p.sha256, p.task_id
+		FROM deckhand.export_part p JOIN deckhand.export e ON e.id = p.export_id
+		WHERE p.export_id = $1 AND p.epoch = CASE WHEN $2 = 0 THEN e.epoch ELSE $2 END
+		ORDER BY p.part`, exportID, epoch)
+	parts, err := pgx.CollectRows(rows, pgx.RowToStructByName[ExportPart])
+	if err != nil {
+		return nil, fmt.Errorf("export %d parts: %w", exportID, err)
+	}
+	return parts, nil
+}
+
+// CommitExport marks the export committed once its manifest is written, guarded by the
+// coordinator's token and epoch, and supersedes earlier exports of the partition there.
+func (c *Catalog) CommitExport(ctx context.Context, exportID int64, epoch int, token int64, manifestURL string) error {
+	return pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		var dest, partition string
+		err := tx.QueryRow(ctx, `
+			UPDATE deckhand.export SET state = 'committed', manifest_url = $4, finished_at = coalesce($5, now())
+			WHERE id = $1 AND epoch = $2 AND coordinator_token = $3 AND state = 'running'
+			RETURNING destination, partition`, exportID, epoch, token, manifestURL, c.now()).Scan(&dest, &partition)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrStaleAttempt
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE deckhand.export SET state = 'superseded'
+			WHERE destination = $1 AND partition = $2 AND id <> $3 AND state = 'committed'`, dest, partition, exportID)
+		return err
+	})
+}
+
+// FailExport records why an export failed (its job's state says that it did).
+func (c *Catalog) FailExport(ctx context.Context, exportID int64, reason string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE deckhand.export SET error = $2, finished_at = coalesce($3, now()) WHERE id = $1`,
+		exportID, reason, c.now())
+	return err
+}
+
+// Export reads one export.
+func (c *Catalog) Export(ctx context.Context, id int64) (*Export, error) {
+	rows, _ := c.Pool.Query(ctx, `SELECT `+exportColumns+` FROM deckhand.exports WHERE id = $1`, id)
+	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Export])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("export %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read export %d: %w", id, err)
+	}
+	return e, nil
+}
+
+// ExportOfJob finds the export a job runs.
+func (c *Catalog) ExportOfJob(ctx context.Context, jobID int64) (*Export, error) {
+	var id int64
+	err := c.Pool.QueryRow(ctx, `SELECT id FROM deckhand.export WHERE job_id = $1`, jobID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("export of job %d: %w", jobID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.Export(ctx, id)
+}
+
+// Exports lists exports, newest first.
+func (c *Catalog) Exports(ctx context.Context, limit int) ([]Export, error) {
+	if limit <= 0 {
+		limit = 50
+	}
+	rows, _ := c.Pool.Query(ctx, `SELECT `+exportColumns+` FROM deckhand.exports ORDER BY id DESC LIMIT $1`, limit)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Export])
+	if err != nil {
+		return nil, fmt.Errorf("list exports: %w", err)
+	}
+	return out, nil
+}

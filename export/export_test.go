@@ -1,0 +1,185 @@
+package export_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var ctx = context.Background()
+
+// group is a primary with one streaming standby, registered as node group g1.
+type group struct {
+	env              *testenv.Env
+	primary, standby *pgtest.Cluster
+	db               string
+}
+
+func newGroup(t *testing.T, maxTasks int) *group {
+	t.Helper()
+	e := testenv.New(t)
+	primary := pgtest.New(t, pgtest.Options{})
+	const db = "shop"
+	if err := primary.CreateDatabase(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Exec(ctx, db, `
+		CREATE TABLE events (id bigint NOT NULL, at timestamptz NOT NULL, kind int, note text, doc jsonb, amount numeric(12,2))
+			PARTITION BY RANGE (at);
+		CREATE TABLE events_2024 PARTITION OF events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+		CREATE TABLE events_2025 PARTITION OF events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+		INSERT INTO events SELECT g, '2024-01-01'::timestamptz + g * interval '1 minute', g % 7,
+			CASE WHEN g % 5 = 0 THEN NULL ELSE 'note ' || g END, jsonb_build_object('g', g), g / 100.0
+		FROM generate_series(1, 60000) g;`); err != nil {
+		t.Fatal(err)
+	}
+	standby := pgtest.NewStandby(t, primary, pgtest.Options{})
+	for name, cl := range map[string]*pgtest.Cluster{"p1": primary, "s1": standby} {
+		if err := e.Client.AddNode(ctx, catalog.Node{Name: name, DSN: cl.DSN(db, pgtest.Superuser), Group: "g1", MaxTasks: maxTasks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &group{env: e, primary: primary, standby: standby, db: db}
+}
+
+func readManifest(t *testing.T, dir string) export.Manifest {
+	t.Helper()
+	body, err := os.ReadFile(filepath.Join(dir, export.ManifestKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m export.Manifest
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+type eventRow struct {
+	ID     int64   `parquet:"id"`
+	Kind   *int32  `parquet:"kind"`
+	Note   *string `parquet:"note"`
+	Doc    *string `parquet:"doc"`
+}
+
+// readBack reads every file the manifest lists, checking its sha256, and returns the number of
+// rows, the sum of ids and how many ids were seen twice.
+func readBack(t *testing.T, dir string, m export.Manifest) (rows, idSum int64, dups int) {
+	t.Helper()
+	seen := map[int64]bool{}
+	for _, f := range m.Files {
+		body, err := os.ReadFile(filepath.Join(dir, f.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(body)
+		if hex.EncodeToString(sum[:]) != f.SHA256 || int64(len(body)) != f.Bytes {
+			t.Fatalf("%s: sha256 or size differs from the manifest", f.Key)
+		}
+		got, err := parquet.Read[eventRow](strings.NewReader(string(body)), int64(len(body)))
+		if err != nil {
+			t.Fatalf("%s: %v", f.Key, err)
+		}
+		if int64(len(got)) != f.Rows {
+			t.Fatalf("%s: %d rows, manifest says %d", f.Key, len(got), f.Rows)
+		}
+		for _, r := range got {
+			if seen[r.ID] {
+				dups++
+			}
+			seen[r.ID] = true
+			idSum += r.ID
+		}
+		rows += int64(len(got))
+	}
+	return rows, idSum, dups
+}
+
+func sourceSums(t *testing.T, cl *pgtest.Cluster, db, table string) (rows, idSum int64) {
+	t.Helper()
+	conn := pgtest.Connect(t, cl.DSN(db, pgtest.Superuser))
+	if err := conn.QueryRow(ctx, `SELECT count(*), coalesce(sum(id), 0) FROM `+table).Scan(&rows, &idSum); err != nil {
+		t.Fatal(err)
+	}
+	return rows, idSum
+}
+
+// A partition exports as parts spread over the primary and its standby; the manifest lists
+// every file with its checksum, and the files hold exactly the partition's rows.
+func TestExportSpreadsPartsOverReplicas(t *testing.T) {
+	g := newGroup(t, 2)
+	g.env.Worker(engine.Config{Concurrency: 8})
+	dir := t.TempDir()
+	e, err := g.env.Client.Export(ctx, export.Request{
+		Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 256 << 10,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := g.env.Wait(e.JobID, 60*time.Second)
+	if job.State != catalog.JobFinished {
+		d, _ := g.env.Client.Job(ctx, e.JobID)
+		t.Fatalf("export job %s: %+v", job.State, d.Attempts)
+	}
+	m := readManifest(t, dir)
+	if len(m.Files) < 4 {
+		t.Fatalf("%d files; want the partition split into several parts", len(m.Files))
+	}
+	nodes := map[string]int{}
+	for _, f := range m.Files {
+		nodes[f.Node]++
+	}
+	if nodes["p1"] == 0 || nodes["s1"] == 0 {
+		t.Errorf("parts per node = %v, want both the primary and the standby used", nodes)
+	}
+	rows, idSum, dups := readBack(t, dir, m)
+	wantRows, wantSum := sourceSums(t, g.primary, g.db, "events_2024")
+	if rows != wantRows || idSum != wantSum || dups != 0 || m.TotalRows != wantRows {
+		t.Fatalf("read back %d rows (sum %d, %d duplicates), manifest %d; source has %d rows (sum %d)",
+			rows, idSum, dups, m.TotalRows, wantRows, wantSum)
+	}
+	got, err := g.env.Client.Catalog.Export(ctx, e.ID)
+	if err != nil || got.State != catalog.ExportCommitted || got.PartsDone != len(m.Files) || got.Rows != wantRows {
+		t.Fatalf("export status = %+v (err %v)", got, err)
+	}
+
+	// The same partition to the same place again is refused, unless forced.
+	_, err = g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir})
+	if err == nil || !engine.IsInvalid(err) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("second export: err = %v, want a refusal naming --force", err)
+	}
+	again, err := g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job := g.env.Wait(again.JobID, 60*time.Second); job.State != catalog.JobFinished {
+		t.Fatalf("forced export %s", job.State)
+	}
+	m2 := readManifest(t, dir)
+	if m2.ExportID != again.ID {
+		t.Fatalf("manifest is of export %d, want the forced one %d", m2.ExportID, again.ID)
+	}
+	if rows, _, _ := readBack(t, dir, m2); rows != wantRows {
+		t.Fatalf("forced export read back %d rows, want %d", rows, wantRows)
+	}
+	first, _ := g.env.Client.Catalog.Export(ctx, e.ID)
+	if first.State != catalog.ExportSuperseded {
+		t.Errorf("the first export is %s, want superseded", first.State)
+	}
+}

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deckhandhq/deckhand/export"
+)
+
+func (a *app) exportCommand() *cobra.Command {
+	var r export.Request
+	var partSize string
+	cmd := &cobra.Command{
+		Use:   "export --table T [--partition P] --group G --to URL",
+		Short: "Export a partition to object storage as Parquet, in parallel across the group's members; prints the job id",
+		Long: `export copies one leaf partition (or a plain table) of a node group to object storage as
+Parquet files, one per ctid page range, written by whichever member of the group is free, and
+commits them by writing _manifest.json last. The coordinator holds a SHARE lock on the
+partition on the primary for the export's duration (writers wait, readers do not), so every
+part sees the same rows. Cancelling the job kills the export and removes its files.
+
+Destinations: file:///dir, or s3://bucket/prefix?endpoint=http://host:port&region=R&use_path_style=true
+(credentials from the worker's environment, as for any S3 client).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if partSize != "" {
+				n, err := parseSize(partSize)
+				if err != nil {
+					return Usage("--part-size: %v", err)
+				}
+				r.PartSize = n
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			e, err := c.Export(cmd.Context(), r)
+			if err != nil {
+				return classify(err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, e)
+			}
+			fmt.Fprintln(a.stdout, e.JobID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&r.Table, "table", "", "the partitioned table (or a plain table)")
+	f.StringVar(&r.Partition, "partition", "", "the leaf partition to export (omit for a plain table)")
+	f.StringVar(&r.Group, "group", "", "node group: its primary coordinates, any member exports parts")
+	f.StringVar(&r.To, "to", "", "destination URL (file:///dir or s3://bucket/prefix)")
+	f.BoolVar(&r.Force, "force", false, "export again to a destination that already has this partition")
+	f.IntVar(&r.MaxAttempts, "max-attempts", 5, "attempts per part (and for the coordinator)")
+	f.StringVar(&partSize, "part-size", "128MB", "heap bytes per part (e.g. 64MB, 1GB)")
+	f.StringVar(&r.Compression, "compression", export.DefaultCompression, "zstd, snappy or none")
+	f.StringVar(&r.Owner, "owner", "", "role the export reads as (default: you)")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List exports with their progress",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			exports, err := c.Catalog.Exports(cmd.Context(), 100)
+			if err != nil {
+				return classify(err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, exports)
+			}
+			rows := make([][]string, 0, len(exports))
+			for _, e := range exports {
+				errText := ""
+				if len(e.Errors) > 0 {
+					errText = e.Errors[len(e.Errors)-1]
+				}
+				rows = append(rows, []string{strconv.FormatInt(e.ID, 10), strconv.FormatInt(e.JobID, 10), e.Partition, e.State,
+					fmt.Sprintf("%d/%d", e.PartsDone, e.PartsTotal), strconv.FormatInt(e.Rows, 10), humanBytes(e.Bytes), e.Destination, errText})
+			}
+			return PrintTable(a.stdout, []string{"id", "job", "partition", "state", "parts", "rows", "bytes", "destination", "error"}, rows)
+		},
+	}
+	cmd.AddCommand(list)
+	return cmd
+}
+
+// parseSize reads sizes like 128MB, 1GB, 65536.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"kB", 1 << 10}, {"KB", 1 << 10}, {"B", 1}}
+	for _, u := range units {
+		if num, ok := cutSuffix(s, u.suffix); ok {
+			n, err := strconv.ParseInt(num, 10, 64)
+			if err != nil || n <= 0 {
+				return 0, fmt.Errorf("%q is not a size like 128MB", s)
+			}
+			return n * u.mult, nil
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size like 128MB", s)
+	}
+	return n, nil
+}
+
+func cutSuffix(s, suffix string) (string, bool) {
+	if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
+		return s[:len(s)-len(suffix)], true
+	}
+	return "", false
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
