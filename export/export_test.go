@@ -72,10 +72,10 @@ func readManifest(t *testing.T, dir string) export.Manifest {
 }
 
 type eventRow struct {
-	ID     int64   `parquet:"id"`
-	Kind   *int32  `parquet:"kind"`
-	Note   *string `parquet:"note"`
-	Doc    *string `parquet:"doc"`
+	ID   int64   `parquet:"id"`
+	Kind *int32  `parquet:"kind"`
+	Note *string `parquet:"note"`
+	Doc  *string `parquet:"doc"`
 }
 
 // readBack reads every file the manifest lists, checking its sha256, and returns the number of

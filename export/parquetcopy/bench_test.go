@@ -1,0 +1,206 @@
+package parquetcopy_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/deckhandhq/deckhand/export/parquetcopy"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+)
+
+func envInt(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, s, err)
+	}
+	return n
+}
+
+// TestExportBenchmark compares exporting a 2,000,000-row mixed-type table to zstd Parquet in
+// parallel parts with a plain single-connection `COPY ... TO STDOUT (FORMAT binary)` into
+// io.Discard. It runs only with DECKHAND_BENCH_EXPORT=1:
+//
+//	DECKHAND_BENCH_EXPORT=1 go test -run TestExportBenchmark -v -timeout 30m ./export/parquetcopy/
+//
+// DECKHAND_BENCH_ROWS, DECKHAND_BENCH_PARTS (comma-separated list) and DECKHAND_BENCH_RUNS
+// change the row count, the part counts tried and the repetitions (best time counts).
+func TestExportBenchmark(t *testing.T) {
+	if os.Getenv("DECKHAND_BENCH_EXPORT") != "1" {
+		t.Skip("set DECKHAND_BENCH_EXPORT=1 to run the export benchmark")
+	}
+	rows := envInt(t, "DECKHAND_BENCH_ROWS", 2_000_000)
+	runs := envInt(t, "DECKHAND_BENCH_RUNS", 3)
+	partCounts := []int{2, 3, 4}
+	if s := os.Getenv("DECKHAND_BENCH_PARTS"); s != "" {
+		partCounts = nil
+		for _, f := range splitComma(s) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			partCounts = append(partCounts, n)
+		}
+	}
+	ctx := context.Background()
+	cl := pgtest.New(t, pgtest.Options{Durable: true})
+	dsn := cl.DSN("postgres", pgtest.Superuser)
+	admin := pgtest.Connect(t, dsn)
+	start := time.Now()
+	if err := parquetcopy.BenchTable(ctx, admin.PgConn(), "bench_export", rows); err != nil {
+		t.Fatal(err)
+	}
+	var heap int64
+	if err := admin.QueryRow(ctx, `SELECT pg_relation_size('bench_export')`).Scan(&heap); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("table: %d rows, heap %.1f MB, built in %v", rows, float64(heap)/1e6, time.Since(start).Round(time.Millisecond))
+	table := pgx.Identifier{"bench_export"}
+	cols, err := parquetcopy.Columns(ctx, admin.PgConn(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := parquetcopy.CopySQL(table, cols, 0, -1)
+
+	conns := make([]*pgconn.PgConn, slices.Max(partCounts))
+	for i := range conns {
+		conns[i] = pgtest.Connect(t, dsn).PgConn()
+	}
+	copyDiscard := func() time.Duration {
+		t0 := time.Now()
+		tag, err := conns[0].CopyTo(ctx, io.Discard, whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tag.RowsAffected() != int64(rows) {
+			t.Fatalf("COPY: %d rows", tag.RowsAffected())
+		}
+		return time.Since(t0)
+	}
+	copyDiscard() // warm the caches
+	dir := t.TempDir()
+	export := func(parts int) (time.Duration, int64) {
+		ranges, err := parquetcopy.SplitPages(ctx, conns[0], table, parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, len(ranges))
+		stats := make([]parquetcopy.Stats, len(ranges))
+		t0 := time.Now()
+		for i, r := range ranges {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f, err := os.Create(filepath.Join(dir, fmt.Sprintf("part-%d.parquet", i)))
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				stats[i], errs[i] = parquetcopy.Write(ctx, conns[i], parquetcopy.CopySQL(table, cols, r.Start, r.End), cols, f, parquetcopy.Options{})
+				if err := f.Close(); errs[i] == nil {
+					errs[i] = err
+				}
+			}()
+		}
+		wg.Wait()
+		d := time.Since(t0)
+		var total, size int64
+		for i := range ranges {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			total += stats[i].Rows
+			size += stats[i].Bytes
+		}
+		if total != int64(rows) {
+			t.Fatalf("exported %d rows, want %d", total, rows)
+		}
+		return d, size
+	}
+	base := time.Duration(1 << 62)
+	for range runs {
+		base = min(base, copyDiscard())
+	}
+	t.Logf("COPY binary → io.Discard, 1 connection: best of %d: %v", runs, base.Round(time.Millisecond))
+	if path := os.Getenv("DECKHAND_BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	for _, parts := range partCounts {
+		best := time.Duration(1 << 62)
+		var size int64
+		cpu0 := cpuTime()
+		for range runs {
+			d, s := export(parts)
+			best, size = min(best, d), s
+		}
+		t.Logf("client CPU per export: %v", ((cpuTime() - cpu0) / time.Duration(runs)).Round(time.Millisecond))
+		// Check the files read back with the right row count.
+		var n int64
+		for i := range parts {
+			f, err := os.Open(filepath.Join(dir, fmt.Sprintf("part-%d.parquet", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := f.Stat()
+			pf, err := parquet.OpenFile(f, st.Size())
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += pf.NumRows()
+			f.Close()
+		}
+		if n != int64(rows) {
+			t.Fatalf("files hold %d rows", n)
+		}
+		t.Logf("export zstd Parquet, %d parts: best of %d: %v (%.1f MB), ratio %.3f",
+			parts, runs, best.Round(time.Millisecond), float64(size)/1e6, float64(best)/float64(base))
+	}
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

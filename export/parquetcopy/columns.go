@@ -1,0 +1,383 @@
+// Package parquetcopy streams the output of a PostgreSQL `COPY ... TO STDOUT (FORMAT binary)`
+// into a Parquet file. It is the fast core of deckhand's partition export: the caller splits a
+// table into ctid page ranges, runs one Write per range on its own connection, and uploads the
+// files.
+//
+// The COPY binary stream is parsed incrementally as pgconn delivers it, decoded straight into
+// per-column value batches (no per-row allocation), and handed to an encoder goroutine that
+// feeds parquet-go's column writers a whole batch at a time, so reading from the server and
+// encoding/compressing overlap.
+//
+// Type mapping (PostgreSQL → Parquet); nullable columns become OPTIONAL fields and NOT NULL
+// columns REQUIRED ones:
+//
+//	smallint                 INT32 (INT(16, signed))
+//	integer                  INT32
+//	bigint                   INT64
+//	real                     FLOAT
+//	double precision         DOUBLE
+//	numeric(p,s), p ≤ 38     DECIMAL(p,s) on INT32 (p ≤ 9), INT64 (p ≤ 18) or the smallest
+//	                         FIXED_LEN_BYTE_ARRAY that holds p digits (as the Parquet spec
+//	                         recommends); NaN and ±Infinity cannot be represented: error
+//	numeric (no typmod)      STRING holding the exact decimal text as PostgreSQL prints it.
+//	                         An unconstrained numeric has no fixed scale (every value carries
+//	                         its own, up to 16383 fractional digits) and up to 131072 integer
+//	                         digits, so no DECIMAL(p,s) can hold every value, and rounding to
+//	                         some chosen scale would silently change data. The text keeps
+//	                         every digit (and NaN/Infinity) exactly. The same applies to
+//	                         numeric(p,s) with p > 38 or a scale outside 0..p.
+//	text, varchar, char(n),  STRING
+//	name, enums
+//	boolean                  BOOLEAN
+//	date                     DATE (±infinity: error)
+//	timestamp                TIMESTAMP(MICROS, isAdjustedToUTC=false) (±infinity: error)
+//	timestamptz              TIMESTAMP(MICROS, isAdjustedToUTC=true), i.e. UTC (±infinity: error)
+//	uuid                     UUID (FIXED_LEN_BYTE_ARRAY(16))
+//	json, jsonb              JSON (BYTE_ARRAY); jsonb is exported as its text form
+//	bytea                    BYTE_ARRAY
+//	T[] (one dimension)      LIST of T's mapping, elements OPTIONAL (element NULLs are kept);
+//	                         array bounds are not kept; a multi-dimensional value is an error
+//
+// Domains are exported as their base type. Every other type is refused by CheckSupported
+// before anything is written.
+package parquetcopy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Column is one column of the exported table, as read by Columns.
+type Column struct {
+	Name string
+	// TypeOID is the column's type; for a column whose declared type is a domain, the
+	// domain's base type (see Domain).
+	TypeOID uint32
+	// TypeName is format_type(TypeOID, Typmod), used in messages and the manifest.
+	TypeName string
+	Typmod   int32
+	// ElemOID is the element type when TypeOID is an array type, else 0.
+	ElemOID uint32
+	NotNull bool
+	// Enum reports that TypeOID (for an array: ElemOID) is an enum type; enums export as STRING.
+	Enum bool
+	// Domain is the declared type's name when the column's type is a domain, else "".
+	Domain string
+}
+
+// PostgreSQL type OIDs (pg_type.dat; fixed across versions).
+const (
+	oidBool        = 16
+	oidBytea       = 17
+	oidName        = 19
+	oidInt8        = 20
+	oidInt2        = 21
+	oidInt4        = 23
+	oidText        = 25
+	oidJSON        = 114
+	oidFloat4      = 700
+	oidFloat8      = 701
+	oidBpchar      = 1042
+	oidVarchar     = 1043
+	oidDate        = 1082
+	oidTimestamp   = 1114
+	oidTimestamptz = 1184
+	oidNumeric     = 1700
+	oidUUID        = 2950
+	oidJSONB       = 3802
+)
+
+// supportedList is the list named in CheckSupported's error.
+const supportedList = "smallint, integer, bigint, real, double precision, numeric, text, varchar, char, name, " +
+	"boolean, date, timestamp, timestamptz, uuid, json, jsonb, bytea, enums, domains over these, " +
+	"and one-dimensional arrays of these"
+
+// columnsSQL lists the columns of $1 (a regclass text) in attnum order, resolving domains
+// (possibly nested) to their base type and typmod.
+const columnsSQL = `
+WITH RECURSIVE a AS (
+	SELECT attnum, attname, atttypid, atttypmod, attnotnull
+	FROM pg_catalog.pg_attribute
+	WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped
+), b(attnum, typid, typmod) AS (
+	SELECT attnum, atttypid, atttypmod FROM a
+	UNION ALL
+	SELECT b.attnum, t.typbasetype, t.typtypmod
+	FROM b JOIN pg_catalog.pg_type t ON t.oid = b.typid
+	WHERE t.typtype = 'd'
+)
+SELECT a.attname,
+	b.typid,
+	pg_catalog.format_type(b.typid, b.typmod),
+	b.typmod,
+	CASE WHEN t.typlen = -1 AND t.typelem <> 0 THEN t.typelem ELSE 0 END,
+	a.attnotnull,
+	(CASE WHEN t.typlen = -1 AND t.typelem <> 0 THEN e.typtype ELSE t.typtype END) = 'e',
+	CASE WHEN a.atttypid <> b.typid THEN pg_catalog.format_type(a.atttypid, a.atttypmod) ELSE '' END
+FROM a
+JOIN b ON b.attnum = a.attnum
+JOIN pg_catalog.pg_type t ON t.oid = b.typid AND t.typtype <> 'd'
+LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
+ORDER BY a.attnum`
+
+// Columns reads the columns of table (attnum > 0, not dropped, in attnum order) from
+// pg_attribute and pg_type.
+func Columns(ctx context.Context, conn *pgconn.PgConn, table pgx.Identifier) ([]Column, error) {
+	name := table.Sanitize()
+	rr := conn.ExecParams(ctx, columnsSQL, [][]byte{[]byte(name)}, nil, nil, nil)
+	var cols []Column
+	for rr.NextRow() {
+		v := rr.Values()
+		var c Column
+		c.Name = string(v[0])
+		oid, err1 := strconv.ParseUint(string(v[1]), 10, 32)
+		c.TypeName = string(v[2])
+		mod, err2 := strconv.ParseInt(string(v[3]), 10, 32)
+		elem, err3 := strconv.ParseUint(string(v[4]), 10, 32)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			rr.Close()
+			return nil, fmt.Errorf("reading columns of %s: %w", name, err)
+		}
+		c.TypeOID, c.Typmod, c.ElemOID = uint32(oid), int32(mod), uint32(elem)
+		c.NotNull = string(v[5]) == "t"
+		c.Enum = string(v[6]) == "t"
+		c.Domain = string(v[7])
+		cols = append(cols, c)
+	}
+	if _, err := rr.Close(); err != nil {
+		return nil, fmt.Errorf("reading columns of %s: %w", name, err)
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("table %s has no columns", name)
+	}
+	return cols, nil
+}
+
+// kind is how one value is decoded and which Parquet leaf it becomes.
+type kind uint8
+
+const (
+	kInvalid kind = iota
+	kBool
+	kInt2
+	kInt4
+	kInt8
+	kFloat4
+	kFloat8
+	kDecimal32   // numeric(p≤9,s) → INT32
+	kDecimal64   // numeric(p≤18,s) → INT64
+	kDecimalFLBA // numeric(p≤38,s) → FIXED_LEN_BYTE_ARRAY(n)
+	kNumericText // numeric without usable typmod → STRING
+	kText        // text, varchar, bpchar, name, enum → STRING (bytes as sent)
+	kJSON        // json → JSON
+	kJSONB       // jsonb → JSON (version byte stripped)
+	kBytea
+	kDate
+	kTimestamp
+	kTimestamptz
+	kUUID
+)
+
+// spec is the resolved export plan for one column.
+type spec struct {
+	kind      kind
+	list      bool
+	optional  bool
+	precision int // decimals
+	scale     int
+	flbaLen   int // kDecimalFLBA
+	elemOID   uint32
+}
+
+// numericTypmod decodes a numeric typmod; ok is false for an unconstrained numeric.
+func numericTypmod(typmod int32) (precision, scale int, ok bool) {
+	if typmod < 4 { // VARHDRSZ
+		return 0, 0, false
+	}
+	t := typmod - 4
+	precision = int((t >> 16) & 0xffff)
+	// PostgreSQL 15 allows scales from -1000 to 1000, stored as 11-bit two's complement.
+	scale = int(((t & 0x7ff) ^ 1024) - 1024)
+	return precision, scale, true
+}
+
+func scalarKind(oid uint32, typmod int32, enum bool) (spec, bool) {
+	if enum {
+		return spec{kind: kText}, true
+	}
+	switch oid {
+	case oidBool:
+		return spec{kind: kBool}, true
+	case oidInt2:
+		return spec{kind: kInt2}, true
+	case oidInt4:
+		return spec{kind: kInt4}, true
+	case oidInt8:
+		return spec{kind: kInt8}, true
+	case oidFloat4:
+		return spec{kind: kFloat4}, true
+	case oidFloat8:
+		return spec{kind: kFloat8}, true
+	case oidNumeric:
+		p, s, ok := numericTypmod(typmod)
+		switch {
+		case !ok || p < 1 || p > 38 || s < 0 || s > p:
+			return spec{kind: kNumericText}, true
+		case p <= 9:
+			return spec{kind: kDecimal32, precision: p, scale: s}, true
+		case p <= 18:
+			return spec{kind: kDecimal64, precision: p, scale: s}, true
+		default:
+			return spec{kind: kDecimalFLBA, precision: p, scale: s, flbaLen: decimalBytes(p)}, true
+		}
+	case oidText, oidVarchar, oidBpchar, oidName:
+		return spec{kind: kText}, true
+	case oidJSON:
+		return spec{kind: kJSON}, true
+	case oidJSONB:
+		return spec{kind: kJSONB}, true
+	case oidBytea:
+		return spec{kind: kBytea}, true
+	case oidDate:
+		return spec{kind: kDate}, true
+	case oidTimestamp:
+		return spec{kind: kTimestamp}, true
+	case oidTimestamptz:
+		return spec{kind: kTimestamptz}, true
+	case oidUUID:
+		return spec{kind: kUUID}, true
+	}
+	return spec{}, false
+}
+
+// decimalBytes is the smallest n such that a signed n-byte integer holds every p-digit value.
+func decimalBytes(p int) int {
+	limit := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(p)), nil) // 10^p
+	for n := 1; ; n++ {
+		max := new(big.Int).Lsh(big.NewInt(1), uint(8*n-1)) // 2^(8n-1) > 10^p - 1
+		if max.Cmp(limit) >= 0 {
+			return n
+		}
+	}
+}
+
+func specOf(c Column) (spec, error) {
+	var s spec
+	var ok bool
+	if c.ElemOID != 0 {
+		s, ok = scalarKind(c.ElemOID, c.Typmod, c.Enum)
+		s.list, s.elemOID = true, c.ElemOID
+	} else {
+		s, ok = scalarKind(c.TypeOID, c.Typmod, c.Enum)
+	}
+	if !ok {
+		typ := c.TypeName
+		if c.Domain != "" {
+			typ = fmt.Sprintf("%s (domain over %s)", c.Domain, c.TypeName)
+		}
+		return spec{}, fmt.Errorf("column %s has type %s, which export does not support (supported: %s)",
+			strconv.Quote(c.Name), typ, supportedList)
+	}
+	s.optional = !c.NotNull
+	return s, nil
+}
+
+// CheckSupported returns an error naming the first column whose type export does not support.
+func CheckSupported(cols []Column) error {
+	if len(cols) == 0 {
+		return errors.New("no columns to export")
+	}
+	seen := make(map[string]bool, len(cols))
+	for _, c := range cols {
+		if _, err := specOf(c); err != nil {
+			return err
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("column %s appears twice", strconv.Quote(c.Name))
+		}
+		seen[c.Name] = true
+	}
+	return nil
+}
+
+func specsOf(cols []Column) ([]spec, error) {
+	if err := CheckSupported(cols); err != nil {
+		return nil, err
+	}
+	specs := make([]spec, len(cols))
+	for i, c := range cols {
+		specs[i], _ = specOf(c)
+	}
+	return specs, nil
+}
+
+// CopySQL builds `COPY (SELECT cols FROM table WHERE ctid >= '(startPage,0)' AND ctid <
+// '(endPage,0)') TO STDOUT (FORMAT binary)`. endPage < 0 leaves the range open-ended, and
+// startPage 0 with endPage < 0 copies the whole table.
+func CopySQL(table pgx.Identifier, cols []Column, startPage, endPage int64) string {
+	var b strings.Builder
+	b.WriteString("COPY (SELECT ")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(pgx.Identifier{c.Name}.Sanitize())
+	}
+	b.WriteString(" FROM ")
+	b.WriteString(table.Sanitize())
+	var conds []string
+	if startPage > 0 {
+		conds = append(conds, fmt.Sprintf("ctid >= '(%d,0)'::tid", startPage))
+	}
+	if endPage >= 0 {
+		conds = append(conds, fmt.Sprintf("ctid < '(%d,0)'::tid", endPage))
+	}
+	if len(conds) > 0 {
+		b.WriteString(" WHERE ")
+		b.WriteString(strings.Join(conds, " AND "))
+	}
+	b.WriteString(") TO STDOUT (FORMAT binary)")
+	return b.String()
+}
+
+// PageRange is a half-open range of heap pages [Start, End); End < 0 means open-ended.
+type PageRange struct{ Start, End int64 }
+
+// SplitPages splits table's heap into n ranges of about equal page count, from its current
+// size (pg_relation_size). The last range is open-ended, so pages added after the split are
+// still exported.
+func SplitPages(ctx context.Context, conn *pgconn.PgConn, table pgx.Identifier, n int) ([]PageRange, error) {
+	if n < 1 {
+		n = 1
+	}
+	sql := `SELECT pg_catalog.pg_relation_size($1::regclass) / pg_catalog.current_setting('block_size')::bigint`
+	rr := conn.ExecParams(ctx, sql, [][]byte{[]byte(table.Sanitize())}, nil, nil, nil)
+	var pages int64
+	for rr.NextRow() {
+		p, err := strconv.ParseInt(string(rr.Values()[0]), 10, 64)
+		if err != nil {
+			rr.Close()
+			return nil, err
+		}
+		pages = p
+	}
+	if _, err := rr.Close(); err != nil {
+		return nil, fmt.Errorf("sizing %s: %w", table.Sanitize(), err)
+	}
+	if int64(n) > pages {
+		n = max(1, int(pages))
+	}
+	ranges := make([]PageRange, n)
+	for i := range ranges {
+		ranges[i] = PageRange{Start: pages * int64(i) / int64(n), End: pages * int64(i+1) / int64(n)}
+	}
+	ranges[n-1].End = -1
+	return ranges, nil
+}

@@ -1,0 +1,9 @@
+package parquetcopy_test
+
+import (
+	"testing"
+
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
