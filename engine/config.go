@@ -58,6 +58,8 @@ type Config struct {
 	Logger    *slog.Logger
 	// NoLeader keeps this worker out of leader elections.
 	NoLeader bool
+	// NoCleaner keeps the cleaner (package cleanup) out of this worker's leader services.
+	NoCleaner bool
 	// LeaderServices run while this worker leads (for example the cleaner) and are stopped,
 	// through their context, when it stops leading.
 	LeaderServices []Service

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export"
 )
@@ -84,8 +85,12 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 	w.exec = executor.Registry{
 		"noop":                 executor.Noop,
 		"sql":                  executor.SQL{Pools: w.pools},
-		export.KindCoordinator: export.Coordinator{Catalog: cat, Pools: w.pools},
+		export.KindCoordinator: export.Coordinator{Catalog: cat, Pools: w.pools, Cleaner: cleanup.New(cat, w.pools)},
 		export.KindPart:        export.Part{Catalog: cat, Pools: w.pools},
+	}
+	if !cfg.NoCleaner {
+		// Nothing may leak: wherever a worker leads, the cleaner runs.
+		w.cfg.LeaderServices = append([]Service{cleanup.New(cat, w.pools)}, cfg.LeaderServices...)
 	}
 	for kind, ex := range cfg.Executors {
 		w.exec[kind] = ex

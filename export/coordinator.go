@@ -14,6 +14,7 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
 )
@@ -24,9 +25,9 @@ type Coordinator struct {
 	Pools   *executor.Pools
 	// Poll is how often it checks the parts' progress (default 100 ms).
 	Poll time.Duration
-	// OnFailure, when set, registers the export's files for removal should it fail, before
-	// any is written (the cleaner removes them).
-	OnFailure func(ctx context.Context, t *catalog.ClaimedTask, destination, prefix string) error
+	// Cleaner registers the export's files for removal should the export fail, before any is
+	// written, and pins the partition while the export runs.
+	Cleaner *cleanup.Cleaner
 }
 
 func (c Coordinator) Run(ctx context.Context, t *catalog.ClaimedTask) error {
@@ -45,12 +46,6 @@ func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog
 	if t.NodeDSN == nil {
 		return executor.Permanent(errors.New("the group's primary is no longer registered"))
 	}
-	bucket, err := OpenDestination(ctx, e.Destination)
-	if err != nil {
-		return executor.Permanent(err)
-	}
-	defer bucket.Close()
-
 	pool, err := c.Pools.Get(ctx, *t.NodeDSN, t.Owner)
 	if err != nil {
 		return err
@@ -120,10 +115,8 @@ func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog
 	}
 
 	prefix := fmt.Sprintf("export-%d/", e.ID)
-	if c.OnFailure != nil {
-		if err := c.OnFailure(ctx, t, e.Destination, prefix); err != nil {
-			return err
-		}
+	if err := c.protect(ctx, t, e, table, prefix); err != nil {
+		return err
 	}
 	parts := planParts(pages, e.PartSize)
 	epoch, err := c.Catalog.PlanExport(ctx, catalog.ExportPlan{
@@ -148,7 +141,38 @@ func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog
 	if err := c.waitForParts(ctx, conn, e, epoch, lsn); err != nil {
 		return err
 	}
-	return c.commit(ctx, conn, bucket, t, e, epoch, lsn, pages, cols)
+	return c.commit(ctx, conn, t, e, epoch, lsn, pages, cols)
+}
+
+// protect registers, in the job-wide cleanup operation, the export's directory (removed if the
+// export's job fails or is cancelled, forgotten when it finishes) and pins the partition so
+// that nothing deckhand runs drops it meanwhile.
+func (c Coordinator) protect(ctx context.Context, t *catalog.ClaimedTask, e *catalog.Export, table pgx.Identifier, prefix string) error {
+	if c.Cleaner == nil {
+		return nil
+	}
+	op, err := c.Cleaner.BeginJob(ctx, t.JobID, t.Owner, fmt.Sprintf("export %d of %s", e.ID, e.Partition))
+	if err != nil {
+		return err
+	}
+	bucketURL, keyPrefix, err := BucketAndPrefix(e.Destination)
+	if err != nil {
+		return executor.Permanent(err)
+	}
+	_, err = op.Register(ctx, cleanup.Prefix(bucketURL, keyPrefix+prefix), cleanup.OnFailure)
+	var busy *catalog.ResourceBusyError
+	if errors.As(err, &busy) && busy.OperationID == op.ID() {
+		err = nil // registered by an earlier attempt of this coordinator
+	}
+	if err != nil {
+		return err
+	}
+	schema, name := "public", table[len(table)-1]
+	if len(table) == 2 {
+		schema = table[0]
+	}
+	_, err = op.Pin(ctx, cleanup.Table(*t.Node, schema, name), fmt.Sprintf("exported by export %d", e.ID))
+	return err
 }
 
 // checkSource verifies what is exported: a leaf partition of the table (or the plain table
@@ -312,8 +336,14 @@ func parseLSN(s string) (uint64, error) {
 	return h<<32 | l, nil
 }
 
-func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, bucket *blob.Bucket, t *catalog.ClaimedTask,
+func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask,
 	e *catalog.Export, epoch int, lsn string, pages int64, cols []parquetcopy.Column) error {
+	// Opened only now: the parts created the destination when they wrote to it.
+	bucket, err := OpenDestination(ctx, e.Destination)
+	if err != nil {
+		return executor.Permanent(err)
+	}
+	defer bucket.Close()
 	parts, err := c.Catalog.ExportParts(ctx, e.ID, epoch)
 	if err != nil {
 		return err
@@ -355,6 +385,24 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, bucket *blob.Bu
 	if err := c.Catalog.CommitExport(ctx, e.ID, epoch, t.Token, manifestURL); err != nil {
 		return executor.Permanent(err)
 	}
-	_, err = conn.Exec(ctx, "COMMIT")
-	return err
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return err
+	}
+	// Files of superseded epochs are listed nowhere; remove them (best effort: readers ignore
+	// them anyway).
+	for old := 1; old < epoch; old++ {
+		deletePrefix(ctx, bucket, fmt.Sprintf("export-%d/epoch-%d/", e.ID, old))
+	}
+	return nil
+}
+
+func deletePrefix(ctx context.Context, bucket *blob.Bucket, prefix string) {
+	it := bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if err != nil {
+			return
+		}
+		bucket.Delete(ctx, obj.Key) //nolint:errcheck
+	}
 }

@@ -183,3 +183,109 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 		t.Errorf("the first export is %s, want superseded", first.State)
 	}
 }
+
+func waitState(t *testing.T, g *group, jobID int64, want string) catalog.Job {
+	t.Helper()
+	job := g.env.Wait(jobID, 90*time.Second)
+	if job.State != want {
+		d, _ := g.env.Client.Job(ctx, jobID)
+		t.Fatalf("job %d is %s, want %s; attempts: %+v", jobID, job.State, want, d.Attempts)
+	}
+	return job
+}
+
+func lastError(t *testing.T, g *group, jobID int64) string {
+	t.Helper()
+	d, err := g.env.Client.Job(ctx, jobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, task := range d.Tasks {
+		if task.LastError != nil {
+			msgs = append(msgs, task.LastError.Message)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// Bad requests are refused at once, before anything runs; problems only the primary can see
+// fail the export's job with a clear reason and leave no files.
+func TestExportRefusals(t *testing.T) {
+	g := newGroup(t, 2)
+	g.env.Worker(engine.Config{Concurrency: 4})
+	if err := g.primary.Exec(ctx, g.db, `
+		CREATE TABLE shapes (id int, p point);
+		INSERT INTO shapes VALUES (1, '(1,2)');
+		CREATE ROLE reader LOGIN;`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.primary.Exec(ctx, "postgres", `DROP DATABASE IF EXISTS shop WITH (FORCE)`); g.primary.Exec(ctx, "postgres", `DROP ROLE IF EXISTS reader`) }) //nolint:errcheck
+	dir := t.TempDir()
+	for _, bad := range []export.Request{
+		{Table: "events", Partition: "events_2024", Group: "g1", To: "ftp://host/x"},
+		{Table: "events", Partition: "events_2024", Group: "g1", To: "relative/dir"},
+		{Table: "events", Partition: "events_2024", Group: "nogroup", To: "file://" + dir},
+		{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, Compression: "lz4"},
+	} {
+		if _, err := g.env.Client.Export(ctx, bad); err == nil || !engine.IsInvalid(err) {
+			t.Errorf("%+v: err = %v, want a refusal", bad, err)
+		}
+	}
+	for _, c := range []struct {
+		req  export.Request
+		want string
+	}{
+		{export.Request{Table: "shapes", Group: "g1", To: "file://" + dir + "/shapes"}, "point"},
+		{export.Request{Table: "events", Partition: "events_2025x", Group: "g1", To: "file://" + dir + "/x"}, "does not exist"},
+		{export.Request{Table: "events", Partition: "shapes", Group: "g1", To: "file://" + dir + "/y"}, "not a partition of"},
+		{export.Request{Table: "events", Group: "g1", To: "file://" + dir + "/z"}, "is partitioned"},
+		{export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir + "/r", Owner: "reader"}, "permission denied"},
+		{export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file:///proc/version/out"}, "version"},
+	} {
+		e, err := g.env.Client.Export(ctx, c.req)
+		if err != nil {
+			t.Fatalf("%+v: %v", c.req, err)
+		}
+		waitState(t, g, e.JobID, catalog.JobFailed)
+		if msg := lastError(t, g, e.JobID); !strings.Contains(msg, c.want) {
+			t.Errorf("%s: error %q, want it to mention %q", c.req.To, msg, c.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("failed exports left %d entries in the destination", len(entries))
+	}
+}
+
+// Cancelling an export kills it and removes its partial files through the cleaner.
+func TestExportCancelRemovesFiles(t *testing.T) {
+	g := newGroup(t, 1)
+	g.env.Worker(engine.Config{Concurrency: 2})
+	dir := t.TempDir()
+	e, err := g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		got, err := g.env.Client.Catalog.Export(ctx, e.ID)
+		return err == nil && got.PartsDone >= 2
+	}, "some parts are written")
+	if _, err := g.env.Client.Cancel(ctx, e.JobID); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, g, e.JobID, catalog.JobCancelled)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var files int
+		filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error { //nolint:errcheck
+			if err == nil && !d.IsDir() {
+				files++
+			}
+			return nil
+		})
+		return files == 0
+	}, "the cancelled export's files are removed")
+	got, _ := g.env.Client.Catalog.Export(ctx, e.ID)
+	if got.State != "cancelled" {
+		t.Errorf("export state %s, want cancelled", got.State)
+	}
+}

@@ -97,3 +97,22 @@ func ManifestURL(destination string) string {
 	u.Path = path.Join(u.Path, ManifestKey)
 	return redact(u)
 }
+
+// BucketAndPrefix splits a destination into the URL of its bucket and the key prefix of the
+// destination's directory inside it ("" or ending in "/"), as cleanup records address objects.
+func BucketAndPrefix(destination string) (bucketURL, keyPrefix string, err error) {
+	u, err := ParseDestination(destination)
+	if err != nil {
+		return "", "", err
+	}
+	if u.Scheme == "file" {
+		return "file://" + path.Clean(u.Path), "", nil
+	}
+	prefix := strings.Trim(u.Path, "/")
+	b := *u
+	b.Path = ""
+	if prefix != "" {
+		prefix += "/"
+	}
+	return b.String(), prefix, nil
+}

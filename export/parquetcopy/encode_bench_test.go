@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,6 +60,8 @@ func benchEncode(b *testing.B, opts Options) {
 	loadBenchStream(b)
 	b.SetBytes(benchStream.rec.bytes)
 	b.ReportAllocs()
+	cpu0 := processCPU()
+	defer func() { b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/1e6, "cpu-ms/op") }()
 	for b.Loop() {
 		_, err := write(benchStream.cols, io.Discard, opts, func(w io.Writer) (int64, error) {
 			for _, m := range benchStream.rec.msgs {
@@ -78,3 +82,11 @@ func benchEncode(b *testing.B, opts Options) {
 func BenchmarkEncode(b *testing.B)       { benchEncode(b, Options{}) }
 func BenchmarkEncodeSnappy(b *testing.B) { benchEncode(b, Options{Compression: "snappy"}) }
 func BenchmarkEncodeNone(b *testing.B)   { benchEncode(b, Options{Compression: "none"}) }
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
