@@ -134,8 +134,9 @@ FROM locked`
 // always has), so parts of one export spread over the group.
 const claimSQL = `
 WITH cap AS (
+	-- An export's coordinator only holds a lock while its parts work: it takes no slot.
 	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling')), 0) AS free
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export'), 0) AS free
 	FROM unnest($2::text[], $3::int[]) AS c(node, cap)
 ), budget AS (
 	SELECT CASE WHEN $6::int > 0
@@ -176,8 +177,9 @@ ORDER BY c.id`
 // it costs a window over the runnable group tasks on every claim.
 const claimGroupsSQL = `
 WITH cap AS (
+	-- An export's coordinator only holds a lock while its parts work: it takes no slot.
 	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling')), 0) AS free
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export'), 0) AS free
 	FROM unnest($2::text[], $3::int[]) AS c(node, cap)
 ), budget AS (
 	SELECT CASE WHEN $6::int > 0

@@ -86,10 +86,11 @@ func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
 	return s, nil
 }
 
-// JobPage lists jobs newest first, like Jobs, with statements whose generic plans walk an
-// index from the cursor: the primary key without a state filter, (state, id) with one. A
-// page therefore costs the same on a catalog of a hundred jobs or of millions, whichever
-// state is asked for and however deep the cursor.
+// JobPage lists jobs newest first, like Jobs, walking an index from the cursor: the primary
+// key without a state filter, (state, id) with one. A page therefore costs the same on a
+// catalog of a hundred jobs or of millions, whichever state is asked for and however deep
+// the cursor. (Jobs, with its "$1 IS NULL OR state = $1" filter, has a generic plan that
+// scans every job older than the cursor for a rare state.)
 func (c *Catalog) JobPage(ctx context.Context, f JobFilter) ([]Job, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
@@ -103,8 +104,13 @@ func (c *Catalog) JobPage(ctx context.Context, f JobFilter) ([]Job, error) {
 		rows, _ = c.Pool.Query(ctx, `SELECT `+jobColumns+` FROM deckhand.jobs
 			WHERE id < $1 ORDER BY id DESC LIMIT $2`, before, f.Limit)
 	} else {
+		// Planned for the values given, not generically: walking (state, id) is right for a
+		// rare state, walking the primary key can be as good for a common one, and a generic
+		// plan, blind to the state's frequency, may walk the primary key through every job
+		// looking for a rare one.
 		rows, _ = c.Pool.Query(ctx, `SELECT `+jobColumns+` FROM deckhand.jobs
-			WHERE state = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, f.State, before, f.Limit)
+			WHERE state = $1 AND id < $2 ORDER BY id DESC LIMIT $3`,
+			pgx.QueryExecModeSimpleProtocol, f.State, before, f.Limit)
 	}
 	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Job])
 	if err != nil {

@@ -220,7 +220,10 @@ func TestExportRefusals(t *testing.T) {
 		CREATE ROLE reader LOGIN;`); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { g.primary.Exec(ctx, "postgres", `DROP DATABASE IF EXISTS shop WITH (FORCE)`); g.primary.Exec(ctx, "postgres", `DROP ROLE IF EXISTS reader`) }) //nolint:errcheck
+	t.Cleanup(func() {
+		g.primary.Exec(ctx, "postgres", `DROP DATABASE IF EXISTS shop WITH (FORCE)`)
+		g.primary.Exec(ctx, "postgres", `DROP ROLE IF EXISTS reader`)
+	}) //nolint:errcheck
 	dir := t.TempDir()
 	for _, bad := range []export.Request{
 		{Table: "events", Partition: "events_2024", Group: "g1", To: "ftp://host/x"},
@@ -287,5 +290,79 @@ func TestExportCancelRemovesFiles(t *testing.T) {
 	got, _ := g.env.Client.Catalog.Export(ctx, e.ID)
 	if got.State != "cancelled" {
 		t.Errorf("export state %s, want cancelled", got.State)
+	}
+}
+
+// Writes to the partition during the export wait for it: the export holds exactly the rows of
+// its consistency point, and the writer goes on once the export commits.
+func TestExportIsConsistentUnderWrites(t *testing.T) {
+	g := newGroup(t, 1)
+	g.env.Worker(engine.Config{Concurrency: 2})
+	wantRows, wantSum := sourceSums(t, g.primary, g.db, "events_2024")
+	dir := t.TempDir()
+	e, err := g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 32 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		got, err := g.env.Client.Catalog.Export(ctx, e.ID)
+		return err == nil && got.PartsTotal > 0
+	}, "the export holds its consistency point")
+	writer := pgtest.Connect(t, g.primary.DSN(g.db, pgtest.Superuser))
+	inserted := make(chan error, 1)
+	go func() {
+		_, err := writer.Exec(ctx, `INSERT INTO events VALUES (1000001, '2024-06-01', 1, 'late', '{}', 1)`)
+		inserted <- err
+	}()
+	waitState(t, g, e.JobID, catalog.JobFinished)
+	if err := <-inserted; err != nil {
+		t.Fatalf("the writer failed: %v", err)
+	}
+	rows, idSum, dups := readBack(t, dir, readManifest(t, dir))
+	if rows != wantRows || idSum != wantSum || dups != 0 {
+		t.Fatalf("exported %d rows (sum %d, %d dups), want the %d rows (sum %d) of the consistency point", rows, idSum, dups, wantRows, wantSum)
+	}
+	if after, _ := sourceSums(t, g.primary, g.db, "events_2024"); after != wantRows+1 {
+		t.Fatalf("the concurrent insert did not land after the export (%d rows)", after)
+	}
+}
+
+// A standby that has not replayed up to the consistency point gets no part until it has.
+func TestExportWaitsForLaggingStandby(t *testing.T) {
+	g := newGroup(t, 1)
+	if err := g.standby.PauseReplay(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A write after the pause puts the standby behind any point taken from now on.
+	if err := g.primary.Exec(ctx, g.db, `INSERT INTO events_2025 VALUES (1, '2025-02-01', 1, 'x', '{}', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	g.env.Worker(engine.Config{Concurrency: 4})
+	dir := t.TempDir()
+	e, err := g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		got, err := g.env.Client.Catalog.Export(ctx, e.ID)
+		return err == nil && got.PartsDone >= 5
+	}, "parts run on the primary")
+	parts, err := g.env.Client.Catalog.ExportParts(ctx, e.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if p.Node != nil && *p.Node == "s1" {
+			t.Fatalf("part %d ran on the standby while it was behind the consistency point", p.Part)
+		}
+	}
+	if err := g.standby.ResumeReplay(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, g, e.JobID, catalog.JobFinished)
+	m := readManifest(t, dir)
+	wantRows, _ := sourceSums(t, g.primary, g.db, "events_2024")
+	if rows, _, dups := readBack(t, dir, m); rows != wantRows || dups != 0 {
+		t.Fatalf("read back %d rows (%d dups), want %d", rows, dups, wantRows)
 	}
 }

@@ -46,7 +46,7 @@ type Stats struct {
 }
 
 const (
-	batchRows  = 16384    // rows decoded before a batch goes to the encoder
+	batchRows  = 4096    // rows decoded before a batch goes to the encoder
 	batchBytes = 8 << 20 // or once its variable-length data reaches this size
 	// Rows per WriteRowValues call: small enough that a page ends close to PageBytes.
 	chunkRows = 2048
