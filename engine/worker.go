@@ -281,6 +281,9 @@ func (w *Worker) result(t *catalog.ClaimedTask, err, cause error) catalog.Result
 	case errors.Is(cause, errJobCancelled):
 		r.Outcome = catalog.OutcomeCancelled
 		r.Err = &catalog.TaskError{Message: "cancelled: " + executor.Describe(err).String()}
+	case executor.IsSuperseded(err):
+		r.Outcome = catalog.OutcomeCancelled
+		r.Err = executor.Describe(err)
 	case errors.Is(cause, errShutdown):
 		r.Outcome = catalog.OutcomeReleased
 		r.Err = &catalog.TaskError{Message: "released: the worker shut down while the task ran"}

@@ -43,6 +43,23 @@ func Permanent(err error) error {
 	return permanentError{err}
 }
 
+// supersededError marks an attempt whose work is no longer wanted: the task ends cancelled,
+// neither retried nor failing its job.
+type supersededError struct{ err error }
+
+func (e supersededError) Error() string { return e.err.Error() }
+func (e supersededError) Unwrap() error { return e.err }
+
+// Superseded wraps err so that the task ends cancelled: something newer replaced its work
+// (for example a part of an export whose coordinator took a new consistency point).
+func Superseded(err error) error { return supersededError{err} }
+
+// IsSuperseded reports whether err was wrapped by Superseded.
+func IsSuperseded(err error) bool {
+	var s supersededError
+	return errors.As(err, &s)
+}
+
 // Retryable reports whether an attempt that failed with err may succeed if run again:
 // connection loss, serialization failures and deadlocks, lock and statement timeouts,
 // recovery conflicts, administrator shutdown and resource exhaustion. Syntax, permission,
@@ -52,7 +69,7 @@ func Retryable(err error) bool {
 		return false
 	}
 	var perm permanentError
-	if errors.As(err, &perm) {
+	if errors.As(err, &perm) || IsSuperseded(err) {
 		return false
 	}
 	var pgErr *pgconn.PgError

@@ -126,8 +126,10 @@ func (x Part) stillHeld(ctx context.Context, exportID int64, epoch int, coordina
 	if err != nil {
 		return err
 	}
+	// Without its coordinator the point is not held; the coordinator's next attempt takes a
+	// new one and adds new parts, so this one is superseded either way.
 	if current != epoch || !alive {
-		return executor.Permanent(errSuperseded)
+		return executor.Superseded(errSuperseded)
 	}
 	return nil
 }

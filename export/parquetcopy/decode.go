@@ -83,6 +83,17 @@ type colBatch struct {
 	rowEnd []int32
 }
 
+// slot appends a value to c and returns it for the caller to fill in.
+func (c *colBatch) slot() *parquet.Value {
+	n := len(c.vals)
+	if n == cap(c.vals) {
+		c.vals = append(c.vals, parquet.Value{})
+	} else {
+		c.vals = c.vals[:n+1]
+	}
+	return &c.vals[n]
+}
+
 // batch is a group of decoded rows passed from the parser to the encoder.
 type batch struct {
 	cols    []colBatch
@@ -276,14 +287,13 @@ func (p *parser) tuple(t []byte) error {
 			}
 			continue
 		}
-		v, err := decodeScalar(s, data, &b.arena)
-		if err != nil {
+		dst := cb.slot()
+		if err := decodeScalar(dst, s, data, &b.arena); err != nil {
 			return p.fieldError(i, err)
 		}
 		if def != 0 {
-			v = v.Level(0, def, 0)
+			dst.SetDefinitionLevel(def)
 		}
-		cb.vals = append(cb.vals, v)
 	}
 	p.rows++
 	b.rows++
@@ -347,19 +357,21 @@ func (p *parser) array(cb *colBatch, s *spec, data []byte, def int) error {
 		}
 		l := int(int32(binary.BigEndian.Uint32(data[off:])))
 		off += 4
+		dst := cb.slot()
 		if l < 0 {
-			cb.vals = append(cb.vals, parquet.Value{}.Level(rep, def+1, 0))
+			*dst = parquet.Value{}
+			dst.SetDefinitionLevel(def + 1)
 		} else {
 			if off+l > len(data) {
 				return errors.New("malformed array value")
 			}
-			v, err := decodeScalar(s, data[off:off+l], ar)
-			if err != nil {
+			if err := decodeScalar(dst, s, data[off:off+l], ar); err != nil {
 				return fmt.Errorf("array element: %w", err)
 			}
 			off += l
-			cb.vals = append(cb.vals, v.Level(rep, def+2, 0))
+			dst.SetDefinitionLevel(def + 2)
 		}
+		dst.SetRepetitionLevel(rep)
 		rep = 1
 	}
 	if off != len(data) {
@@ -374,111 +386,126 @@ func wrongLength(what string, got, want int) error {
 }
 
 // decodeScalar converts one non-NULL binary value; variable-length results are copied into ar.
-func decodeScalar(s *spec, d []byte, ar *arena) (parquet.Value, error) {
+func decodeScalar(dst *parquet.Value, s *spec, d []byte, ar *arena) error {
 	switch s.kind {
 	case kInt8:
 		if len(d) != 8 {
-			return parquet.Value{}, wrongLength("bigint", len(d), 8)
+			return wrongLength("bigint", len(d), 8)
 		}
-		return parquet.Int64Value(int64(binary.BigEndian.Uint64(d))), nil
+		*dst = parquet.Int64Value(int64(binary.BigEndian.Uint64(d)))
+		return nil
 	case kInt4:
 		if len(d) != 4 {
-			return parquet.Value{}, wrongLength("integer", len(d), 4)
+			return wrongLength("integer", len(d), 4)
 		}
-		return parquet.Int32Value(int32(binary.BigEndian.Uint32(d))), nil
+		*dst = parquet.Int32Value(int32(binary.BigEndian.Uint32(d)))
+		return nil
 	case kInt2:
 		if len(d) != 2 {
-			return parquet.Value{}, wrongLength("smallint", len(d), 2)
+			return wrongLength("smallint", len(d), 2)
 		}
-		return parquet.Int32Value(int32(int16(binary.BigEndian.Uint16(d)))), nil
+		*dst = parquet.Int32Value(int32(int16(binary.BigEndian.Uint16(d))))
+		return nil
 	case kTimestamp, kTimestamptz:
 		if len(d) != 8 {
-			return parquet.Value{}, wrongLength("timestamp", len(d), 8)
+			return wrongLength("timestamp", len(d), 8)
 		}
 		t := int64(binary.BigEndian.Uint64(d))
 		if t == math.MaxInt64 || t == math.MinInt64 {
 			if t > 0 {
-				return parquet.Value{}, errors.New("timestamp 'infinity' cannot be exported (Parquet TIMESTAMP has no infinity)")
+				return errors.New("timestamp 'infinity' cannot be exported (Parquet TIMESTAMP has no infinity)")
 			}
-			return parquet.Value{}, errors.New("timestamp '-infinity' cannot be exported (Parquet TIMESTAMP has no infinity)")
+			return errors.New("timestamp '-infinity' cannot be exported (Parquet TIMESTAMP has no infinity)")
 		}
-		return parquet.Int64Value(t + pgEpochMicros), nil
+		*dst = parquet.Int64Value(t + pgEpochMicros)
+		return nil
 	case kText, kJSON, kBytea:
-		return parquet.ByteArrayValue(ar.copy(d)), nil
+		*dst = parquet.ByteArrayValue(ar.copy(d))
+		return nil
 	case kJSONB:
 		if len(d) < 1 || d[0] != 1 {
-			return parquet.Value{}, errors.New("unknown jsonb binary format version")
+			return errors.New("unknown jsonb binary format version")
 		}
-		return parquet.ByteArrayValue(ar.copy(d[1:])), nil
+		*dst = parquet.ByteArrayValue(ar.copy(d[1:]))
+		return nil
 	case kDecimal32, kDecimal64, kDecimalFLBA:
 		h, err := parseNumeric(d)
 		if err != nil {
-			return parquet.Value{}, err
+			return err
 		}
 		hi, lo, err := h.unscaled(s.precision, s.scale)
 		if err != nil {
-			return parquet.Value{}, err
+			return err
 		}
 		switch s.kind {
 		case kDecimal32:
-			return parquet.Int32Value(int32(lo)), nil
+			*dst = parquet.Int32Value(int32(lo))
+			return nil
 		case kDecimal64:
-			return parquet.Int64Value(int64(lo)), nil
+			*dst = parquet.Int64Value(int64(lo))
+			return nil
 		}
 		var be [16]byte
 		binary.BigEndian.PutUint64(be[:], hi)
 		binary.BigEndian.PutUint64(be[8:], lo)
-		return parquet.FixedLenByteArrayValue(ar.copy(be[16-s.flbaLen:])), nil
+		*dst = parquet.FixedLenByteArrayValue(ar.copy(be[16-s.flbaLen:]))
+		return nil
 	case kNumericText:
 		h, err := parseNumeric(d)
 		if err != nil {
-			return parquet.Value{}, err
+			return err
 		}
 		n := h.textLen()
 		buf := ar.alloc(n)
 		out, err := h.appendText(buf[:0])
 		if err != nil {
-			return parquet.Value{}, err
+			return err
 		}
 		if len(out) > n || &out[0] != &buf[0] {
 			panic("parquetcopy: numeric text longer than its bound")
 		}
 		ar.unalloc(n - len(out))
-		return parquet.ByteArrayValue(buf[:len(out)]), nil
+		*dst = parquet.ByteArrayValue(buf[:len(out)])
+		return nil
 	case kDate:
 		if len(d) != 4 {
-			return parquet.Value{}, wrongLength("date", len(d), 4)
+			return wrongLength("date", len(d), 4)
 		}
 		v := int32(binary.BigEndian.Uint32(d))
 		if v == math.MaxInt32 {
-			return parquet.Value{}, errors.New("date 'infinity' cannot be exported (Parquet DATE has no infinity)")
+			return errors.New("date 'infinity' cannot be exported (Parquet DATE has no infinity)")
 		}
 		if v == math.MinInt32 {
-			return parquet.Value{}, errors.New("date '-infinity' cannot be exported (Parquet DATE has no infinity)")
+			return errors.New("date '-infinity' cannot be exported (Parquet DATE has no infinity)")
 		}
-		return parquet.Int32Value(v + pgEpochDays), nil
+		*dst = parquet.Int32Value(v + pgEpochDays)
+		return nil
 	case kBool:
 		if len(d) != 1 {
-			return parquet.Value{}, wrongLength("boolean", len(d), 1)
+			return wrongLength("boolean", len(d), 1)
 		}
-		return parquet.BooleanValue(d[0] != 0), nil
+		*dst = parquet.BooleanValue(d[0] != 0)
+		return nil
 	case kFloat8:
 		if len(d) != 8 {
-			return parquet.Value{}, wrongLength("double precision", len(d), 8)
+			return wrongLength("double precision", len(d), 8)
 		}
-		return parquet.DoubleValue(math.Float64frombits(binary.BigEndian.Uint64(d))), nil
+		*dst = parquet.DoubleValue(math.Float64frombits(binary.BigEndian.Uint64(d)))
+		return nil
 	case kFloat4:
 		if len(d) != 4 {
-			return parquet.Value{}, wrongLength("real", len(d), 4)
+			return wrongLength("real", len(d), 4)
 		}
-		return parquet.FloatValue(math.Float32frombits(binary.BigEndian.Uint32(d))), nil
+		*dst = parquet.FloatValue(math.Float32frombits(binary.BigEndian.Uint32(d)))
+		return nil
 	case kUUID:
 		if len(d) != 16 {
-			return parquet.Value{}, wrongLength("uuid", len(d), 16)
+			return wrongLength("uuid", len(d), 16)
 		}
-		return parquet.FixedLenByteArrayValue(ar.copy(d)), nil
+		*dst = parquet.FixedLenByteArrayValue(ar.copy(d))
+		return nil
 	}
-	return parquet.Value{}, fmt.Errorf("internal error: no decoder for kind %d", s.kind)
+	return fmt.Errorf("internal error: no decoder for kind %d", s.kind)
 }
 
 func (a *arena) copy(d []byte) []byte {

@@ -115,3 +115,6 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+func BenchmarkEncodePage256K(b *testing.B) { benchEncode(b, Options{PageBytes: 256 << 10}) }
+func BenchmarkEncodePage4M(b *testing.B)   { benchEncode(b, Options{PageBytes: 4 << 20}) }

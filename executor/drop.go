@@ -1,0 +1,366 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+// KindDrop drops tables as soon as no query uses them.
+const KindDrop = "drop"
+
+func init() { spec.RegisterKind(KindDrop, true) }
+
+// DefaultLockTimeout bounds how long a drop may make other sessions queue behind its ACCESS
+// EXCLUSIVE lock request. The catalog setting cleanup_lock_timeout overrides it.
+const DefaultLockTimeout = 100 * time.Millisecond
+
+// LockTimeoutSetting is the deckhand.setting that overrides DefaultLockTimeout.
+const LockTimeoutSetting = "cleanup_lock_timeout"
+
+// LockTimeout reads the configured lock timeout of drops, DefaultLockTimeout when unset or invalid.
+func LockTimeout(ctx context.Context, cat *catalog.Catalog) time.Duration {
+	if cat == nil {
+		return DefaultLockTimeout
+	}
+	v, err := cat.Setting(ctx, LockTimeoutSetting, "")
+	if err != nil || v == "" {
+		return DefaultLockTimeout
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return DefaultLockTimeout
+	}
+	return d
+}
+
+// DropPayload is the payload of a drop task.
+type DropPayload struct {
+	// Tables to drop, each "schema.table" or "table" (resolved with the job's search_path);
+	// quoted identifiers ("My Table") keep their case.
+	Tables []string `json:"tables"`
+	// LockTimeout overrides the catalog's cleanup_lock_timeout for this task.
+	LockTimeout spec.Duration `json:"lock_timeout,omitempty"`
+}
+
+// ParseDropPayload reads and checks a drop task's payload.
+func ParseDropPayload(raw json.RawMessage) (DropPayload, error) {
+	var p DropPayload
+	if len(raw) == 0 || string(raw) == "null" {
+		return p, errors.New(`drop: payload is required: {"tables": ["schema.table", ...]}`)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, fmt.Errorf("drop: payload: %w", err)
+	}
+	if len(p.Tables) == 0 {
+		return p, errors.New("drop: payload names no tables")
+	}
+	for _, t := range p.Tables {
+		if _, err := ParseQualifiedName(t); err != nil {
+			return p, fmt.Errorf("drop: %w", err)
+		}
+	}
+	if p.LockTimeout < 0 {
+		return p, errors.New("drop: lock_timeout must not be negative")
+	}
+	return p, nil
+}
+
+// ParseQualifiedName splits "schema.name" or "name" the way PostgreSQL reads it: unquoted
+// parts are folded to lower case, double-quoted parts are taken as written ("" is a quote).
+// The result is one or two identifiers.
+func ParseQualifiedName(s string) (pgx.Identifier, error) {
+	var parts pgx.Identifier
+	var cur strings.Builder
+	quoted, wasQuoted := false, false
+	flush := func() error {
+		if cur.Len() == 0 {
+			return fmt.Errorf("invalid name %q: empty part", s)
+		}
+		if wasQuoted {
+			parts = append(parts, cur.String())
+		} else {
+			parts = append(parts, strings.ToLower(cur.String()))
+		}
+		cur.Reset()
+		wasQuoted = false
+		return nil
+	}
+	rs := []rune(strings.TrimSpace(s))
+	for i := 0; i < len(rs); i++ {
+		r := rs[i]
+		switch {
+		case quoted && r == '"' && i+1 < len(rs) && rs[i+1] == '"':
+			cur.WriteRune('"')
+			i++
+		case r == '"':
+			if !quoted && cur.Len() > 0 {
+				return nil, fmt.Errorf("invalid name %q: quote inside an identifier", s)
+			}
+			quoted = !quoted
+			wasQuoted = true
+		case !quoted && r == '.':
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		case !quoted && (r == ' ' || r == '\t' || r == '\n' || r == ';' || r == ',' || r == '(' || r == ')'):
+			return nil, fmt.Errorf("invalid name %q: unexpected %q", s, r)
+		case r == 0:
+			return nil, fmt.Errorf("invalid name %q: NUL byte", s)
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if quoted {
+		return nil, fmt.Errorf("invalid name %q: unterminated quote", s)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("invalid name %q: want table or schema.table", s)
+	}
+	return parts, nil
+}
+
+// InUse reports whether a drop failed only because something else holds the object: its
+// lock_timeout expired (55P03), the object is in use (55006: an active replication slot), or
+// it lost a deadlock (40P01). Such drops are retried once the object is free.
+func InUse(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "55P03", "55006", "40P01":
+		return true
+	}
+	return false
+}
+
+// DropInTx runs a DROP statement in its own transaction under lock_timeout, so that sessions
+// arriving after it queue behind its lock request for at most that long.
+func DropInTx(ctx context.Context, conn *pgx.Conn, stmt string, lockTimeout time.Duration) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, millis(lockTimeout)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, stmt)
+		return err
+	})
+}
+
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%dms", max(d.Milliseconds(), 1))
+}
+
+// RelationBusy reports whether another session holds, or waits for, a lock on any of the
+// relations (qualified, quoted names); relations that do not exist count as free. Reading
+// pg_locks takes no lock on the relations, so probing never gets in anyone's way.
+func RelationBusy(ctx context.Context, conn *pgx.Conn, relations []string) (bool, error) {
+	var busy bool
+	err := conn.QueryRow(ctx, `
+		SELECT EXISTS (
+			SELECT 1 FROM pg_locks l
+			WHERE l.locktype = 'relation'
+			  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			  AND l.relation IN (SELECT to_regclass(r)::oid FROM unnest($1::text[]) AS r
+			                     UNION ALL
+			                     SELECT i.indrelid FROM pg_index i WHERE i.indexrelid IN (SELECT to_regclass(r) FROM unnest($1::text[]) AS r))
+			  AND l.pid IS DISTINCT FROM pg_backend_pid())`, relations).Scan(&busy)
+	return busy, err
+}
+
+// WaitFree waits until busy reports false or max has passed, probing every interval. It
+// returns ctx's error when ctx ends first.
+func WaitFree(ctx context.Context, interval, max time.Duration, busy func(context.Context) (bool, error)) error {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		b, err := busy(ctx)
+		if err != nil {
+			return err
+		}
+		if !b {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(interval, time.Until(deadline))):
+		}
+	}
+	return ctx.Err()
+}
+
+// Drop runs drop tasks: each table is dropped in its own short transaction with a short
+// lock_timeout, as soon as no query uses it. When a query holds the table, the drop steps
+// back at once — so that queries arriving meanwhile wait at most the lock timeout — and tries
+// again as soon as pg_locks shows the table free (probed every ProbeInterval), or after a
+// backoff (doubling up to MaxBackoff) for tables that are never seen free. It never uses
+// CASCADE, refuses pinned tables, and runs connected as the task's owner: a table the owner
+// may not drop fails at once, permanently, with PostgreSQL's reason.
+type Drop struct {
+	Pools   *Pools
+	Catalog *catalog.Catalog // pins and the lock timeout setting
+	// Zero values mean the defaults: the catalog's cleanup_lock_timeout (DefaultLockTimeout),
+	// 50ms, 1s and 30s.
+	LockTimeout   time.Duration
+	ProbeInterval time.Duration
+	MinBackoff    time.Duration
+	MaxBackoff    time.Duration
+}
+
+func (d Drop) Run(ctx context.Context, t *catalog.ClaimedTask) error {
+	if t.Node == nil || t.NodeDSN == nil {
+		return Permanent(errors.New("the task's node is no longer registered"))
+	}
+	p, err := ParseDropPayload(t.Payload)
+	if err != nil {
+		return Permanent(err)
+	}
+	lockTimeout := time.Duration(p.LockTimeout)
+	if lockTimeout == 0 {
+		lockTimeout = d.LockTimeout
+	}
+	if lockTimeout == 0 {
+		lockTimeout = LockTimeout(ctx, d.Catalog)
+	}
+	probe, minBackoff, maxBackoff := d.ProbeInterval, d.MinBackoff, d.MaxBackoff
+	if probe <= 0 {
+		probe = 50 * time.Millisecond
+	}
+	if minBackoff <= 0 {
+		minBackoff = time.Second
+	}
+	if maxBackoff <= 0 {
+		maxBackoff = 30 * time.Second
+	}
+
+	pool, err := d.Pools.Get(ctx, *t.NodeDSN, t.Owner)
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to node %s as %s: %w", *t.Node, t.Owner, err)
+	}
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() == 'I' && !conn.Conn().IsClosed() && ctx.Err() == nil {
+			if _, err := conn.Exec(ctx, "DISCARD ALL"); err != nil {
+				conn.Conn().Close(context.Background()) //nolint:errcheck
+			}
+		} else {
+			conn.Conn().Close(context.Background()) //nolint:errcheck
+		}
+		conn.Release()
+	}()
+	if err := prepareSession(ctx, conn.Conn(), t); err != nil {
+		return err
+	}
+
+	tables, err := resolveTables(ctx, conn.Conn(), p.Tables, t.Run <= 1)
+	if err != nil {
+		return err
+	}
+	// Pins are checked for every table before any is dropped, so a refused job drops nothing.
+	if d.Catalog != nil {
+		for _, tb := range tables {
+			by, err := d.Catalog.PinnedBy(ctx, catalog.CleanupResource{Type: catalog.ResourceTable, Node: *t.Node, Location: tb[0], Name: tb[1]})
+			if err != nil {
+				return err
+			}
+			if by != "" {
+				return Permanent(fmt.Errorf("refusing to drop table %s: it is pinned by %s", tb.Sanitize(), by))
+			}
+		}
+	}
+	for _, tb := range tables {
+		if err := d.dropOne(ctx, conn.Conn(), tb, lockTimeout, probe, minBackoff, maxBackoff); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d Drop) dropOne(ctx context.Context, conn *pgx.Conn, tb pgx.Identifier, lockTimeout, probe, backoff, maxBackoff time.Duration) error {
+	name := tb.Sanitize()
+	stmt := "DROP TABLE IF EXISTS " + name
+	for {
+		err := DropInTx(ctx, conn, stmt, lockTimeout)
+		if err == nil || !InUse(err) {
+			return err
+		}
+		// In use: step back so that nobody queues behind us, and come back the moment the
+		// table is free (or after the backoff, for a table never seen free).
+		err = WaitFree(ctx, probe, backoff, func(ctx context.Context) (bool, error) {
+			return RelationBusy(ctx, conn, []string{name})
+		})
+		if err != nil {
+			return err
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// resolveTables turns names into schema-qualified tables. On the first run every table must
+// exist and be a table; on later runs a missing table was dropped by an earlier attempt.
+func resolveTables(ctx context.Context, conn *pgx.Conn, names []string, firstRun bool) ([]pgx.Identifier, error) {
+	var out []pgx.Identifier
+	var missing []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		id, err := ParseQualifiedName(n)
+		if err != nil {
+			return nil, Permanent(err)
+		}
+		var schema, rel, kind *string
+		err = conn.QueryRow(ctx, `
+			SELECT n.nspname, c.relname, c.relkind::text
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.oid = to_regclass($1)`, id.Sanitize()).Scan(&schema, &rel, &kind)
+		if errors.Is(err, pgx.ErrNoRows) {
+			missing = append(missing, id.Sanitize())
+			continue
+		}
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "3F000" { // schema does not exist
+				missing = append(missing, id.Sanitize())
+				continue
+			}
+			return nil, err
+		}
+		if *kind != "r" && *kind != "p" {
+			return nil, Permanent(fmt.Errorf("%s is not a table (relkind %s)", id.Sanitize(), *kind))
+		}
+		q := pgx.Identifier{*schema, *rel}
+		if !seen[q.Sanitize()] {
+			seen[q.Sanitize()] = true
+			out = append(out, q)
+		}
+	}
+	if len(missing) > 0 && firstRun {
+		return nil, Permanent(fmt.Errorf("table %s does not exist; nothing was dropped", strings.Join(missing, ", ")))
+	}
+	return out, nil
+}
+
+// PrepareSession readies a connection to a node for a task attempt, as the sql kind does: it
+// checks on the node that the submitter may act as the owner, and applies the submit-time
+// search_path and settings, the statement_timeout and the attempt's application_name (by
+// which the leader finds and terminates the backend should the worker die). Built-in kinds
+// that work on several nodes call it on each connection.
+func PrepareSession(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask) error {
+	return prepareSession(ctx, conn, t)
+}
