@@ -58,16 +58,11 @@ type Result struct {
 // Run performs every measurement and writes a report to out.
 func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	server := o.CatalogDSN
-	if server == "" {
-		fmt.Fprintln(out, "starting a throwaway PostgreSQL cluster (stock durability settings)...")
-		cl, err := pgtest.Start(ctx, pgtest.Options{Durable: true})
-		if err != nil {
-			return nil, err
-		}
-		defer cl.Stop() //nolint:errcheck
-		server = cl.DSN("postgres", pgtest.Superuser)
+	server, stopServer, err := startServer(ctx, o.CatalogDSN, out)
+	if err != nil {
+		return nil, err
 	}
+	defer stopServer()
 	admin, err := pgx.Connect(ctx, server)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
@@ -165,6 +160,20 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// startServer returns the server to measure on: dsn, or a throwaway cluster with stock
+// durability settings.
+func startServer(ctx context.Context, dsn string, out io.Writer) (string, func(), error) {
+	if dsn != "" {
+		return dsn, func() {}, nil
+	}
+	fmt.Fprintln(out, "starting a throwaway PostgreSQL cluster (stock durability settings)...")
+	cl, err := pgtest.Start(ctx, pgtest.Options{Durable: true})
+	if err != nil {
+		return "", nil, err
+	}
+	return cl.DSN("postgres", pgtest.Superuser), func() { cl.Stop() }, nil //nolint:errcheck
 }
 
 // Line is the machine-readable summary.

@@ -45,6 +45,29 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
 	f.IntVar(&o.Workers, "workers", 1, "workers")
 	f.IntVar(&o.Concurrency, "concurrency", 1000, "concurrency of each worker")
 	f.IntVar(&o.NodeMax, "node-max-tasks", 16, "max_tasks of the node SQL tasks run on")
+	cmd.AddCommand(a.benchExportCommand())
 	f.StringVar(&o.RiverDir, "river", "auto", "directory of the rivercmp module to run River on the same server (auto: ./bench/rivercmp if present; empty: skip)")
+	return cmd
+}
+
+func (a *app) benchExportCommand() *cobra.Command {
+	o := bench.ExportOptions{}
+	cmd := &cobra.Command{
+		Use:   "export",
+		Short: "Compare a Parquet export of a partition with COPY (FORMAT binary) on the same server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.CatalogDSN = a.catalogDSN
+			res, err := bench.RunExport(cmd.Context(), o, a.stdout)
+			if err != nil {
+				return Failed("bench export: %w", err)
+			}
+			fmt.Fprintln(a.stdout, res.Line())
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&o.Rows, "rows", 2000000, "rows in the partition")
+	cmd.Flags().IntVar(&o.Parts, "parts", 2, "parallel parts")
+	cmd.Flags().IntVar(&o.Workers, "workers", 1, "workers")
 	return cmd
 }
