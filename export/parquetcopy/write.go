@@ -120,13 +120,27 @@ func write(cols []Column, w io.Writer, opts Options, copyTo func(io.Writer) (int
 	}
 
 	hw := &hashWriter{w: w, h: sha256.New()}
-	cfg, err := parquet.NewWriterConfig(
+	wopts := []parquet.WriterOption{
 		schemaOf(cols, specs),
 		parquet.Compression(codec),
 		parquet.PageBufferSize(opts.PageBytes),
-		parquet.WriteBufferSize(1<<20),
+		parquet.WriteBufferSize(1 << 20),
 		parquet.DataPageVersion(1), // the most widely readable page format
-	)
+		// Min/max go to the column chunk statistics and the page index; repeating them in
+		// every page header costs a second pass over each page.
+		parquet.DataPageStatistics(false),
+	}
+	for i, s := range specs {
+		// The bounds of JSON documents and binary blobs help no reader.
+		if s.kind == kJSON || s.kind == kJSONB || s.kind == kBytea {
+			path := []string{cols[i].Name}
+			if s.list {
+				path = append(path, "list", "element")
+			}
+			wopts = append(wopts, parquet.SkipPageBounds(path...))
+		}
+	}
+	cfg, err := parquet.NewWriterConfig(wopts...)
 	if err != nil {
 		return Stats{}, err
 	}

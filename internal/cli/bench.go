@@ -67,7 +67,7 @@ func (a *app) benchExportCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&o.Rows, "rows", 2000000, "rows in the partition")
-	cmd.Flags().IntVar(&o.Parts, "parts", 2, "parallel parts")
+	cmd.Flags().IntVar(&o.Parts, "parts", 4, "parallel parts")
 	cmd.Flags().IntVar(&o.Workers, "workers", 1, "workers")
 	return cmd
 }
