@@ -89,4 +89,3 @@ func TestExportToS3(t *testing.T) {
 	}
 	t.Logf("missing bucket failed the export in %s", time.Since(began))
 }
-
