@@ -838,3 +838,21 @@ func (c *Catalog) OperationByID(ctx context.Context, id int64) (Operation, error
 	}
 	return op, nil
 }
+
+// ReadyCleanup lists the due records whose turn has come (in their operation's order, and
+// by time unless ignoreBackoff), locked or not: a pass that finds them locked knows another
+// cleaner is on them. opID 0 means every operation.
+func (c *Catalog) ReadyCleanup(ctx context.Context, opID int64, ignoreBackoff bool) ([]int64, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		SELECT r.id FROM deckhand.cleanup_record r
+		WHERE r.state = 'due' AND ($2 = 0 OR r.operation_id = $2)
+		  AND (r.next_attempt_at <= coalesce($1, now()) OR $3)
+		  AND NOT EXISTS (SELECT 1 FROM deckhand.cleanup_record e
+		                  WHERE e.operation_id = r.operation_id AND e.rank < r.rank AND e.state IN ('pending', 'due'))
+		ORDER BY r.id LIMIT 1000`, c.now(), opID, ignoreBackoff)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("list ready cleanup records: %w", err)
+	}
+	return ids, nil
+}

@@ -73,6 +73,7 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 	root.AddCommand(a.initCommand(), a.nodeCommand(), a.jobCommand(), a.serveCommand(),
 		a.demoCommand(), a.benchCommand())
 	root.AddCommand(a.exportCommand())
+	root.AddCommand(a.cleanupCommand(), a.dropCommand())
 	groupCommands(root)
 	return root
 }

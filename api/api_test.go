@@ -1,0 +1,569 @@
+package api_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deckhandhq/deckhand/api"
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+)
+
+func TestTokenIsRequiredByEverythingButHealthz(t *testing.T) {
+	h := newHarness(t, withToken("s3cret-token-for-tests"))
+	anon := func(method, path string, header ...string) response {
+		return h.do(method, path, "", append([]string{"Authorization", ""}, header...)...)
+	}
+	for _, path := range []string{"/api/jobs", "/api/summary", "/api/nodes", "/api/workers", "/api/events", "/metrics", "/"} {
+		r := anon("GET", path)
+		if r.code != http.StatusUnauthorized {
+			t.Errorf("GET %s without a token: %d, want 401", path, r.code)
+		}
+	}
+	if r := anon("GET", "/api/jobs"); r.header.Get("WWW-Authenticate") == "" || !strings.Contains(r.body, `"error"`) {
+		t.Errorf("401 from the API should say how to authenticate in JSON: %v %s", r.header, r.body)
+	}
+	if r := anon("GET", "/", "Accept", "text/html"); !strings.Contains(r.body, `action="/login"`) {
+		t.Errorf("a browser without a session should get the login page, got %s", r.body)
+	}
+	if r := anon("POST", "/api/jobs/1/cancel"); r.code != http.StatusUnauthorized {
+		t.Errorf("POST cancel without a token: %d, want 401", r.code)
+	}
+	if r := h.do("GET", "/api/jobs", "", "Authorization", "Bearer wrong"); r.code != http.StatusUnauthorized {
+		t.Errorf("wrong token: %d, want 401", r.code)
+	}
+	if r := h.get("/api/jobs"); r.code != http.StatusOK {
+		t.Errorf("right token: %d %s", r.code, r.body)
+	}
+	// /healthz answers without a token (503 here: no worker leads).
+	if r := anon("GET", "/healthz"); r.code != http.StatusServiceUnavailable {
+		t.Errorf("GET /healthz without a token: %d, want 503", r.code)
+	}
+	// Static assets carry no data and style the login page.
+	if r := anon("GET", "/assets/app.css"); r.code != http.StatusOK {
+		t.Errorf("GET /assets/app.css: %d", r.code)
+	}
+
+	// A login link sets a session cookie and drops the token from the address.
+	if r := anon("GET", "/?token=wrong", "Accept", "text/html"); r.code != http.StatusUnauthorized {
+		t.Errorf("login link with a wrong token: %d", r.code)
+	}
+	r := anon("GET", "/?token=s3cret-token-for-tests")
+	if r.code != http.StatusSeeOther || r.header.Get("Location") != "/" {
+		t.Fatalf("login link: %d Location=%q, want 303 to /", r.code, r.header.Get("Location"))
+	}
+	cookie := r.header.Get("Set-Cookie")
+	if !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") || strings.Contains(cookie, "s3cret") {
+		t.Errorf("session cookie %q: want HttpOnly, SameSite=Strict, and not the token itself", cookie)
+	}
+	session := strings.SplitN(cookie, ";", 2)[0]
+	if r := anon("GET", "/api/jobs", "Cookie", session); r.code != http.StatusOK {
+		t.Errorf("GET /api/jobs with the session cookie: %d", r.code)
+	}
+	if r := anon("GET", "/api/jobs", "Cookie", "deckhand_session=forged"); r.code != http.StatusUnauthorized {
+		t.Errorf("forged cookie: %d, want 401", r.code)
+	}
+	// The login form.
+	form := url.Values{"token": {"s3cret-token-for-tests"}}.Encode()
+	r = h.do("POST", "/login", form, "Authorization", "", "Content-Type", "application/x-www-form-urlencoded")
+	if r.code != http.StatusSeeOther || !strings.Contains(r.header.Get("Set-Cookie"), "deckhand_session=") {
+		t.Errorf("login form: %d %v", r.code, r.header)
+	}
+
+	// A page on another site cannot make a logged-in browser act.
+	r = anon("POST", "/api/jobs/1/cancel", "Cookie", session, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site")
+	if r.code != http.StatusForbidden {
+		t.Errorf("cross-site POST: %d, want 403", r.code)
+	}
+}
+
+func TestWithoutTokenOnlyLoopbackNamesAreServed(t *testing.T) {
+	h := newHarness(t)
+	if r := h.get("/api/jobs"); r.code != http.StatusOK {
+		t.Fatalf("GET /api/jobs: %d %s", r.code, r.body)
+	}
+	// DNS rebinding: a name of the attacker's that resolves to 127.0.0.1.
+	req, _ := http.NewRequest("GET", h.http.URL+"/api/jobs", nil)
+	req.Host = "rebind.evil.example:8080"
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Errorf("GET with Host %s: %d, want 403", req.Host, res.StatusCode)
+	}
+	req.Host = "localhost:8080"
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("GET with Host localhost: %d, want 200", res.StatusCode)
+	}
+}
+
+func TestCheckListen(t *testing.T) {
+	for _, c := range []struct {
+		addr, token string
+		ok          bool
+	}{
+		{"127.0.0.1:8080", "", true},
+		{"localhost:8080", "", true},
+		{"[::1]:8080", "", true},
+		{"0.0.0.0:8080", "", false},
+		{":8080", "", false},
+		{"10.1.2.3:8080", "", false},
+		{"db.example.com:8080", "", false},
+		{"0.0.0.0:8080", "tok", true},
+		{"8080", "", false},
+	} {
+		err := api.CheckListen(c.addr, c.token)
+		if (err == nil) != c.ok {
+			t.Errorf("CheckListen(%q, %q) = %v, want ok=%v", c.addr, c.token, err, c.ok)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("CheckListen(%q): error is not one line: %q", c.addr, err)
+		}
+	}
+}
+
+func TestJobsArePagedNewestFirst(t *testing.T) {
+	h := newHarness(t)
+	var ids []int64
+	for i := range 23 {
+		ids = append(ids, h.submit(noopJob(fmt.Sprintf("job %d", i), 1)))
+	}
+	for _, id := range ids[:4] {
+		if _, err := h.Client.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen []int64
+	before := ""
+	for page := 0; ; page++ {
+		var l api.JobList
+		h.mustGet("/api/jobs?limit=10"+before, &l)
+		if page < 2 && (len(l.Jobs) != 10 || l.NextBefore == nil) {
+			t.Fatalf("page %d: %d jobs, next %v; want 10 and a next page", page, len(l.Jobs), l.NextBefore)
+		}
+		for _, j := range l.Jobs {
+			seen = append(seen, j.ID)
+		}
+		if l.NextBefore == nil {
+			break
+		}
+		before = fmt.Sprintf("&before=%d", *l.NextBefore)
+	}
+	if len(seen) != len(ids) {
+		t.Fatalf("paged through %d jobs, want %d: %v", len(seen), len(ids), seen)
+	}
+	for i, id := range seen {
+		if id != ids[len(ids)-1-i] {
+			t.Fatalf("page order %v, want newest first %v", seen, ids)
+		}
+	}
+
+	var l api.JobList
+	h.mustGet("/api/jobs?state=cancelled&limit=3", &l)
+	if len(l.Jobs) != 3 || l.Jobs[0].ID != ids[3] || l.NextBefore == nil {
+		t.Fatalf("cancelled, first page: %+v", l)
+	}
+	h.mustGet(fmt.Sprintf("/api/jobs?state=cancelled&limit=3&before=%d", *l.NextBefore), &l)
+	if len(l.Jobs) != 1 || l.Jobs[0].ID != ids[0] || l.Jobs[0].State != catalog.JobCancelled {
+		t.Fatalf("cancelled, second page: %+v", l)
+	}
+
+	for _, q := range []string{"state=done", "limit=0", "limit=501", "limit=x", "before=-1", "before=abc"} {
+		r := h.get("/api/jobs?" + q)
+		if r.code != http.StatusBadRequest || strings.Count(r.body, "\n") != 1 {
+			t.Errorf("GET /api/jobs?%s: %d %q, want 400 with a one-line error", q, r.code, r.body)
+		}
+	}
+}
+
+func TestSubmitValidatesLikeTheCLI(t *testing.T) {
+	h := newHarness(t)
+	h.AddNode("n1", 2)
+	for _, c := range []struct{ body, want string }{
+		{`{"tasks": []}`, "no tasks"},
+		{`{"tasks": [{"name": "a", "node": "n1", "sql": "SELECT 1", "depends_on": ["b"]}, {"name": "b", "node": "n1", "sql": "SELECT 1", "depends_on": ["a"]}]}`, "cycle"},
+		{`{"tasks": [{"name": "a", "node": "nowhere", "sql": "SELECT 1"}]}`, "unknown node"},
+		{`{"tasks": [{"name": "a", "node": "n1", "sql": "SELECT 1", "retries": 3}]}`, "retries"},
+		{`{"tasks": [`, "spec"},
+	} {
+		r := h.do("POST", "/api/jobs", c.body)
+		var e struct{ Error string }
+		r.json(t, &e)
+		if r.code != http.StatusBadRequest || !strings.Contains(strings.ToLower(e.Error), c.want) || strings.Contains(e.Error, "\n") {
+			t.Errorf("POST %s: %d %q, want 400 with a one-line error mentioning %q", c.body, r.code, e.Error, c.want)
+		}
+	}
+	if r := h.do("POST", "/api/jobs", `{}`, "Content-Type", "text/plain"); r.code != http.StatusUnsupportedMediaType {
+		t.Errorf("text/plain spec: %d, want 415", r.code)
+	}
+	var jobs api.JobList
+	h.mustGet("/api/jobs", &jobs)
+	if len(jobs.Jobs) != 0 {
+		t.Fatalf("invalid specs wrote jobs: %+v", jobs.Jobs)
+	}
+
+	h.worker()
+	r := h.do("POST", "/api/jobs", `description: yaml works too
+tasks:
+  - {name: a, node: n1, sql: SELECT 1}
+  - {name: b, node: n1, sql: SELECT 2, depends_on: [a]}
+`, "Content-Type", "application/yaml")
+	if r.code != http.StatusCreated {
+		t.Fatalf("POST valid spec: %d %s", r.code, r.body)
+	}
+	var created struct{ ID int64 }
+	r.json(t, &created)
+	if r.header.Get("Location") != fmt.Sprintf("/api/jobs/%d", created.ID) {
+		t.Errorf("Location %q", r.header.Get("Location"))
+	}
+	h.Wait(created.ID, 30*time.Second)
+	var d api.JobDetail
+	h.mustGet(fmt.Sprintf("/api/jobs/%d", created.ID), &d)
+	if d.State != catalog.JobFinished || len(d.Tasks) != 2 || len(d.Attempts) != 2 || d.Tasks[1].DependsOn[0] != "a" {
+		t.Fatalf("job detail: %+v", d)
+	}
+	if r := h.get("/api/jobs/999999"); r.code != http.StatusNotFound {
+		t.Errorf("missing job: %d", r.code)
+	}
+	if r := h.get("/api/jobs/abc"); r.code != http.StatusBadRequest {
+		t.Errorf("bad id: %d", r.code)
+	}
+}
+
+func TestCancelAndRetry(t *testing.T) {
+	h := newHarness(t)
+	db := h.AddNode("n1", 2)
+	h.worker()
+
+	id := h.submit(sqlJob("sleeps", "n1", "SELECT pg_sleep(60)", "SELECT 1"))
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		j, err := h.Client.Catalog.Job(ctx, id)
+		return err == nil && j.State == catalog.JobRunning
+	}, "the job runs")
+	r := h.do("POST", fmt.Sprintf("/api/jobs/%d/cancel", id), "")
+	var sc api.StateChange
+	r.json(t, &sc)
+	if r.code != http.StatusOK || sc.ID != id || (sc.State != catalog.JobCancelling && sc.State != catalog.JobCancelled) {
+		t.Fatalf("cancel: %d %s", r.code, r.body)
+	}
+	if j := h.Wait(id, 20*time.Second); j.State != catalog.JobCancelled {
+		t.Fatalf("after cancel: %s", j.State)
+	}
+	if r := h.do("POST", fmt.Sprintf("/api/jobs/%d/cancel", id), ""); r.code != http.StatusConflict || !strings.Contains(r.body, "already cancelled") {
+		t.Errorf("cancel a cancelled job: %d %s", r.code, r.body)
+	}
+
+	bad := h.submit(sqlJob("fails", "n1", "SELECT * FROM no_such_table"))
+	if j := h.Wait(bad, 20*time.Second); j.State != catalog.JobFailed {
+		t.Fatalf("job %d: %s, want failed", bad, j.State)
+	}
+	h.Exec(db, "CREATE TABLE no_such_table (x int)")
+	r = h.do("POST", fmt.Sprintf("/api/jobs/%d/retry", bad), "")
+	if r.code != http.StatusOK {
+		t.Fatalf("retry: %d %s", r.code, r.body)
+	}
+	if j := h.Wait(bad, 20*time.Second); j.State != catalog.JobFinished {
+		t.Fatalf("after retry: %s", j.State)
+	}
+	if r := h.do("POST", fmt.Sprintf("/api/jobs/%d/retry", bad), ""); r.code != http.StatusConflict || !strings.Contains(r.body, "only failed or cancelled") {
+		t.Errorf("retry a finished job: %d %s", r.code, r.body)
+	}
+	for _, action := range []string{"cancel", "retry"} {
+		if r := h.do("POST", "/api/jobs/424242/"+action, ""); r.code != http.StatusNotFound {
+			t.Errorf("%s a missing job: %d %s", action, r.code, r.body)
+		}
+	}
+}
+
+func TestEventsStreamJobStateChanges(t *testing.T) {
+	h := newHarness(t)
+	s := h.events()
+	s.waitFor(t, 10*time.Second, "hello", func(ev sseEvent) bool { return ev.name == "hello" })
+	h.worker()
+	id := h.submit(noopJob("streamed", 3))
+	s.waitFor(t, 20*time.Second, fmt.Sprintf("job %d finished", id), func(ev sseEvent) bool {
+		var sc api.StateChange
+		return ev.name == "job" && json.Unmarshal([]byte(ev.data), &sc) == nil && sc.ID == id && sc.State == catalog.JobFinished
+	})
+	// Heartbeats keep idle streams (and proxies in between) alive.
+	s.waitFor(t, 5*time.Second, "a heartbeat", func(ev sseEvent) bool { return ev.name == "heartbeat" })
+}
+
+func TestMetricsHaveCatalogGaugesAndWorkerMetrics(t *testing.T) {
+	h := newHarness(t)
+	h.worker()
+	id := h.submit(noopJob("measured", 3))
+	h.Wait(id, 20*time.Second)
+	r := h.get("/metrics")
+	if r.code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", r.code)
+	}
+	for _, want := range []string{
+		`deckhand_catalog_up 1`,
+		`deckhand_jobs{state="finished"}`,
+		`deckhand_jobs{state="running"}`,
+		`deckhand_tasks{state="done"}`,
+		`deckhand_tasks{state="blocked"}`,
+		`deckhand_workers_alive 1`,
+		`deckhand_task_attempts_total{kind="noop",outcome="done"}`,
+		`deckhand_task_duration_seconds_bucket{kind="noop",outcome="done"`,
+		`deckhand_claim_duration_seconds_count`,
+		`deckhand_tasks_claimed_total`,
+	} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// The API's counts, read from job counters and partial indexes, match counting task rows.
+func TestSummaryCountsMatchTaskRows(t *testing.T) {
+	h := newHarness(t)
+	h.AddNode("n1", 1)
+	h.worker()
+	done := h.submit(noopJob("done", 4))
+	h.Wait(done, 20*time.Second)
+	failed := h.submit(sqlJob("fails", "n1", "SELECT 1", "SELECT 1/0", "SELECT 1", "SELECT 1"))
+	h.Wait(failed, 20*time.Second)
+	running := h.submit(sqlJob("runs", "n1", "SELECT pg_sleep(30)", "SELECT 1", "SELECT 2"))
+	queued := h.submit(sqlJob("queued", "n1", "SELECT 1", "SELECT 2")) // n1 runs one task at a time
+	cancelled := h.submit(sqlJob("cancelled", "n1", "SELECT 1", "SELECT 2"))
+	if _, err := h.Client.Cancel(ctx, cancelled); err != nil && !errors.Is(err, catalog.ErrJobTerminal) {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		j, err := h.Client.Catalog.Job(ctx, running)
+		return err == nil && j.State == catalog.JobRunning
+	}, "a task runs")
+	_ = queued
+	count := func(table string) map[string]int64 {
+		out := map[string]int64{}
+		rows, _ := h.Client.Catalog.Pool.Query(ctx, `SELECT state, count(*) FROM deckhand.`+table+` GROUP BY state`)
+		for rows.Next() {
+			var st string
+			var n int64
+			if err := rows.Scan(&st, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[st] = n
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+		return out
+	}
+	// Tasks move between the two reads; compare until they agree.
+	var got catalog.Stats
+	var tasks, jobs map[string]int64
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		h.mustGet("/api/summary", &got)
+		tasks, jobs = count("task"), count("job")
+		agree := true
+		for _, st := range catalog.TaskStates {
+			agree = agree && got.Tasks[st] == tasks[st]
+		}
+		for _, st := range catalog.JobStates {
+			agree = agree && got.Jobs[st] == jobs[st]
+		}
+		if agree {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("summary %v %v never matched the rows: tasks %v, jobs %v", got.Tasks, got.Jobs, tasks, jobs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if tasks[catalog.TaskBlocked] == 0 || tasks[catalog.TaskRunning] == 0 || tasks[catalog.TaskUnscheduled] == 0 || tasks[catalog.TaskDone] == 0 {
+		t.Errorf("the test should cover blocked, running, unscheduled and done tasks: %v", tasks)
+	}
+	if got.WorkersAlive != 1 || got.LeaderID == 0 {
+		t.Errorf("workers %d, leader %d", got.WorkersAlive, got.LeaderID)
+	}
+	if _, err := h.Client.Cancel(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHealthzNeedsALeader(t *testing.T) {
+	h := newHarness(t)
+	r := h.get("/healthz")
+	var hz api.Health
+	r.json(t, &hz)
+	if r.code != http.StatusServiceUnavailable || hz.Status != "no_leader" {
+		t.Fatalf("without workers: %d %s", r.code, r.body)
+	}
+	w := h.worker()
+	testenv.Eventually(t, 10*time.Second, func() bool { return h.get("/healthz").code == http.StatusOK }, "healthz is 200")
+	h.get("/healthz").json(t, &hz)
+	if hz.Status != "ok" || hz.LeaderID == nil || *hz.LeaderID != w.ID() {
+		t.Errorf("with a leader: %+v, want leader %d", hz, w.ID())
+	}
+}
+
+func TestNodesNeverShowPasswords(t *testing.T) {
+	h := newHarness(t)
+	h.AddNode("plain", 2)
+	// Written behind deckhand's back: AddNode refuses conninfo with a password.
+	h.Exec(h.DB, `INSERT INTO deckhand.node (name, dsn, node_group, last_error) VALUES
+		('kv', 'host=db1 user=app password=hunter2 dbname=x', 'g', 'connect to postgres://app:hunter3@db1/x failed'),
+		('url', 'postgresql://app:hunter4@db2:5432/x?sslpassword=hunter5', 'g', NULL)`)
+	var res struct{ Nodes []catalog.Node }
+	r := h.get("/api/nodes")
+	r.json(t, &res)
+	if len(res.Nodes) != 3 {
+		t.Fatalf("nodes: %s", r.body)
+	}
+	for _, secret := range []string{"hunter2", "hunter3", "hunter4", "hunter5"} {
+		if strings.Contains(r.body, secret) {
+			t.Errorf("GET /api/nodes shows %s: %s", secret, r.body)
+		}
+	}
+	if !strings.Contains(r.body, "REDACTED") || !strings.Contains(r.body, "dbname=x") {
+		t.Errorf("redaction should keep the rest of the conninfo: %s", r.body)
+	}
+}
+
+func TestRedactConninfo(t *testing.T) {
+	for in, want := range map[string]string{
+		"host=a password=x dbname=b":              "host=a password=REDACTED dbname=b",
+		"host=a password = 'x y' dbname=b":        "host=a password=REDACTED dbname=b",
+		"host=a PASSWORD='it\\'s' dbname=b":       "host=a PASSWORD=REDACTED dbname=b",
+		"host=a sslpassword=x":                    "host=a sslpassword=REDACTED",
+		"postgres://u:p@h/db":                     "postgres://u:REDACTED@h/db",
+		"postgres://u@h/db?password=p&sslmode=no": "postgres://u@h/db?password=REDACTED&sslmode=no",
+		"dial postgres://u:p@h/db: refused":       "dial postgres://u:REDACTED@h/db: refused",
+		"host=a dbname=b":                         "host=a dbname=b",
+	} {
+		if got := api.RedactConninfo(in); got != want {
+			t.Errorf("RedactConninfo(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestWorkersShowTheLeader(t *testing.T) {
+	h := newHarness(t)
+	w := h.worker()
+	testenv.Eventually(t, 10*time.Second, func() bool { return w.Leading() }, "the worker leads")
+	var l api.WorkerList
+	h.mustGet("/api/workers", &l)
+	if l.LeaderID == nil || *l.LeaderID != w.ID() || len(l.Workers) != 1 || !l.Workers[0].IsLeader || !l.Workers[0].Alive {
+		t.Fatalf("workers: %+v", l)
+	}
+}
+
+func TestPagesAreAddedByRegistering(t *testing.T) {
+	h := newHarness(t)
+	type thing struct {
+		Name string `json:"name"`
+		Size int64  `json:"size"`
+	}
+	err := h.srv.AddPage(api.Page{Name: "things", Title: "Things",
+		Columns: []api.Column{{Key: "name", Title: "Name"}, {Key: "size", Title: "Size", Format: "bytes"}},
+		List: func(r *http.Request) (any, error) {
+			if r.URL.Query().Get("bad") != "" {
+				return nil, &api.BadRequest{Msg: "bad: no"}
+			}
+			return []thing{{"a", 1 << 20}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta api.Meta
+	h.mustGet("/api/meta", &meta)
+	if p := meta.Pages[len(meta.Pages)-1]; p.Name != "things" || p.Columns[1].Format != "bytes" {
+		t.Fatalf("meta: %+v", meta)
+	}
+	var items struct{ Items []thing }
+	h.mustGet("/api/things", &items)
+	if len(items.Items) != 1 || items.Items[0].Size != 1<<20 {
+		t.Fatalf("items: %+v", items)
+	}
+	if r := h.get("/api/things?bad=1"); r.code != http.StatusBadRequest {
+		t.Errorf("BadRequest from List: %d", r.code)
+	}
+	for _, name := range []string{"jobs", "Bad Name", ""} {
+		if err := h.srv.AddPage(api.Page{Name: name, List: func(*http.Request) (any, error) { return nil, nil }}); err == nil {
+			t.Errorf("AddPage(%q) succeeded", name)
+		}
+	}
+	if r := h.get("/api/nonexistent"); r.code != http.StatusNotFound || !strings.Contains(r.body, "no such endpoint") {
+		t.Errorf("unknown endpoint: %d %s", r.code, r.body)
+	}
+}
+
+func TestDashboardIsServedWithAStrictPolicy(t *testing.T) {
+	h := newHarness(t)
+	r := h.get("/")
+	if r.code != http.StatusOK || !strings.Contains(r.body, `<script src="/assets/app.js"`) {
+		t.Fatalf("GET /: %d", r.code)
+	}
+	csp := r.header.Get("Content-Security-Policy")
+	if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
+		t.Errorf("CSP %q", csp)
+	}
+	for _, asset := range []string{"app.js", "app.css", "favicon.svg"} {
+		r := h.get("/assets/" + asset)
+		if r.code != http.StatusOK || r.header.Get("ETag") == "" {
+			t.Errorf("GET /assets/%s: %d etag %q", asset, r.code, r.header.Get("ETag"))
+		}
+		if r := h.do("GET", "/assets/"+asset, "", "If-None-Match", r.header.Get("ETag")); r.code != http.StatusNotModified {
+			t.Errorf("revalidating %s: %d, want 304", asset, r.code)
+		}
+	}
+}
+
+func TestExportsAndCleanupAreListed(t *testing.T) {
+	h := newHarness(t)
+	cat := h.Client.Catalog
+	exportID, jobID, err := cat.CreateExport(ctx,
+		catalog.NewExport{SourceTable: "orders", Partition: "orders_2024_q1", Group: "eu", Destination: "file:///tmp/deckhand-api-test",
+			Compression: "zstd", PartSize: 64 << 20},
+		catalog.NewJob{Description: "export orders_2024_q1", Kind: "export", Tasks: []catalog.NewTask{
+			{Name: "coordinator", Kind: "noop", Owner: "app", MaxAttempts: 1, Timeout: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opID, err := cat.BeginOperation(ctx, catalog.NewOperation{JobID: jobID, Owner: "app", Description: "export"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recID, err := cat.RegisterCleanup(ctx, opID, catalog.CleanupResource{Type: "prefix", Location: "file:///tmp/deckhand-api-test", Name: "orders_2024_q1/"}, catalog.PolicyOnFailure)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var exports struct{ Items []api.ExportItem }
+	h.mustGet("/api/exports", &exports)
+	if len(exports.Items) != 1 || exports.Items[0].ID != exportID || exports.Items[0].JobID != jobID || exports.Items[0].Partition != "orders_2024_q1" {
+		t.Fatalf("exports: %+v", exports)
+	}
+	var cleanup struct{ Items []catalog.CleanupRecord }
+	h.mustGet(fmt.Sprintf("/api/cleanup?job=%d", jobID), &cleanup)
+	if len(cleanup.Items) != 1 || cleanup.Items[0].ID != recID || cleanup.Items[0].Policy != catalog.PolicyOnFailure {
+		t.Fatalf("cleanup: %+v", cleanup)
+	}
+	for _, q := range []string{"/api/exports?limit=0", "/api/cleanup?job=x", "/api/cleanup?limit=9999"} {
+		if r := h.get(q); r.code != http.StatusBadRequest {
+			t.Errorf("GET %s: %d, want 400", q, r.code)
+		}
+	}
+	var meta api.Meta
+	h.mustGet("/api/meta", &meta)
+	if len(meta.Pages) != 2 || meta.Pages[0].Name != "exports" || meta.Pages[1].Name != "cleanup" {
+		t.Errorf("meta pages: %+v", meta.Pages)
+	}
+}

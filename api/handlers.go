@@ -1,0 +1,368 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+// MaxPageSize is the most jobs one GET /api/jobs returns.
+const MaxPageSize = 500
+
+// maxSpecBytes bounds a submitted spec; a job of thousands of tasks fits comfortably.
+const maxSpecBytes = 8 << 20
+
+// JobList is the answer to GET /api/jobs. NextBefore, when set, is the ?before= of the next
+// (older) page.
+type JobList struct {
+	Jobs       []catalog.Job `json:"jobs"`
+	NextBefore *int64        `json:"next_before"`
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := catalog.JobFilter{State: q.Get("state"), Limit: 50}
+	if f.State != "" && !slices.Contains(catalog.JobStates, f.State) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("state: unknown job state %q (want one of %s)", f.State, strings.Join(catalog.JobStates, ", ")))
+		return
+	}
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("before: want a job id, got %q", v))
+			return
+		}
+		f.BeforeID = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPageSize {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit: want 1 to %d, got %q", MaxPageSize, v))
+			return
+		}
+		f.Limit = n
+	}
+	jobs, err := s.client.Catalog.JobPage(r.Context(), f)
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	out := JobList{Jobs: jobs}
+	if out.Jobs == nil {
+		out.Jobs = []catalog.Job{}
+	}
+	if len(jobs) == f.Limit {
+		last := jobs[len(jobs)-1].ID
+		out.NextBefore = &last
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// JobDetail is the answer to GET /api/jobs/{id}. ServerTime lets a client draw running
+// attempts up to "now" without trusting its own clock.
+type JobDetail struct {
+	*engine.JobDetail
+	ServerTime time.Time `json:"server_time"`
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	d, err := s.client.Job(r.Context(), id)
+	if errors.Is(err, catalog.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d not found", id))
+		return
+	}
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	if d.Tasks == nil {
+		d.Tasks = []catalog.Task{}
+	}
+	if d.Attempts == nil {
+		d.Attempts = []catalog.Attempt{}
+	}
+	writeJSON(w, http.StatusOK, JobDetail{JobDetail: d, ServerTime: time.Now()})
+}
+
+// submitJob takes the spec `deckhand job submit` takes (JSON, or YAML) and validates it the
+// same way. The job is submitted as the catalog user of this server, so the owners it may
+// name are the roles that user is a member of on each node.
+func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
+	ct := strings.ToLower(r.Header.Get("Content-Type"))
+	// A content type a form cannot send makes a cross-site submission need a CORS preflight,
+	// which this server never grants.
+	if !strings.Contains(ct, "json") && !strings.Contains(ct, "yaml") {
+		writeError(w, http.StatusUnsupportedMediaType, "send the job spec as application/json (or application/yaml)")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSpecBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("read spec: %v", err))
+		return
+	}
+	job, err := spec.Parse(body)
+	if err == nil {
+		err = job.Validate()
+	}
+	var id int64
+	if err == nil {
+		id, err = s.client.Submit(r.Context(), job)
+	}
+	switch {
+	case err == nil:
+	case engine.IsInvalid(err), errors.Is(err, catalog.ErrNotFound):
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	default:
+		s.serverError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/api/jobs/"+strconv.FormatInt(id, 10))
+	writeJSON(w, http.StatusCreated, map[string]int64{"id": id})
+}
+
+// StateChange is the answer to cancel and retry.
+type StateChange struct {
+	ID    int64  `json:"id"`
+	State string `json:"state"`
+}
+
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	state, err := s.client.Cancel(r.Context(), id)
+	if err != nil {
+		s.controlError(w, r, id, "cancel", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, StateChange{ID: id, State: state})
+}
+
+func (s *Server) retryJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	state, err := s.client.Retry(r.Context(), id)
+	if err != nil {
+		s.controlError(w, r, id, "retry", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, StateChange{ID: id, State: state})
+}
+
+// controlError tells a refused cancel or retry (404, 409) from a failure (500). The catalog
+// refuses with the state it found; reading the job again names that state for the user.
+func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, action string, err error) {
+	if errors.Is(err, catalog.ErrNotFound) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d not found", id))
+		return
+	}
+	job, rerr := s.client.Catalog.Job(r.Context(), id)
+	switch {
+	case errors.Is(rerr, catalog.ErrNotFound):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d not found", id))
+	case rerr != nil:
+		s.serverError(w, r, err)
+	case action == "cancel" && catalog.JobTerminal(job.State):
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is already %s", id, job.State))
+	case action == "retry" && job.State != catalog.JobFailed && job.State != catalog.JobCancelled:
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is %s: only failed or cancelled jobs can be retried", id, job.State))
+	default:
+		s.serverError(w, r, err)
+	}
+}
+
+func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	v := r.PathValue("id")
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id < 1 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("want a job id, got %q", v))
+		return 0, false
+	}
+	return id, true
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	nodes, err := s.client.Catalog.Nodes(r.Context())
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	if nodes == nil {
+		nodes = []catalog.Node{}
+	}
+	for i := range nodes {
+		nodes[i].DSN = RedactConninfo(nodes[i].DSN)
+		if nodes[i].LastError != nil {
+			e := RedactConninfo(*nodes[i].LastError)
+			nodes[i].LastError = &e
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": nodes})
+}
+
+// WorkerList is the answer to GET /api/workers.
+type WorkerList struct {
+	LeaderID *int64           `json:"leader_id"`
+	Workers  []catalog.Worker `json:"workers"`
+}
+
+func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
+	all := r.URL.Query().Get("stopped") == "true" || r.URL.Query().Get("stopped") == "1"
+	workers, err := s.client.Catalog.Workers(r.Context(), all)
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	leader, err := s.client.Catalog.Leader(r.Context())
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	out := WorkerList{Workers: workers}
+	if out.Workers == nil {
+		out.Workers = []catalog.Worker{}
+	}
+	if leader != 0 {
+		out.LeaderID = &leader
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
+	st, err := s.stats.get(r.Context())
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// Meta is the answer to GET /api/meta: what the dashboard needs to draw its frame.
+type Meta struct {
+	SchemaVersion int      `json:"schema_version"`
+	Auth          bool     `json:"auth"`
+	JobStates     []string `json:"job_states"`
+	TaskStates    []string `json:"task_states"`
+	Pages         []Page   `json:"pages"`
+}
+
+func (s *Server) meta(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	pages := append([]Page{}, s.pages...)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, Meta{SchemaVersion: catalog.SchemaVersion(), Auth: s.auth.token != "",
+		JobStates: catalog.JobStates, TaskStates: catalog.TaskStates, Pages: pages})
+}
+
+// Health is the answer to GET /healthz.
+type Health struct {
+	Status   string `json:"status"` // ok, no_leader, catalog_unreachable
+	LeaderID *int64 `json:"leader_id"`
+	Error    string `json:"error,omitempty"`
+}
+
+// healthz is 200 when the catalog answers and a worker holds the leader lease: then jobs
+// make progress and dead workers' tasks are rescued. It is 503 otherwise.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	leader, err := s.client.Catalog.Leader(ctx)
+	switch {
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: RedactConninfo(oneLine(err))})
+	case leader == 0:
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "no_leader", Error: "no worker holds the leader lease"})
+	default:
+		writeJSON(w, http.StatusOK, Health{Status: "ok", LeaderID: &leader})
+	}
+}
+
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+// Page is an extra section of the API and the dashboard, such as exports or the cleanup
+// queue. AddPage serves List at GET /api/<Name> as {"items": [...]}, and the dashboard
+// lists the items in a table with Columns.
+type Page struct {
+	Name    string   `json:"name"`  // path segment: lower-case letters, digits and '-'
+	Title   string   `json:"title"` // shown in the navigation
+	Columns []Column `json:"columns"`
+	// List returns the items: a slice of objects whose JSON fields the columns name. It should
+	// read a bounded number of rows (page on r's query when needed).
+	List func(r *http.Request) (any, error) `json:"-"`
+}
+
+// Column is one column of a Page's table.
+type Column struct {
+	Key   string `json:"key"`
+	Title string `json:"title"`
+	// Format is how the dashboard shows the value: text (default), state (a coloured
+	// pill), job (a link to the job), time, duration_ms, bytes, number, or progress (Key
+	// done out of the value at Total).
+	Format string `json:"format,omitempty"`
+	Total  string `json:"total,omitempty"`
+}
+
+var pageName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// reservedPages are names the API uses itself.
+var reservedPages = []string{"jobs", "nodes", "workers", "summary", "events", "meta"}
+
+// AddPage registers GET /api/<p.Name> and adds the page to the dashboard's navigation.
+func (s *Server) AddPage(p Page) error {
+	if !pageName.MatchString(p.Name) || slices.Contains(reservedPages, p.Name) {
+		return fmt.Errorf("api: page name %q is not usable", p.Name)
+	}
+	if p.List == nil {
+		return fmt.Errorf("api: page %q has no List", p.Name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.pages {
+		if q.Name == p.Name {
+			return fmt.Errorf("api: page %q is registered twice", p.Name)
+		}
+	}
+	if p.Title == "" {
+		p.Title = p.Name
+	}
+	s.pages = append(s.pages, p)
+	list := p.List
+	s.mux.HandleFunc("GET /api/"+p.Name, func(w http.ResponseWriter, r *http.Request) {
+		items, err := list(r)
+		var bad *BadRequest
+		if errors.As(err, &bad) {
+			writeError(w, http.StatusBadRequest, bad.Msg)
+			return
+		}
+		if err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"items": items})
+	})
+	return nil
+}
+
+// BadRequest, returned by a Page's List, answers 400 with Msg.
+type BadRequest struct{ Msg string }
+
+func (e *BadRequest) Error() string { return e.Msg }

@@ -1,0 +1,123 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/deckhandhq/deckhand/catalog"
+)
+
+// The exports and the cleanup queue are pages like any other registered with AddPage;
+// New adds them because the catalog has them.
+
+func (s *Server) builtinPages() []Page {
+	return []Page{
+		{
+			Name: "exports", Title: "Exports",
+			Columns: []Column{
+				{Key: "id", Title: "ID", Format: "number"},
+				{Key: "job_id", Title: "Job", Format: "job"},
+				{Key: "partition", Title: "Partition"},
+				{Key: "group", Title: "Group"},
+				{Key: "state", Title: "State", Format: "state"},
+				{Key: "parts_done", Title: "Parts", Format: "progress", Total: "parts_total"},
+				{Key: "rows", Title: "Rows", Format: "number"},
+				{Key: "bytes", Title: "Written", Format: "bytes"},
+				{Key: "bytes_per_second", Title: "Throughput", Format: "bytes_per_s"},
+				{Key: "elapsed_ms", Title: "Elapsed", Format: "duration_ms"},
+				{Key: "destination", Title: "Destination"},
+				{Key: "created_at", Title: "Created", Format: "time"},
+				{Key: "error", Title: "Error", Format: "error"},
+			},
+			List: s.listExports,
+		},
+		{
+			Name: "cleanup", Title: "Cleanup",
+			Columns: []Column{
+				{Key: "id", Title: "ID", Format: "number"},
+				{Key: "job_id", Title: "Job", Format: "job"},
+				{Key: "resource_type", Title: "Resource"},
+				{Key: "node", Title: "Node"},
+				{Key: "name", Title: "Name"},
+				{Key: "policy", Title: "Policy"},
+				{Key: "state", Title: "State", Format: "state"},
+				{Key: "attempts", Title: "Attempts", Format: "number"},
+				{Key: "next_attempt_at", Title: "Next attempt", Format: "time"},
+				{Key: "created_at", Title: "Registered", Format: "time"},
+				{Key: "last_error", Title: "Last error", Format: "error"},
+			},
+			List: s.listCleanup,
+		},
+	}
+}
+
+// ExportItem is an export with its progress rate, as GET /api/exports lists it.
+type ExportItem struct {
+	catalog.Export
+	ElapsedMS      int64   `json:"elapsed_ms"`
+	BytesPerSecond float64 `json:"bytes_per_second"`
+}
+
+func (s *Server) listExports(r *http.Request) (any, error) {
+	limit, err := limitParam(r, 100)
+	if err != nil {
+		return nil, err
+	}
+	exports, err := s.client.Catalog.Exports(r.Context(), limit)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	items := make([]ExportItem, 0, len(exports))
+	for _, e := range exports {
+		start := e.CreatedAt
+		if e.PlannedAt != nil {
+			start = *e.PlannedAt
+		}
+		end := now
+		if e.FinishedAt != nil {
+			end = *e.FinishedAt
+		}
+		it := ExportItem{Export: e, ElapsedMS: max(0, end.Sub(start).Milliseconds())}
+		if secs := end.Sub(start).Seconds(); secs > 0 {
+			it.BytesPerSecond = float64(e.Bytes) / secs
+		}
+		items = append(items, it)
+	}
+	return items, nil
+}
+
+func (s *Server) listCleanup(r *http.Request) (any, error) {
+	limit, err := limitParam(r, 200)
+	if err != nil {
+		return nil, err
+	}
+	f := catalog.CleanupFilter{State: r.URL.Query().Get("state"), Limit: limit}
+	if v := r.URL.Query().Get("job"); v != "" {
+		if f.JobID, err = strconv.ParseInt(v, 10, 64); err != nil || f.JobID < 1 {
+			return nil, &BadRequest{Msg: fmt.Sprintf("job: want a job id, got %q", v)}
+		}
+	}
+	recs, err := s.client.Catalog.CleanupRecords(r.Context(), f)
+	if err != nil {
+		return nil, err
+	}
+	if recs == nil {
+		recs = []catalog.CleanupRecord{}
+	}
+	return recs, nil
+}
+
+func limitParam(r *http.Request, def int) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxPageSize {
+		return 0, &BadRequest{Msg: fmt.Sprintf("limit: want 1 to %d, got %q", MaxPageSize, v)}
+	}
+	return n, nil
+}

@@ -1,0 +1,400 @@
+package cleanup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/executor"
+)
+
+// Cleaner removes the resources of ended operations. As an engine.Service it runs on the
+// leader: it wakes when a job ends (LISTEN deckhand_job) or an operation finishes (LISTEN
+// deckhand_cleanup), on a timer as a fallback, and every ProbeInterval while a resource it must
+// remove is in use. RunOnce is one pass on demand (`deckhand cleanup run`); any number of
+// cleaners may run at once, as each record is locked while it is being removed.
+//
+// Zero fields take the defaults documented on them.
+type Cleaner struct {
+	Catalog *catalog.Catalog
+	Pools   *executor.Pools // removals connect to nodes as the operation's owner
+	Logger  *slog.Logger
+
+	// LockTimeout bounds how long a removal may make other sessions queue behind its lock
+	// request; default: the catalog setting cleanup_lock_timeout, else 100ms.
+	LockTimeout time.Duration
+	// Interval is the fallback between passes when no notification arrives; default 1s.
+	Interval time.Duration
+	// ProbeInterval is how often resources found in use are probed (pg_locks, active slots),
+	// so that they are removed within about this long of being released; default 100ms.
+	ProbeInterval time.Duration
+	// InUseBackoff is the first wait before retrying a resource found in use that the probe
+	// cannot see (publications, subscriptions, schemas), doubling up to 1 minute; default 1s.
+	InUseBackoff time.Duration
+	// ErrorBackoff is the first wait after a transient error, doubling up to 5 minutes; default 1s.
+	ErrorBackoff time.Duration
+	// MaxErrors is how many transient errors a record may meet before it fails and waits for an
+	// operator; default 20.
+	MaxErrors int
+	// Retention is how long removed and forgotten records are kept; default 7 days.
+	Retention time.Duration
+}
+
+// New returns a cleaner with default settings.
+func New(cat *catalog.Catalog, pools *executor.Pools) *Cleaner {
+	return &Cleaner{Catalog: cat, Pools: pools}
+}
+
+func (c *Cleaner) log() *slog.Logger {
+	if c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+func (c *Cleaner) lockTimeout(ctx context.Context) time.Duration {
+	if c.LockTimeout > 0 {
+		return c.LockTimeout
+	}
+	return executor.LockTimeout(ctx, c.Catalog)
+}
+
+// backoff is base·2^n, at most max.
+func backoff(base, max time.Duration, n int) time.Duration {
+	d := float64(base) * math.Pow(2, float64(min(n, 30)))
+	return time.Duration(min(d, float64(max)))
+}
+
+// Action is what one removal attempt did.
+type Action struct {
+	Record    int64    `json:"record"`
+	Operation int64    `json:"operation"`
+	Job       int64    `json:"job"`
+	Resource  Resource `json:"resource"`
+	Policy    string   `json:"policy"`
+	// Outcome is removed, in_use, retrying, pinned, failed or node_removed.
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
+}
+
+func (a Action) String() string {
+	s := fmt.Sprintf("%s %s %s (record %d, operation %d, job %d)", a.Outcome, a.Resource.Type, a.Resource.Display(), a.Record, a.Operation, a.Job)
+	if a.Error != "" {
+		s += ": " + a.Error
+	}
+	return s
+}
+
+// Report is what a pass did.
+type Report struct {
+	// Decided lists orphaned operations the pass ended (their job ended, their worker died).
+	Decided []catalog.EndedOperation `json:"decided"`
+	Actions []Action                 `json:"actions"`
+	// Waiting counts records still waiting because their resource is in use.
+	Waiting int `json:"waiting"`
+}
+
+// Count returns how many actions had the outcome.
+func (r *Report) Count(outcome string) int {
+	n := 0
+	for _, a := range r.Actions {
+		if a.Outcome == outcome {
+			n++
+		}
+	}
+	return n
+}
+
+// Summary is a one-line account of the pass.
+func (r *Report) Summary() string {
+	parts := []string{fmt.Sprintf("%d operation(s) decided", len(r.Decided))}
+	for _, o := range []string{catalog.CleanupRemoved, catalog.CleanupInUse, catalog.CleanupRetrying, catalog.CleanupPinned, catalog.CleanupFailed, catalog.CleanupNodeRemoved} {
+		if n := r.Count(o); n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, o))
+		}
+	}
+	if len(r.Actions) == 0 {
+		parts = append(parts, "nothing to remove")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// RunOptions tune RunOnce.
+type RunOptions struct {
+	// Wait keeps retrying resources found in use, as soon as they are free, for up to this long.
+	Wait time.Duration
+	// Now tries every due record at once, even those waiting for their next attempt.
+	Now bool
+}
+
+// RunOnce is one pass: it decides orphaned operations, marks records of removed nodes, and
+// tries every due record whose turn has come (all of them with o.Now), in dependency order.
+func (c *Cleaner) RunOnce(ctx context.Context, o RunOptions) (*Report, error) {
+	return c.passWith(ctx, 0, o)
+}
+
+func (c *Cleaner) pass(ctx context.Context, opID int64, wait time.Duration) (*Report, error) {
+	return c.passWith(ctx, opID, RunOptions{Wait: wait, Now: true})
+}
+
+func (c *Cleaner) passWith(ctx context.Context, opID int64, o RunOptions) (*Report, error) {
+	rep := &Report{Decided: []catalog.EndedOperation{}, Actions: []Action{}}
+	if opID == 0 {
+		ended, err := c.Catalog.DecideOperations(ctx)
+		if err != nil {
+			return rep, err
+		}
+		rep.Decided = append(rep.Decided, ended...)
+		for _, e := range ended {
+			c.log().Info("operation orphaned; its records are resolved by policy", "operation", e.ID, "job", e.JobID, "state", e.State, "reason", e.Reason)
+		}
+		if _, err := c.Catalog.MarkNodeRemoved(ctx); err != nil {
+			return rep, err
+		}
+	}
+	deadline := time.Now().Add(o.Wait)
+	handled := map[int64]bool{}
+	var force []int64
+	for {
+		for {
+			forced := map[int64]bool{}
+			for _, id := range force {
+				forced[id] = true
+			}
+			var skip []int64
+			for id := range handled {
+				if !forced[id] {
+					skip = append(skip, id)
+				}
+			}
+			rec, out, err := c.claim(ctx, catalog.CleanupClaim{OperationID: opID, Force: force, Skip: skip, IgnoreBackoff: o.Now})
+			if err != nil {
+				return rep, err
+			}
+			if rec == nil {
+				break
+			}
+			handled[rec.ID] = true
+			force = remove(force, rec.ID)
+			a := Action{Record: rec.ID, Operation: rec.OperationID, Job: rec.JobID, Resource: rec.Resource(),
+				Policy: rec.Policy, Outcome: out.State, Error: out.Error}
+			rep.Actions = append(rep.Actions, a)
+		}
+		waiting, err := c.Catalog.WaitingInUse(ctx, opID)
+		if err != nil {
+			return rep, err
+		}
+		rep.Waiting = len(waiting)
+		if force = c.probe(ctx, waiting); len(force) > 0 {
+			continue
+		}
+		if !time.Now().Before(deadline) {
+			return rep, nil
+		}
+		// Records this pass has not touched yet are being removed by another cleaner (they
+		// were locked): wait for them too, as the caller asked to wait.
+		ready, err := c.Catalog.ReadyCleanup(ctx, opID, o.Now)
+		if err != nil {
+			return rep, err
+		}
+		untouched := slices.DeleteFunc(ready, func(id int64) bool { return handled[id] })
+		if len(waiting) == 0 && len(untouched) == 0 {
+			return rep, nil
+		}
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-time.After(min(orDefault(c.ProbeInterval, 100*time.Millisecond), time.Until(deadline))):
+		}
+	}
+}
+
+func remove(ids []int64, id int64) []int64 {
+	out := ids[:0]
+	for _, x := range ids {
+		if x != id {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// claim takes one ready record and tries to remove it, logging what happened.
+func (c *Cleaner) claim(ctx context.Context, sel catalog.CleanupClaim) (*catalog.DueRecord, *catalog.CleanupOutcome, error) {
+	lt := c.lockTimeout(ctx)
+	rec, out, err := c.Catalog.ClaimCleanup(ctx, sel, func(ctx context.Context, rec *catalog.DueRecord) catalog.CleanupOutcome {
+		return c.removeRecord(ctx, rec, lt)
+	})
+	if rec == nil || err != nil {
+		return rec, out, err
+	}
+	args := []any{"record", rec.ID, "operation", rec.OperationID, "job", rec.JobID, "resource", rec.Type + " " + rec.Resource().Display()}
+	switch out.State {
+	case catalog.CleanupRemoved:
+		c.log().Info("removed", args...)
+	case catalog.CleanupInUse, catalog.CleanupPinned:
+		c.log().Debug("cleanup waits", append(args, "reason", out.State, "err", out.Error, "retry_in", out.Backoff)...)
+	case catalog.CleanupRetrying:
+		c.log().Warn("cleanup failed; will retry", append(args, "err", out.Error, "retry_in", out.Backoff)...)
+	default:
+		c.log().Error("cleanup gave up; see `deckhand cleanup list`", append(args, "state", out.State, "err", out.Error)...)
+	}
+	return rec, out, nil
+}
+
+// Run is the leader service: a pass whenever a job ends or an operation finishes, every
+// Interval as a fallback, and every ProbeInterval while resources wait to be free.
+func (c *Cleaner) Run(ctx context.Context) error {
+	kick := make(chan struct{}, 1)
+	go c.listen(ctx, kick)
+	interval := orDefault(c.Interval, time.Second)
+	var lastRetention time.Time
+	for {
+		next := interval
+		rep, err := c.RunOnce(ctx, RunOptions{})
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			c.log().Warn("cleanup pass failed", "err", err)
+		case rep.Waiting > 0:
+			next = orDefault(c.ProbeInterval, 100*time.Millisecond)
+		}
+		if d, err := c.Catalog.NextCleanupIn(ctx); err == nil && d >= 0 && d < next {
+			next = max(d, 10*time.Millisecond)
+		}
+		if time.Since(lastRetention) >= time.Hour {
+			c.applyRetention(ctx)
+			lastRetention = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		case <-time.After(next):
+		}
+	}
+}
+
+func (c *Cleaner) applyRetention(ctx context.Context) {
+	cutoff := time.Now().Add(-orDefault(c.Retention, 7*24*time.Hour))
+	for ctx.Err() == nil {
+		n, err := c.Catalog.DeleteEndedCleanup(ctx, cutoff, 500)
+		if err != nil {
+			c.log().Warn("cleanup retention failed", "err", err)
+			return
+		}
+		if n < 500 {
+			return
+		}
+	}
+}
+
+// listen wakes the cleaner when a job ends or an operation finishes.
+func (c *Cleaner) listen(ctx context.Context, kick chan<- struct{}) {
+	wake := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	for try := 0; ctx.Err() == nil; try++ {
+		err := c.listenOnce(ctx, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		delay := min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second)
+		c.log().Warn("cleanup listener lost; reconnecting", "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+func (c *Cleaner) listenOnce(ctx context.Context, wake func()) error {
+	conn, err := pgx.ConnectConfig(ctx, c.Catalog.Pool.Config().ConnConfig)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background()) //nolint:errcheck
+	for _, ch := range []string{catalog.ChannelJob, catalog.ChannelCleanup} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	wake() // whatever ended while we were not listening
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Channel == catalog.ChannelJob {
+			// Payload "<job id>:<state>": only an ending job can end operations.
+			_, state, _ := strings.Cut(n.Payload, ":")
+			if !catalog.JobTerminal(state) {
+				continue
+			}
+		}
+		wake()
+	}
+}
+
+// probe returns the waiting records whose resource nothing holds any more: relations that no
+// session locks, slots that no walsender uses. Other types wait for their backoff.
+func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []int64 {
+	type key struct{ dsn, owner string }
+	groups := map[key][]catalog.WaitingRecord{}
+	for _, w := range waiting {
+		switch w.Type {
+		case catalog.ResourceTable, catalog.ResourceIndex, catalog.ResourceReplicationSlot:
+			k := key{w.NodeDSN, w.Owner}
+			groups[k] = append(groups[k], w)
+		}
+	}
+	var free []int64
+	for k, recs := range groups {
+		pool, err := c.Pools.Get(ctx, k.dsn, k.owner)
+		if err != nil {
+			continue
+		}
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			continue
+		}
+		for _, w := range recs {
+			var busy bool
+			var err error
+			if w.Type == catalog.ResourceReplicationSlot {
+				err = conn.QueryRow(ctx, `SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false)`, w.Name).Scan(&busy)
+			} else {
+				busy, err = executor.RelationBusy(ctx, conn.Conn(), []string{pgx.Identifier{w.Location, w.Name}.Sanitize()})
+			}
+			if err != nil {
+				c.log().Debug("probe failed", "record", w.ID, "err", err)
+				continue
+			}
+			if !busy {
+				free = append(free, w.ID)
+			}
+		}
+		conn.Release()
+	}
+	return free
+}
+

@@ -1,0 +1,571 @@
+package cleanup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+// KindMoveTable moves a table to another node through logical replication.
+const KindMoveTable = "move_table"
+
+func init() { spec.RegisterKind(KindMoveTable, true) }
+
+// The steps of a move, in order. Each registers what it is about to create first.
+const (
+	StepCreateTable        = "create_table"        // the table (and its schema, if missing) on the target: on_failure
+	StepCreatePublication  = "create_publication"  // on the source: always
+	StepCreateSlot         = "create_slot"         // logical slot on the source, exporting a snapshot: always
+	StepCreateSubscription = "create_subscription" // on the target, disabled, on that slot: always
+	StepCopy               = "copy"                // COPY under the slot's snapshot, then enable the subscription
+	StepSwitch             = "switch"              // writes blocked, target caught up: the operation succeeds
+	StepDrop               = "drop"                // subscription, publication, slot; the source table deferred
+)
+
+// MoveSteps lists the steps of a move in order.
+var MoveSteps = []string{StepCreateTable, StepCreatePublication, StepCreateSlot, StepCreateSubscription, StepCopy, StepSwitch, StepDrop}
+
+// MovePayload is the payload of a move_table task; the task's node is the source.
+type MovePayload struct {
+	Table string `json:"table"` // "schema.table" or "table"
+	To    string `json:"to"`    // target node
+	// SourceConninfo is how the target server reaches the source for its subscription; by
+	// default the source node's conninfo. Like every conninfo it must not hold a password:
+	// the target server needs its own (pgpass of its OS user).
+	SourceConninfo string `json:"source_conninfo,omitempty"`
+	// LockTimeout bounds how long the switch makes other sessions queue behind its lock request.
+	LockTimeout spec.Duration `json:"lock_timeout,omitempty"`
+	// CatchUpTimeout bounds the wait for the target to catch up while writes are blocked; default 30s.
+	CatchUpTimeout spec.Duration `json:"catch_up_timeout,omitempty"`
+}
+
+// MoveTable runs move_table tasks: it copies a table to the target node and keeps it in sync
+// through logical replication, then — with writes to the source blocked (EXCLUSIVE lock; reads
+// go on) and the target caught up — records success: the operation's final transaction is the
+// switch. The source table is then dropped as a deferred drop, once no query uses it, and
+// the replication scaffolding is removed. The table must have a primary key; columns, NOT
+// NULL and the primary key are copied, other indexes, defaults and constraints are not.
+// Applications must write to the target after the switch: writes to the source from then on
+// are not copied. On PostgreSQL 15 and older only superusers may own subscriptions, so the
+// owner must be a superuser there; it needs REPLICATION on the source in any case.
+//
+// Every resource is registered before it is created, so whatever fails — a statement, a
+// connection, the worker process — the cleaner restores the state before the move (or, after
+// the switch, finishes it).
+type MoveTable struct {
+	Cleaner *Cleaner
+	// LeaveToCleaner skips removing resources inline after the move ends, leaving them all to
+	// the cleaner (tests use it to exercise `deckhand cleanup run`).
+	LeaveToCleaner bool
+}
+
+// ParseMovePayload reads and checks a move_table payload.
+func ParseMovePayload(raw json.RawMessage) (MovePayload, error) {
+	var p MovePayload
+	if len(raw) == 0 || string(raw) == "null" {
+		return p, errors.New(`move_table: payload is required: {"table": "schema.table", "to": "node"}`)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, fmt.Errorf("move_table: payload: %w", err)
+	}
+	if p.Table == "" || p.To == "" {
+		return p, errors.New("move_table: payload needs table and to")
+	}
+	if _, err := executor.ParseQualifiedName(p.Table); err != nil {
+		return p, fmt.Errorf("move_table: %w", err)
+	}
+	if hasPassword(p.SourceConninfo) {
+		return p, errors.New("move_table: source_conninfo must not contain a password")
+	}
+	return p, nil
+}
+
+func hasPassword(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return true // unreadable: refuse rather than store what might be a secret
+		}
+		_, has := u.User.Password()
+		return has || u.Query().Has("password")
+	}
+	for _, f := range strings.Fields(dsn) {
+		if k, _, _ := strings.Cut(f, "="); strings.TrimSpace(k) == "password" {
+			return true
+		}
+	}
+	return false
+}
+
+type tableDef struct {
+	schema, name string
+	columns      []string // column definitions
+	primaryKey   []string
+}
+
+func (d tableDef) ident() string { return pgx.Identifier{d.schema, d.name}.Sanitize() }
+
+func (d tableDef) createSQL() string {
+	cols := append([]string(nil), d.columns...)
+	pk := make([]string, len(d.primaryKey))
+	for i, c := range d.primaryKey {
+		pk[i] = pgx.Identifier{c}.Sanitize()
+	}
+	cols = append(cols, "PRIMARY KEY ("+strings.Join(pk, ", ")+")")
+	return "CREATE TABLE " + d.ident() + " (" + strings.Join(cols, ", ") + ")"
+}
+
+// nodeConn is a pooled connection to a node prepared for the task attempt.
+type nodeConn struct {
+	*pgxpool.Conn
+}
+
+func (n nodeConn) release(ctx context.Context) {
+	c := n.Conn.Conn()
+	if c.PgConn().TxStatus() == 'I' && !c.IsClosed() && ctx.Err() == nil {
+		if _, err := c.Exec(ctx, "DISCARD ALL"); err != nil {
+			c.Close(context.Background()) //nolint:errcheck
+		}
+	} else {
+		c.Close(context.Background()) //nolint:errcheck
+	}
+	n.Conn.Release()
+}
+
+func (m MoveTable) connect(ctx context.Context, t *catalog.ClaimedTask) (nodeConn, error) {
+	pool, err := m.Cleaner.Pools.Get(ctx, *t.NodeDSN, t.Owner)
+	if err != nil {
+		return nodeConn{}, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nodeConn{}, fmt.Errorf("connect to node %s as %s: %w", *t.Node, t.Owner, err)
+	}
+	nc := nodeConn{conn}
+	if err := executor.PrepareSession(ctx, conn.Conn(), t); err != nil {
+		nc.release(ctx)
+		return nodeConn{}, err
+	}
+	return nc, nil
+}
+
+// Run moves the table; see MoveTable.
+func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) {
+	c := m.Cleaner
+	if t.Node == nil || t.NodeDSN == nil {
+		return executor.Permanent(errors.New("the task's node is no longer registered"))
+	}
+	p, err := ParseMovePayload(t.Payload)
+	if err != nil {
+		return executor.Permanent(err)
+	}
+	if p.To == *t.Node {
+		return executor.Permanent(fmt.Errorf("move_table: source and target are both node %s", p.To))
+	}
+	nodes, err := c.Catalog.NodesByName(ctx, []string{p.To})
+	if err != nil {
+		return err
+	}
+	target, ok := nodes[p.To]
+	if !ok {
+		return executor.Permanent(fmt.Errorf("move_table: unknown target node %q", p.To))
+	}
+	source := *t.Node
+	sourceConninfo := p.SourceConninfo
+	if sourceConninfo == "" {
+		sourceConninfo = *t.NodeDSN
+	}
+	lockTimeout := time.Duration(p.LockTimeout)
+	if lockTimeout <= 0 {
+		lockTimeout = c.lockTimeout(ctx)
+	}
+	catchUp := time.Duration(p.CatchUpTimeout)
+	if catchUp <= 0 {
+		catchUp = 30 * time.Second
+	}
+
+	src, err := m.connect(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer src.release(ctx)
+	onTarget := *t
+	onTarget.Node, onTarget.NodeDSN = &target.Name, &target.DSN
+	dst, err := m.connect(ctx, &onTarget)
+	if err != nil {
+		return err
+	}
+	defer dst.release(ctx)
+
+	def, err := readTableDef(ctx, src.Conn.Conn(), p.Table)
+	if err != nil {
+		return err
+	}
+	if by, err := c.Catalog.PinnedBy(ctx, Table(source, def.schema, def.name)); err != nil {
+		return err
+	} else if by != "" {
+		return executor.Permanent(fmt.Errorf("move_table: table %s is pinned by %s", def.ident(), by))
+	}
+
+	op, err := c.Begin(ctx, t, fmt.Sprintf("move table %s from %s to %s", def.ident(), source, p.To))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if op.Ended() {
+			return
+		}
+		// Record the failure at once so that the cleaner need not wait to find the orphan.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if ferr := op.Fail(fctx, err); ferr != nil {
+			c.log().Warn("move_table: could not record the failure; the cleaner will find the orphan", "operation", op.ID(), "err", ferr)
+			return
+		}
+		if !m.LeaveToCleaner {
+			if _, rerr := op.RemoveDue(fctx, 0); rerr != nil {
+				c.log().Warn("move_table: removal after failure left work to the cleaner", "operation", op.ID(), "err", rerr)
+			}
+		}
+	}()
+	step := func(name string, err error) error {
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("move_table %s: %w", name, err)
+	}
+	name := fmt.Sprintf("deckhand_move_%d", op.ID())
+	srcConn, dstConn := src.Conn.Conn(), dst.Conn.Conn()
+
+	// The source table goes once the move has succeeded, and stays if it fails.
+	if _, err := op.Register(ctx, Table(source, def.schema, def.name), DeferredOnSuccess); err != nil {
+		return err
+	}
+	if err := step(StepCreateTable, m.createTable(ctx, op, dstConn, p.To, def)); err != nil {
+		return err
+	}
+	if err := step(StepCreatePublication, createIn(ctx, op, srcConn, Publication(source, name),
+		"CREATE PUBLICATION "+pgx.Identifier{name}.Sanitize()+" FOR TABLE "+def.ident())); err != nil {
+		return err
+	}
+	if _, err := op.Register(ctx, ReplicationSlot(source, name), Always); err != nil {
+		return err
+	}
+	repl, snapshot, err := createSlot(ctx, *t.NodeDSN, t, name)
+	if err != nil {
+		return step(StepCreateSlot, err)
+	}
+	defer repl.Close(context.Background()) //nolint:errcheck
+	if err := step(StepCreateSubscription, createIn(ctx, op, dstConn, Subscription(p.To, name),
+		"CREATE SUBSCRIPTION "+pgx.Identifier{name}.Sanitize()+" CONNECTION "+literal(sourceConninfo)+
+			" PUBLICATION "+pgx.Identifier{name}.Sanitize()+
+			" WITH (create_slot = false, slot_name = "+literal(name)+", copy_data = false, enabled = false)")); err != nil {
+		return err
+	}
+	if err := step(StepCopy, copyTable(ctx, srcConn, dstConn, snapshot, def)); err != nil {
+		return err
+	}
+	repl.Close(ctx) //nolint:errcheck // the snapshot is no longer needed
+	if _, err := dstConn.Exec(ctx, "ALTER SUBSCRIPTION "+pgx.Identifier{name}.Sanitize()+" ENABLE"); err != nil {
+		return step(StepCopy, err)
+	}
+	if err := step(StepSwitch, m.switchOver(ctx, op, srcConn, dstConn, def, name, lockTimeout, catchUp)); err != nil {
+		return err
+	}
+	if !m.LeaveToCleaner {
+		rep, err := op.RemoveDue(ctx, 5*time.Second)
+		if err != nil {
+			c.log().Warn("move_table: removal left work to the cleaner", "operation", op.ID(), "err", err)
+		} else if left := len(rep.Actions) - rep.Count(catalog.CleanupRemoved); left > 0 {
+			c.log().Info("move_table: the cleaner will finish removing", "operation", op.ID(), "left", left)
+		}
+	}
+	return nil
+}
+
+// createIn registers r, then runs stmt (which creates it) on conn.
+func createIn(ctx context.Context, op *Operation, conn *pgx.Conn, r Resource, stmt string) error {
+	id, err := op.Register(ctx, r, Always)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, stmt); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42710" { // duplicate object: not ours
+			if ferr := op.Forget(ctx, id); ferr != nil {
+				return errors.Join(err, ferr)
+			}
+			return executor.Permanent(err)
+		}
+		return err
+	}
+	return nil
+}
+
+// createTable creates the table, and its schema if missing, on the target. Both are checked
+// to be free first: a record naming something that was already there would remove it.
+func (m MoveTable) createTable(ctx context.Context, op *Operation, conn *pgx.Conn, node string, def tableDef) error {
+	var schemaExists, tableExists bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1), to_regclass($2) IS NOT NULL`,
+		def.schema, def.ident()).Scan(&schemaExists, &tableExists)
+	if err != nil {
+		return err
+	}
+	if tableExists {
+		return executor.Permanent(fmt.Errorf("table %s already exists on node %s", def.ident(), node))
+	}
+	if !schemaExists {
+		id, err := op.Register(ctx, Schema(node, def.schema), OnFailure)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{def.schema}.Sanitize()); err != nil {
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "42P06" {
+				return err
+			}
+			// Someone else created it meanwhile: it is theirs.
+			if err := op.Forget(ctx, id); err != nil {
+				return err
+			}
+		}
+	}
+	id, err := op.Register(ctx, Table(node, def.schema, def.name), OnFailure)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, def.createSQL()); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P07" {
+			if ferr := op.Forget(ctx, id); ferr != nil {
+				return errors.Join(err, ferr)
+			}
+			return executor.Permanent(err)
+		}
+		return err
+	}
+	return nil
+}
+
+// readTableDef reads what the target table needs from the source.
+func readTableDef(ctx context.Context, conn *pgx.Conn, table string) (tableDef, error) {
+	id, err := executor.ParseQualifiedName(table)
+	if err != nil {
+		return tableDef{}, executor.Permanent(err)
+	}
+	var d tableDef
+	var oid uint32
+	var kind string
+	err = conn.QueryRow(ctx, `
+		SELECT c.oid, n.nspname, c.relname, c.relkind::text
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
+		id.Sanitize()).Scan(&oid, &d.schema, &d.name, &kind)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, executor.Permanent(fmt.Errorf("table %s does not exist", id.Sanitize()))
+	}
+	if err != nil {
+		return d, err
+	}
+	if kind != "r" {
+		return d, executor.Permanent(fmt.Errorf("%s is not a plain table (relkind %s)", id.Sanitize(), kind))
+	}
+	rows, _ := conn.Query(ctx, `
+		SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated <> ''
+		FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
+	var colName, colType string
+	var notNull, generated bool
+	_, err = pgx.ForEachRow(rows, []any{&colName, &colType, &notNull, &generated}, func() error {
+		if generated {
+			return executor.Permanent(fmt.Errorf("table %s has a generated column (%s), which move_table does not support", d.ident(), colName))
+		}
+		col := pgx.Identifier{colName}.Sanitize() + " " + colType
+		if notNull {
+			col += " NOT NULL"
+		}
+		d.columns = append(d.columns, col)
+		return nil
+	})
+	if err != nil {
+		return d, err
+	}
+	err = conn.QueryRow(ctx, `
+		SELECT coalesce(array_agg(a.attname ORDER BY k.ord), '{}')
+		FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		WHERE i.indrelid = $1 AND i.indisprimary`, oid).Scan(&d.primaryKey)
+	if err != nil {
+		return d, err
+	}
+	if len(d.primaryKey) == 0 {
+		return d, executor.Permanent(fmt.Errorf("table %s has no primary key, which logical replication needs", d.ident()))
+	}
+	return d, nil
+}
+
+// createSlot creates the logical slot on a replication connection that exports a snapshot:
+// the copy reads exactly the rows the slot's changes start after. The connection must stay
+// open and idle until the copy has started.
+func createSlot(ctx context.Context, dsn string, t *catalog.ClaimedTask, name string) (*pgconn.PgConn, string, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, "", executor.Permanent(fmt.Errorf("node conninfo: %w", err))
+	}
+	cfg.User = t.Owner
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = executor.ApplicationName(t.ID, t.Token)
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("replication connection to node %s as %s: %w", *t.Node, t.Owner, err)
+	}
+	res, err := conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+pgx.Identifier{name}.Sanitize()+" LOGICAL pgoutput EXPORT_SNAPSHOT").ReadAll()
+	if err == nil && (len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 3) {
+		err = errors.New("unexpected reply to CREATE_REPLICATION_SLOT")
+	}
+	if err != nil {
+		conn.Close(context.Background()) //nolint:errcheck
+		return nil, "", err
+	}
+	return conn, string(res[0].Rows[0][2]), nil
+}
+
+// copyTable copies the source rows visible in the slot's snapshot into the target table, in
+// one transaction on each side.
+func copyTable(ctx context.Context, src, dst *pgx.Conn, snapshot string, def tableDef) error {
+	srcTx, err := src.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer srcTx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	if _, err := srcTx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+literal(snapshot)); err != nil {
+		return err
+	}
+	dstTx, err := dst.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer dstTx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	pr, pw := io.Pipe()
+	copied := make(chan error, 1)
+	go func() {
+		_, err := src.PgConn().CopyTo(ctx, pw, "COPY "+def.ident()+" TO STDOUT (FORMAT binary)")
+		pw.CloseWithError(err)
+		copied <- err
+	}()
+	_, err = dst.PgConn().CopyFrom(ctx, pr, "COPY "+def.ident()+" FROM STDIN (FORMAT binary)")
+	pr.CloseWithError(errors.New("copy into the target ended"))
+	if srcErr := <-copied; srcErr != nil && err == nil {
+		err = srcErr
+	}
+	if err != nil {
+		return err
+	}
+	return dstTx.Commit(ctx)
+}
+
+// switchOver blocks writes to the source, waits until the target has applied everything, and
+// ends the operation successfully — the switch — before letting writers go.
+func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.Conn, def tableDef, sub string, lockTimeout, catchUp time.Duration) error {
+	// Catch up without blocking anyone first, so that the wait under the lock is short.
+	if err := waitCaughtUp(ctx, src, dst, sub, 5*time.Minute); err != nil {
+		return err
+	}
+	var tx pgx.Tx
+	backoff := time.Second
+	for {
+		var err error
+		tx, err = src.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1)))
+		if err == nil {
+			_, err = tx.Exec(ctx, "LOCK TABLE "+def.ident()+" IN EXCLUSIVE MODE")
+		}
+		if err == nil {
+			break
+		}
+		tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+		if !executor.InUse(err) {
+			return err
+		}
+		err = executor.WaitFree(ctx, 50*time.Millisecond, backoff, func(ctx context.Context) (bool, error) {
+			return executor.RelationBusy(ctx, src, []string{def.ident()})
+		})
+		if err != nil {
+			return err
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	if err := waitCaughtUpTx(ctx, tx, dst, sub, catchUp); err != nil {
+		return err
+	}
+	if err := op.Succeed(ctx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// The move has succeeded; this only ends the write block a moment later.
+		m.Cleaner.log().Warn("move_table: releasing the source lock failed", "operation", op.ID(), "err", err)
+	}
+	return nil
+}
+
+func waitCaughtUp(ctx context.Context, src, dst *pgx.Conn, sub string, timeout time.Duration) error {
+	var lsn string
+	if err := src.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		return err
+	}
+	return waitLSN(ctx, dst, sub, lsn, timeout)
+}
+
+func waitCaughtUpTx(ctx context.Context, tx pgx.Tx, dst *pgx.Conn, sub string, timeout time.Duration) error {
+	var lsn string
+	if err := tx.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		return err
+	}
+	return waitLSN(ctx, dst, sub, lsn, timeout)
+}
+
+// waitLSN waits until the subscription has received everything up to lsn: the walsender
+// reports its position once it has sent all before it, and the apply worker applies in order.
+func waitLSN(ctx context.Context, dst *pgx.Conn, sub, lsn string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var done bool
+		err := dst.QueryRow(ctx, `
+			SELECT coalesce((SELECT latest_end_lsn >= $2::pg_lsn FROM pg_stat_subscription
+			                 WHERE subname = $1 AND relid IS NULL), false)`, sub, lsn).Scan(&done)
+		if err != nil || done {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the target did not catch up with the source (WAL %s) within %s", lsn, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// literal quotes a string as an escape-string literal, whatever standard_conforming_strings says.
+func literal(s string) string {
+	s = strings.ReplaceAll(s, "\x00", "")
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}

@@ -1,0 +1,313 @@
+package cleanup_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+// moveEnv is a catalog with a source and a target node on the logical cluster (two databases,
+// reached by workers through the fault proxy) and a table with rows on the source.
+type moveEnv struct {
+	*env
+	src, dst string // databases
+}
+
+const movedTable = "app.orders"
+
+func newMoveEnv(t *testing.T) *moveEnv {
+	t.Helper()
+	e := &moveEnv{env: newEnv(t, logicalCluster(t))}
+	e.src = e.node("src")
+	e.dst = e.node("dst")
+	e.exec(e.src, `CREATE SCHEMA app;
+		CREATE TABLE app.orders (id bigint PRIMARY KEY, customer text NOT NULL, total numeric(10,2), note text);
+		INSERT INTO app.orders SELECT g, 'c' || g % 17, g * 1.5, repeat('x', g % 50) FROM generate_series(1, 2000) g`)
+	return e
+}
+
+func (e *moveEnv) moveJob() *spec.Job {
+	return &spec.Job{Description: "move orders", Tasks: []spec.Task{{
+		Name: "move", Kind: cleanup.KindMoveTable, Node: "src", MaxAttempts: 1, Timeout: spec.Duration(time.Minute),
+		Payload: payload(e.t, cleanup.MovePayload{Table: movedTable, To: "dst",
+			// The target server reaches the source directly: the proxy is the workers'.
+			SourceConninfo: e.cluster.DSN(e.src, pgtest.Superuser)}),
+	}}}
+}
+
+func (e *moveEnv) snapshots() (src, dst []string) {
+	return e.snapshot(e.src, movedTable), e.snapshot(e.dst, movedTable)
+}
+
+// moved is the state a successful move leaves: the source without the table, the target with
+// the schema and the table holding the source's rows.
+func (e *moveEnv) moved(preSrc []string) (src, dst []string) {
+	for _, s := range preSrc {
+		if strings.Contains(s, "app.orders") {
+			dst = append(dst, s)
+		} else {
+			src = append(src, s)
+			dst = append(dst, s)
+		}
+	}
+	return src, dst
+}
+
+// checkState compares the nodes with what they should hold, and the job's records with their
+// policies: a record is removed if its policy removes it for that outcome, else forgotten.
+func (e *moveEnv) checkState(jobID int64, wantSrc, wantDst []string, succeeded bool) {
+	e.t.Helper()
+	src, dst := e.snapshots()
+	if d := diff(wantSrc, src); d != "" {
+		e.t.Errorf("source node differs from the expected state:\n%s", d)
+	}
+	if d := diff(wantDst, dst); d != "" {
+		e.t.Errorf("target node differs from the expected state:\n%s", d)
+	}
+	recs := e.records(jobID)
+	if len(recs) == 0 {
+		e.t.Errorf("job %d registered no cleanup record", jobID)
+	}
+	for _, r := range recs {
+		want := catalog.CleanupRemoved
+		if (succeeded && r.Policy == catalog.PolicyOnFailure) || (!succeeded && r.Policy == catalog.PolicyDeferredOnSuccess) {
+			want = catalog.CleanupForgotten
+		}
+		if r.State != want {
+			e.t.Errorf("record %d (%s %s, %s) is %s, want %s (last error: %s)", r.ID, r.Type, r.Resource().Display(), r.Policy, r.State, want, deref(r.LastError))
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// cleanupRun runs `deckhand cleanup run` and checks it succeeded.
+func (e *moveEnv) cleanupRun() string {
+	e.t.Helper()
+	code, out, errOut := e.deckhand("cleanup", "run", "--wait", "20s")
+	if code != 0 {
+		e.t.Fatalf("deckhand cleanup run: exit %d\n%s%s", code, out, errOut)
+	}
+	return out
+}
+
+// A move with nothing failing, while a writer keeps inserting: every row committed before the
+// switch is on the target, the source table and all the scaffolding are gone, and the records
+// say so.
+func TestMoveTable(t *testing.T) {
+	t.Parallel()
+	e := newMoveEnv(t)
+	preSrc, _ := e.snapshots()
+	e.worker(executor.Registry{cleanup.KindMoveTable: cleanup.MoveTable{Cleaner: e.cleaner()}})
+
+	type write struct {
+		id    int64
+		acked time.Time
+	}
+	var (
+		mu     sync.Mutex
+		writes []write
+		stop   = make(chan struct{})
+		done   = make(chan struct{})
+	)
+	writer := e.conn(e.src, pgtest.Superuser)
+	go func() {
+		defer close(done)
+		for id := int64(1_000_000); ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := writer.Exec(ctx, `INSERT INTO app.orders VALUES ($1, 'writer', 1, '')`, id)
+			if err != nil {
+				return // the table is gone
+			}
+			mu.Lock()
+			writes = append(writes, write{id, time.Now()})
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+
+	id := e.submit(e.moveJob())
+	job := e.Wait(id, time.Minute)
+	close(stop)
+	<-done
+	if job.State != catalog.JobFinished {
+		d, _ := e.Client.Job(ctx, id)
+		t.Fatalf("job %s: %v", job.State, d.Tasks[0].LastError)
+	}
+	recs := e.records(id)
+	op, err := e.Client.Catalog.OperationByID(ctx, recs[0].OperationID)
+	if err != nil || op.State != catalog.OperationSucceeded || op.EndedAt == nil {
+		t.Fatalf("operation %+v, %v", op, err)
+	}
+	// Writes acknowledged before the switch committed must all have reached the target.
+	dst := e.conn(e.dst, pgtest.Superuser)
+	var before []int64
+	mu.Lock()
+	for _, w := range writes {
+		if w.acked.Before(*op.EndedAt) {
+			before = append(before, w.id)
+		}
+	}
+	mu.Unlock()
+	var found int
+	if err := dst.QueryRow(ctx, `SELECT count(*) FROM app.orders WHERE id = ANY($1)`, before).Scan(&found); err != nil {
+		t.Fatal(err)
+	}
+	if len(before) == 0 || found != len(before) {
+		t.Errorf("%d writes acknowledged before the switch, %d of them on the target", len(before), found)
+	}
+	var original int
+	if err := dst.QueryRow(ctx, `SELECT count(*) FROM app.orders WHERE id <= 2000`).Scan(&original); err != nil || original != 2000 {
+		t.Errorf("target has %d of the 2000 original rows (%v)", original, err)
+	}
+
+	// The inline removal may leave the slot a moment (its walsender lingers); the run finishes.
+	e.cleanupRun()
+	wantSrc, wantDst := e.moved(preSrc)
+	src, dstSnap := e.snapshots()
+	if d := diff(wantSrc, src); d != "" {
+		t.Errorf("source after the move:\n%s", d)
+	}
+	// The target's rows include the writer's; compare its objects only.
+	dstObjects := filter(dstSnap, func(s string) bool { return !strings.HasPrefix(s, "rows of") })
+	if d := diff(filter(wantDst, func(s string) bool { return !strings.HasPrefix(s, "rows of") }), dstObjects); d != "" {
+		t.Errorf("target after the move:\n%s", d)
+	}
+	for _, r := range e.records(id) {
+		want := catalog.CleanupRemoved
+		if r.Policy == catalog.PolicyOnFailure {
+			want = catalog.CleanupForgotten
+		}
+		if r.State != want {
+			t.Errorf("record %d (%s %s, %s) is %s, want %s", r.ID, r.Type, r.Resource().Display(), r.Policy, r.State, want)
+		}
+	}
+}
+
+func filter(in []string, keep func(string) bool) []string {
+	var out []string
+	for _, s := range in {
+		if keep(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// stepStatement matches, for each step of a move, the statement a worker sends to do it.
+var stepStatement = map[string]*regexp.Regexp{
+	cleanup.StepCreateTable:        regexp.MustCompile(`^CREATE TABLE`),
+	cleanup.StepCreatePublication:  regexp.MustCompile(`^CREATE PUBLICATION`),
+	cleanup.StepCreateSlot:         regexp.MustCompile(`^CREATE_REPLICATION_SLOT`),
+	cleanup.StepCreateSubscription: regexp.MustCompile(`^CREATE SUBSCRIPTION`),
+	cleanup.StepCopy:               regexp.MustCompile(`^COPY .* FROM STDIN`),
+	cleanup.StepSwitch:             regexp.MustCompile(`^LOCK TABLE`),
+	cleanup.StepDrop:               regexp.MustCompile(`^ALTER SUBSCRIPTION .* DISABLE`),
+}
+
+// For a failure injected at each step of a move — the step's statement fails, or its
+// connection drops — `deckhand cleanup run` leaves exactly the state before the move on both
+// nodes (after the switch: exactly the moved state), and every record is removed or, where
+// its policy keeps the resource, forgotten. Until the drop step, the worker removes nothing
+// itself, so that the command does all the work.
+func TestMoveFailsAtEachStep(t *testing.T) {
+	t.Parallel()
+	for _, step := range cleanup.MoveSteps {
+		for _, action := range []pgtest.Action{pgtest.ActionError, pgtest.ActionDrop} {
+			t.Run(step+"/"+action.String(), func(t *testing.T) {
+				t.Parallel()
+				e := newMoveEnv(t)
+				preSrc, preDst := e.snapshots()
+				e.proxy.AddRule(pgtest.Rule{Name: step, Match: stepStatement[step], Action: action, Times: 1,
+					Code: "58000", Message: "injected at " + step})
+				e.worker(executor.Registry{cleanup.KindMoveTable: cleanup.MoveTable{Cleaner: e.cleaner(),
+					LeaveToCleaner: step != cleanup.StepDrop}})
+				id := e.submit(e.moveJob())
+				job := e.Wait(id, time.Minute)
+				if e.proxy.Hits(step) != 1 {
+					t.Fatalf("the fault at %s fired %d times", step, e.proxy.Hits(step))
+				}
+				succeeded := step == cleanup.StepDrop
+				if wantState := map[bool]string{true: catalog.JobFinished, false: catalog.JobFailed}[succeeded]; job.State != wantState {
+					d, _ := e.Client.Job(ctx, id)
+					t.Fatalf("job %s, want %s: %v", job.State, wantState, d.Tasks[0].LastError)
+				}
+				out := e.cleanupRun()
+				t.Logf("cleanup run:\n%s", out)
+				wantSrc, wantDst := preSrc, preDst
+				if succeeded {
+					wantSrc, wantDst = e.moved(preSrc)
+				}
+				e.checkState(id, wantSrc, wantDst, succeeded)
+			})
+		}
+	}
+}
+
+// kill -9 of the worker process at each step of a move (its statement held by the proxy
+// until the process is dead): once its lease has expired, `deckhand cleanup run` leaves exactly
+// the state before the move (after the switch: the moved state), with no leader running.
+func TestMoveKilledAtEachStep(t *testing.T) {
+	t.Parallel()
+	for _, step := range cleanup.MoveSteps {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			e := newMoveEnv(t)
+			preSrc, preDst := e.snapshots()
+			remove := e.proxy.AddRule(pgtest.Rule{Name: step, Match: stepStatement[step], Action: pgtest.ActionStall})
+			victim := e.Serve("--lease", "1s", "--maintenance-interval", "100ms")
+			id := e.submit(e.moveJob())
+			testenv.Eventually(t, time.Minute, func() bool { return e.proxy.Hits(step) > 0 }, "the worker reaches "+step)
+			if err := victim.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = victim.Cmd.Wait()
+			// The held statement dies with its connection, as it would with the process.
+			e.proxy.DropAll()
+			remove()
+			testenv.Eventually(t, 10*time.Second, func() bool {
+				ws, err := e.Client.Catalog.Workers(ctx, true)
+				return err == nil && len(ws) == 1 && !ws[0].Alive
+			}, "the killed worker's lease expires")
+			out := e.cleanupRun()
+			t.Logf("cleanup run:\n%s", out)
+			succeeded := step == cleanup.StepDrop
+			wantSrc, wantDst := preSrc, preDst
+			if succeeded {
+				wantSrc, wantDst = e.moved(preSrc)
+			}
+			e.checkState(id, wantSrc, wantDst, succeeded)
+			job, err := e.Client.Catalog.Job(ctx, id)
+			if err != nil || catalog.JobTerminal(job.State) {
+				t.Errorf("job %d is %s (%v): nothing should have ended it but the cleanup run", id, job.State, err)
+			}
+		})
+	}
+}
+
+var _ = json.Marshal
+var _ = fmt.Sprint
+var _ = pgx.Identifier{}

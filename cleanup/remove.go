@@ -1,0 +1,209 @@
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file:// buckets
+	_ "gocloud.dev/blob/s3blob"   // s3:// buckets, any S3-compatible server
+	"gocloud.dev/gcerrors"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/executor"
+)
+
+// errSlotActive reports a replication slot that a walsender is using: it is skipped, like a
+// table some query holds, and retried once it is free.
+var errSlotActive = errors.New("replication slot is active")
+
+// removeRecord tries once to remove a record's resource and says what became of the record.
+func (c *Cleaner) removeRecord(ctx context.Context, rec *catalog.DueRecord, lockTimeout time.Duration) catalog.CleanupOutcome {
+	if rec.PinnedBy != nil {
+		// Unpinning wakes the record at once; this is only the fallback.
+		return catalog.CleanupOutcome{State: catalog.CleanupPinned, Error: "pinned by " + *rec.PinnedBy, Backoff: time.Minute}
+	}
+	if rec.Node != nil && rec.NodeDSN == nil {
+		return catalog.CleanupOutcome{State: catalog.CleanupNodeRemoved,
+			Error: fmt.Sprintf("node %s is no longer registered: re-add it and run `deckhand cleanup retry %d`, or `deckhand cleanup forget %d`", *rec.Node, rec.ID, rec.ID)}
+	}
+	err := c.removeResource(ctx, rec, lockTimeout)
+	if err == nil {
+		return catalog.CleanupOutcome{State: catalog.CleanupRemoved}
+	}
+	msg := executor.Describe(err).String()
+	var pgErr *pgconn.PgError
+	switch {
+	case executor.InUse(err) || errors.Is(err, errSlotActive):
+		return catalog.CleanupOutcome{State: catalog.CleanupInUse, Error: msg,
+			Backoff: backoff(orDefault(c.InUseBackoff, time.Second), time.Minute, rec.Attempts)}
+	case errors.As(err, &pgErr) && pgErr.Code == "2BP01",
+		executor.Retryable(err):
+		// 2BP01: something still depends on it (a schema whose tables another operation has
+		// yet to drop): worth retrying, but not for ever.
+		maxErrors := c.MaxErrors
+		if maxErrors <= 0 {
+			maxErrors = 20
+		}
+		if rec.Errors+1 >= maxErrors {
+			return catalog.CleanupOutcome{State: catalog.CleanupFailed,
+				Error: fmt.Sprintf("gave up after %d errors: %s", rec.Errors+1, msg)}
+		}
+		return catalog.CleanupOutcome{State: catalog.CleanupRetrying, Error: msg,
+			Backoff: backoff(orDefault(c.ErrorBackoff, time.Second), 5*time.Minute, rec.Errors)}
+	default:
+		return catalog.CleanupOutcome{State: catalog.CleanupFailed, Error: msg}
+	}
+}
+
+// removeResource removes one resource; a resource that is already gone counts as removed.
+func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lockTimeout time.Duration) error {
+	switch rec.Type {
+	case catalog.ResourceObject, catalog.ResourcePrefix:
+		return removeBlob(ctx, rec.Type, rec.Location, rec.Name)
+	}
+	pool, err := c.Pools.Get(ctx, *rec.NodeDSN, rec.Owner)
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to node %s as %s: %w", *rec.Node, rec.Owner, err)
+	}
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' || ctx.Err() != nil {
+			conn.Conn().Close(context.Background()) //nolint:errcheck
+		}
+		conn.Release()
+	}()
+	return RemoveOnNode(ctx, conn.Conn(), rec.Resource(), lockTimeout)
+}
+
+// RemoveOnNode removes a node resource through conn, which must be connected to the node as a
+// role allowed to drop it. Each statement runs in its own transaction under lockTimeout.
+// A resource that does not exist counts as removed; one in use returns an error for which
+// executor.InUse (or, for an active slot, the cleaner) reports true.
+func RemoveOnNode(ctx context.Context, conn *pgx.Conn, r Resource, lockTimeout time.Duration) error {
+	switch r.Type {
+	case catalog.ResourceTable:
+		return executor.DropInTx(ctx, conn, "DROP TABLE IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize(), lockTimeout)
+	case catalog.ResourceIndex:
+		return executor.DropInTx(ctx, conn, "DROP INDEX IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize(), lockTimeout)
+	case catalog.ResourceSchema:
+		return executor.DropInTx(ctx, conn, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
+	case catalog.ResourcePublication:
+		return executor.DropInTx(ctx, conn, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
+	case catalog.ResourceSubscription:
+		return dropSubscription(ctx, conn, r.Name, lockTimeout)
+	case catalog.ResourceReplicationSlot:
+		return dropSlot(ctx, conn, r.Name)
+	}
+	return executor.Permanent(fmt.Errorf("cannot remove a %s on a node", r.Type))
+}
+
+// dropSubscription disables the subscription, detaches it from its slot and drops it. Once
+// detached, dropping it never contacts the publisher, which may be gone; the slot on the
+// publisher is a record of its own.
+func dropSubscription(ctx context.Context, conn *pgx.Conn, name string, lockTimeout time.Duration) error {
+	var enabled bool
+	var slot *string
+	err := conn.QueryRow(ctx, `
+		SELECT subenabled, subslotname::text FROM pg_subscription
+		WHERE subdbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND subname = $1`, name).Scan(&enabled, &slot)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	id := pgx.Identifier{name}.Sanitize()
+	var steps []string
+	if enabled {
+		steps = append(steps, "ALTER SUBSCRIPTION "+id+" DISABLE")
+	}
+	if slot != nil {
+		steps = append(steps, "ALTER SUBSCRIPTION "+id+" SET (slot_name = NONE)")
+	}
+	steps = append(steps, "DROP SUBSCRIPTION IF EXISTS "+id)
+	for _, stmt := range steps {
+		err := executor.DropInTx(ctx, conn, stmt, lockTimeout)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42704" { // dropped meanwhile
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropSlot drops a replication slot unless a walsender is using it.
+func dropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
+	var active bool
+	var pid *int32
+	err := conn.QueryRow(ctx, `SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&active, &pid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if active {
+		if pid != nil {
+			return fmt.Errorf("%w (by process %d)", errSlotActive, *pid)
+		}
+		return errSlotActive
+	}
+	_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42704" {
+		return nil
+	}
+	return err
+}
+
+// removeBlob deletes one object, or every object under a prefix.
+func removeBlob(ctx context.Context, typ, bucketURL, name string) error {
+	b, err := blob.OpenBucket(ctx, bucketURL)
+	if err != nil {
+		return blobError(fmt.Errorf("open bucket %s: %w", bucketURL, err))
+	}
+	defer b.Close()
+	if typ == catalog.ResourceObject {
+		if err := b.Delete(ctx, name); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return blobError(err)
+		}
+		return nil
+	}
+	it := b.List(&blob.ListOptions{Prefix: name})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return blobError(err)
+		}
+		if obj.IsDir {
+			continue
+		}
+		if err := b.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return blobError(err)
+		}
+	}
+}
+
+// blobError makes refusals that retrying cannot fix permanent.
+func blobError(err error) error {
+	switch gcerrors.Code(err) {
+	case gcerrors.PermissionDenied, gcerrors.InvalidArgument, gcerrors.Unimplemented:
+		return executor.Permanent(err)
+	}
+	return err
+}

@@ -1,0 +1,328 @@
+package cli
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/executor"
+)
+
+func (a *app) cleanupCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "cleanup", Short: "List and run the cleanup of resources left by operations"}
+	cmd.AddCommand(a.cleanupList(), a.cleanupRun(), a.cleanupRetry(), a.cleanupForget(),
+		a.cleanupPin(), a.cleanupUnpin(), a.cleanupPins())
+	return cmd
+}
+
+// cleanupStates are the states `cleanup list --state` accepts: those deckhand.cleanup_records shows.
+var cleanupStates = []string{catalog.CleanupPending, catalog.CleanupDue, catalog.CleanupInUse, catalog.CleanupRetrying,
+	catalog.CleanupPinned, catalog.CleanupRemoved, catalog.CleanupForgotten, catalog.CleanupFailed, catalog.CleanupNodeRemoved}
+
+func (a *app) cleanupList() *cobra.Command {
+	var f catalog.CleanupFilter
+	cmd := &cobra.Command{
+		Use:   "list [--state S] [--job ID]",
+		Short: "List cleanup records, newest first",
+		Long: `List cleanup records, newest first. States:
+  pending       its operation still runs; nothing touches it
+  due           its operation ended and its policy says remove; the cleaner is on it
+  in_use        a query or a walsender holds it; removed as soon as it is free
+  retrying      the last attempt met a transient error; retried after a backoff
+  pinned        a pin keeps it; removed once unpinned
+  removed       gone (or was already gone)
+  forgotten     kept by its policy (or by an operator); never removed
+  failed        a permanent error, or too many transient ones: fix the cause, then
+                'deckhand cleanup retry ID', or 'deckhand cleanup forget ID'
+  node_removed  its node is no longer registered: re-add the node and retry, or forget it`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.State != "" && !slices.Contains(cleanupStates, f.State) {
+				return Usage("--state: unknown cleanup state %q (want one of %s)", f.State, strings.Join(cleanupStates, ", "))
+			}
+			if f.Limit < 1 {
+				return Usage("--limit must be at least 1, got %d", f.Limit)
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			recs, err := c.Catalog.CleanupRecords(cmd.Context(), f)
+			if err != nil {
+				return classify(err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, recs)
+			}
+			rows := make([][]string, 0, len(recs))
+			for _, r := range recs {
+				rows = append(rows, []string{strconv.FormatInt(r.ID, 10), strconv.FormatInt(r.JobID, 10),
+					strconv.FormatInt(r.OperationID, 10), r.Type, resourceText(r.Resource()), r.Policy, r.State,
+					strconv.Itoa(r.Attempts), deref(r.LastError)})
+			}
+			return PrintTable(a.stdout, []string{"id", "job", "operation", "type", "resource", "policy", "state", "attempts", "last_error"}, rows)
+		},
+	}
+	cmd.Flags().StringVar(&f.State, "state", "", "only records in this state")
+	cmd.Flags().Int64Var(&f.JobID, "job", 0, "only records of this job")
+	cmd.Flags().IntVar(&f.Limit, "limit", 500, "most records to list")
+	return cmd
+}
+
+// resourceText shows where a resource is: node:schema.name, or the bucket and key.
+func resourceText(r catalog.CleanupResource) string {
+	r2 := r
+	r2.Node = ""
+	if r.Node == "" {
+		return r2.Display()
+	}
+	return r.Node + ":" + r2.Display()
+}
+
+func (a *app) cleanupRun() *cobra.Command {
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "run [--wait D]",
+		Short: "Run one cleaner pass now, in this process, and print what it did",
+		Long: `Run one cleaner pass now, in this process (no worker or leader needed): decide operations
+whose job ended or whose worker died, then try every due record at once, in dependency order,
+as the owner of the operation that registered it. Resources found in use are retried as soon as
+they are free, for up to --wait. Exits 1 if a record failed for good during the pass.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if wait < 0 {
+				return Usage("--wait must not be negative, got %s", wait)
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			pools := executor.NewPools(4)
+			defer pools.Close()
+			cl := cleanup.New(c.Catalog, pools)
+			rep, err := cl.RunOnce(cmd.Context(), cleanup.RunOptions{Wait: wait, Now: true})
+			if err != nil {
+				return Failed("cleanup run: %w", err)
+			}
+			if a.json() {
+				if err := PrintJSON(a.stdout, rep); err != nil {
+					return err
+				}
+			} else {
+				for _, d := range rep.Decided {
+					fmt.Fprintf(a.stdout, "operation %d (job %d) %s: %s\n", d.ID, d.JobID, d.State, d.Reason)
+				}
+				for _, act := range rep.Actions {
+					fmt.Fprintln(a.stdout, act.String())
+				}
+				fmt.Fprintln(a.stdout, rep.Summary())
+			}
+			if n := rep.Count(catalog.CleanupFailed); n > 0 {
+				return Failed("%d cleanup record(s) failed; see `deckhand cleanup list --state failed`", n)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "keep retrying resources in use, as soon as they are free, for up to this long")
+	return cmd
+}
+
+func recordID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, Usage("cleanup record id must be a positive integer, got %q", s)
+	}
+	return id, nil
+}
+
+func (a *app) cleanupRetry() *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry ID",
+		Short: "Make a failed or node_removed record due again (after fixing its cause)",
+		Args:  exactArgs(1, "a cleanup record ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := recordID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.Catalog.RetryCleanupRecord(cmd.Context(), id); err != nil {
+				return classify(err)
+			}
+			fmt.Fprintf(a.stderr, "cleanup record %d is due again\n", id)
+			return nil
+		},
+	}
+}
+
+func (a *app) cleanupForget() *cobra.Command {
+	return &cobra.Command{
+		Use:   "forget ID",
+		Short: "Give up on a record: the resource, if it still exists, is left alone",
+		Args:  exactArgs(1, "a cleanup record ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := recordID(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.Catalog.ForgetCleanupRecord(cmd.Context(), id); err != nil {
+				return classify(err)
+			}
+			fmt.Fprintf(a.stderr, "cleanup record %d forgotten\n", id)
+			return nil
+		},
+	}
+}
+
+var pinTypes = []string{catalog.ResourceTable, catalog.ResourceIndex, catalog.ResourceSchema, catalog.ResourcePublication,
+	catalog.ResourceSubscription, catalog.ResourceReplicationSlot, catalog.ResourceObject, catalog.ResourcePrefix}
+
+func (a *app) cleanupPin() *cobra.Command {
+	var node, typ, bucket, reason string
+	cmd := &cobra.Command{
+		Use:   "pin --node N [--type table] NAME | pin --bucket URL --type object|prefix KEY",
+		Short: "Keep a resource alive: the cleaner and `deckhand drop` refuse it until unpinned",
+		Args:  exactArgs(1, "the resource's NAME (schema.table for tables and indexes)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !slices.Contains(pinTypes, typ) {
+				return Usage("--type: unknown resource type %q (want one of %s)", typ, strings.Join(pinTypes, ", "))
+			}
+			var r catalog.CleanupResource
+			switch typ {
+			case catalog.ResourceObject, catalog.ResourcePrefix:
+				if bucket == "" || node != "" {
+					return Usage("--type %s needs --bucket and no --node", typ)
+				}
+				r = catalog.CleanupResource{Type: typ, Location: bucket, Name: args[0]}
+			default:
+				if node == "" {
+					return Usage("--node is required for --type %s", typ)
+				}
+				id, err := executor.ParseQualifiedName(args[0])
+				if err != nil {
+					return Usage("%v", err)
+				}
+				if (typ == catalog.ResourceTable || typ == catalog.ResourceIndex) != (len(id) == 2) {
+					if len(id) == 1 {
+						return Usage("--type %s needs schema.name, got %q", typ, args[0])
+					}
+					return Usage("--type %s takes a bare name, got %q", typ, args[0])
+				}
+				r = catalog.CleanupResource{Type: typ, Node: node, Name: id[len(id)-1]}
+				if len(id) == 2 {
+					r.Location = id[0]
+				}
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id, err := cleanup.New(c.Catalog, nil).Pin(cmd.Context(), r, reason)
+			if err != nil {
+				return classify(err)
+			}
+			fmt.Fprintln(a.stdout, id)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node of the resource")
+	cmd.Flags().StringVar(&typ, "type", catalog.ResourceTable, "resource type: "+strings.Join(pinTypes, ", "))
+	cmd.Flags().StringVar(&bucket, "bucket", "", "bucket URL, for objects and prefixes")
+	cmd.Flags().StringVar(&reason, "reason", "", "why it is pinned (shown to whoever it stops)")
+	return cmd
+}
+
+func (a *app) cleanupUnpin() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unpin PIN_ID",
+		Short: "Remove a pin; what it held back is cleaned up at once",
+		Args:  exactArgs(1, "a pin ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return Usage("pin id must be a positive integer, got %q", args[0])
+			}
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.Catalog.UnpinResource(cmd.Context(), id); err != nil {
+				return classify(err)
+			}
+			fmt.Fprintf(a.stderr, "pin %d removed\n", id)
+			return nil
+		},
+	}
+}
+
+func (a *app) cleanupPins() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pins",
+		Short: "List pins, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			pins, err := c.Catalog.Pins(cmd.Context())
+			if err != nil {
+				return classify(err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, pins)
+			}
+			rows := make([][]string, 0, len(pins))
+			for _, p := range pins {
+				holder := "manual"
+				if p.OperationID != nil {
+					holder = "operation " + strconv.FormatInt(*p.OperationID, 10)
+				}
+				r := catalog.CleanupResource{Type: p.Type, Location: p.Location, Name: p.Name}
+				if p.Node != nil {
+					r.Node = *p.Node
+				}
+				rows = append(rows, []string{strconv.FormatInt(p.ID, 10), p.Type, resourceText(r), holder,
+					strconv.FormatBool(p.InForce), p.Reason})
+			}
+			return PrintTable(a.stdout, []string{"id", "type", "resource", "held_by", "in_force", "reason"}, rows)
+		},
+	}
+}
+
+// withCleanup gives a worker the built-in kinds that create and drop resources (drop,
+// move_table); the engine runs the cleaner itself on whichever worker leads. The returned
+// function closes their pools once the worker has stopped.
+func withCleanup(cfg *engine.Config, cat *catalog.Catalog) (closePools func()) {
+	pools := executor.NewPools(max(cfg.Concurrency, 4))
+	if cfg.Executors == nil {
+		cfg.Executors = executor.Registry{}
+	}
+	for kind, ex := range cleanup.Executors(cat, pools) {
+		if _, taken := cfg.Executors[kind]; !taken {
+			cfg.Executors[kind] = ex
+		}
+	}
+	return pools.Close
+}
