@@ -160,8 +160,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "streaming is not supported by this connection")
 		return
 	}
-	// The server's write timeout is for ordinary requests; a stream lasts as long as its reader.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	// The server's timeouts are for ordinary requests; a stream lasts as long as its reader.
+	// (A read deadline left in place would also end it: net/http's background read of the
+	// idle connection fails at the deadline and cancels the request.)
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	_ = rc.SetReadDeadline(time.Time{})
 	sub, live := s.hub.subscribe()
 	defer s.hub.unsubscribe(sub)
 

@@ -302,9 +302,11 @@ func oneLine(err error) string { return strings.Join(strings.Fields(err.Error())
 // queue. AddPage serves List at GET /api/<Name> as {"items": [...]}, and the dashboard
 // lists the items in a table with Columns.
 type Page struct {
-	Name    string   `json:"name"`  // path segment: lower-case letters, digits and '-'
-	Title   string   `json:"title"` // shown in the navigation
-	Columns []Column `json:"columns"`
+	Name  string `json:"name"`  // path segment: lower-case letters, digits and '-'
+	Title string `json:"title"` // shown in the navigation
+	// Description is one line shown under the title.
+	Description string   `json:"description,omitempty"`
+	Columns     []Column `json:"columns"`
 	// List returns the items: a slice of objects whose JSON fields the columns name. It should
 	// read a bounded number of rows (page on r's query when needed).
 	List func(r *http.Request) (any, error) `json:"-"`

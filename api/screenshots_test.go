@@ -12,6 +12,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -77,6 +78,30 @@ func TestScreenshots(t *testing.T) {
 			failedID = id
 		}
 		backdate(t, h, id, p.ago)
+	}
+	// A real export of a partition: its parts are tasks of its job, its files are cleanup records.
+	h.Exec(eu1, `CREATE TABLE orders (id bigint, created_at timestamptz, customer bigint, amount numeric(12,2), note text)
+			PARTITION BY RANGE (created_at);
+		CREATE TABLE orders_2025_q3 PARTITION OF orders FOR VALUES FROM ('2025-07-01') TO ('2025-10-01');
+		INSERT INTO orders SELECT g, '2025-07-01'::timestamptz + g * interval '30 seconds', g % 5000, (g % 997) * 1.25, md5(g::text)
+		FROM generate_series(1, 200000) g`)
+	exportDir := filepath.Join(os.TempDir(), "deckhand-exports")
+	t.Cleanup(func() { os.RemoveAll(exportDir) })
+	var exportJob int64
+	for i, part := range []string{"orders_2025_q2", "orders_2025_q3"} {
+		if i == 0 {
+			h.Exec(eu1, `CREATE TABLE orders_2025_q2 PARTITION OF orders FOR VALUES FROM ('2025-04-01') TO ('2025-07-01');
+				INSERT INTO orders SELECT g, '2025-04-01'::timestamptz + g * interval '45 seconds', g % 5000, (g % 991) * 1.5, md5(g::text)
+				FROM generate_series(1, 150000) g`)
+		}
+		exp, err := h.Client.Export(ctx, export.Request{Table: "orders", Partition: part, Group: "eu-central-1",
+			To: "file://" + exportDir + "/orders", PartSize: 2 << 20, MaxAttempts: 3})
+		if err != nil {
+			t.Fatalf("export: %v", err)
+		}
+		h.Wait(exp.JobID, 60*time.Second)
+		exportJob = exp.JobID
+		backdate(t, h, exp.JobID, 27*time.Hour-time.Duration(i)*time.Hour)
 	}
 	cancelled := h.submit(&spec.Job{Description: "backfill customer_segments", Tasks: []spec.Task{
 		step("backfill", "us-east-1", sleep(60)), step("swap", "us-east-1", "SELECT 1", "backfill")}})
@@ -150,10 +175,12 @@ func TestScreenshots(t *testing.T) {
 	}
 	live := `document.querySelector('#live.on') !== null && `
 	setTheme("dark")
-	shot("dashboard-jobs", "/#/jobs", live+`document.querySelectorAll('table.jobs tbody tr[data-job]').length >= 9`, false)
+	shot("dashboard-jobs", "/#/jobs", live+`document.querySelectorAll('table.jobs tbody tr[data-job]').length >= 11`, false)
 	shot("dashboard-job", fmt.Sprintf("/#/jobs/%d", main), live+`document.querySelector('svg.gantt') !== null`, true)
 	shot("dashboard-job-failed", fmt.Sprintf("/#/jobs/%d", failedID), live+`document.querySelector('.error-item') !== null`, true)
 	shot("dashboard-workers", "/#/workers", live+`document.querySelectorAll('tr[data-worker]').length === 2`, false)
+	shot("dashboard-exports", "/#/p/exports", live+`document.querySelector('main tbody tr td.id a') !== null`, false)
+	shot("dashboard-export-job", fmt.Sprintf("/#/jobs/%d", exportJob), live+`document.querySelector('svg.gantt') !== null`, true)
 	shot("dashboard-nodes", "/#/nodes", live+`document.querySelectorAll('tr[data-node]').length === 3`, false)
 	setTheme("light")
 	shot("dashboard-job-light", fmt.Sprintf("/#/jobs/%d", main), live+`document.querySelector('svg.gantt') !== null`, true)

@@ -16,6 +16,7 @@ func (s *Server) builtinPages() []Page {
 	return []Page{
 		{
 			Name: "exports", Title: "Exports",
+			Description: "Partitions copied to object storage as Parquet. Each part is a task of the export's job: open the job for its graph and timeline.",
 			Columns: []Column{
 				{Key: "id", Title: "ID", Format: "number"},
 				{Key: "job_id", Title: "Job", Format: "job"},
@@ -35,6 +36,7 @@ func (s *Server) builtinPages() []Page {
 		},
 		{
 			Name: "cleanup", Title: "Cleanup",
+			Description: "Resources registered before they were created, dropped by the leader once their operation ends, as their policy says.",
 			Columns: []Column{
 				{Key: "id", Title: "ID", Format: "number"},
 				{Key: "job_id", Title: "Job", Format: "job"},

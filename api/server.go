@@ -207,7 +207,7 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 		return // the client went away; nothing to tell
 	}
 	s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, err.Error())
+	writeError(w, http.StatusInternalServerError, RedactConninfo(err.Error()))
 }
 
 type slogPrinter struct{ log *slog.Logger }

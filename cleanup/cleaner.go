@@ -397,4 +397,3 @@ func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []
 	}
 	return free
 }
-

@@ -53,14 +53,14 @@ func logicalCluster(t testing.TB) *pgtest.Cluster {
 		c, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		logical.c, logical.err = pgtest.Start(c, pgtest.Options{Settings: map[string]string{
-			"wal_level":                        "logical",
-			"max_replication_slots":            "64",
-			"max_wal_senders":                  "64",
-			"max_logical_replication_workers":  "24",
-			"max_worker_processes":             "40",
+			"wal_level":                         "logical",
+			"max_replication_slots":             "64",
+			"max_wal_senders":                   "64",
+			"max_logical_replication_workers":   "24",
+			"max_worker_processes":              "40",
 			"max_sync_workers_per_subscription": "2",
 			// Keepalives let the switch see the subscriber caught up without waiting for traffic.
-			"wal_sender_timeout":          "10s",
+			"wal_sender_timeout":           "10s",
 			"wal_receiver_status_interval": "1s",
 		}})
 	})
@@ -137,10 +137,12 @@ func (e *env) conn(db, user string) *pgx.Conn {
 	return pgtest.Connect(e.t, e.cluster.DSN(db, user))
 }
 
-// pools are executor pools closed when the test ends.
+// pools are executor pools closed when the test ends. They close in the background: after
+// the proxy dropped a connection, pgx sends a cancel request through the proxy, which keeps the
+// client side of that request open until pgx gives up (15 s), and Close would wait for it.
 func pools(t testing.TB) *executor.Pools {
 	p := executor.NewPools(8)
-	t.Cleanup(p.Close)
+	t.Cleanup(func() { go p.Close() })
 	return p
 }
 
@@ -277,4 +279,8 @@ func diff(a, b []string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+func cliMain(c context.Context, args []string, out, errOut *syncBuffer) int {
+	return cli.Main(c, args, strings.NewReader(""), out, errOut)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"time"
@@ -249,7 +250,9 @@ func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) 
 		}
 		return fmt.Errorf("move_table %s: %w", name, err)
 	}
-	name := fmt.Sprintf("deckhand_move_%d", op.ID())
+	// Slots are per server, and a server may hold several nodes or serve several catalogs: the
+	// random part keeps names of different catalogs' operations apart.
+	name := fmt.Sprintf("deckhand_move_%d_%08x", op.ID(), rand.Uint32())
 	srcConn, dstConn := src.Conn.Conn(), dst.Conn.Conn()
 
 	// The source table goes once the move has succeeded, and stays if it fails.
@@ -527,7 +530,7 @@ func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.
 
 func waitCaughtUp(ctx context.Context, src, dst *pgx.Conn, sub string, timeout time.Duration) error {
 	var lsn string
-	if err := src.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+	if err := src.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
 		return err
 	}
 	return waitLSN(ctx, dst, sub, lsn, timeout)
@@ -535,7 +538,9 @@ func waitCaughtUp(ctx context.Context, src, dst *pgx.Conn, sub string, timeout t
 
 func waitCaughtUpTx(ctx context.Context, tx pgx.Tx, dst *pgx.Conn, sub string, timeout time.Duration) error {
 	var lsn string
-	if err := tx.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+	// The insert position, not the write position: commits made with synchronous_commit off
+	// may not be written yet, and must be waited for too.
+	if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
 		return err
 	}
 	return waitLSN(ctx, dst, sub, lsn, timeout)
@@ -548,8 +553,11 @@ func waitLSN(ctx context.Context, dst *pgx.Conn, sub, lsn string, timeout time.D
 	for {
 		var done bool
 		err := dst.QueryRow(ctx, `
-			SELECT coalesce((SELECT latest_end_lsn >= $2::pg_lsn FROM pg_stat_subscription
-			                 WHERE subname = $1 AND relid IS NULL), false)`, sub, lsn).Scan(&done)
+			SELECT coalesce((SELECT s.latest_end_lsn >= $2::pg_lsn FROM pg_stat_subscription s
+			                 JOIN pg_subscription p ON p.oid = s.subid
+			                 WHERE p.subname = $1 AND s.relid IS NULL
+			                   AND p.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())), false)`,
+			sub, lsn).Scan(&done)
 		if err != nil || done {
 			return err
 		}

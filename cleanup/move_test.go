@@ -280,7 +280,13 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 			remove := e.proxy.AddRule(pgtest.Rule{Name: step, Match: stepStatement[step], Action: pgtest.ActionStall})
 			victim := e.Serve("--lease", "1s", "--maintenance-interval", "100ms")
 			id := e.submit(e.moveJob())
-			testenv.Eventually(t, time.Minute, func() bool { return e.proxy.Hits(step) > 0 }, "the worker reaches "+step)
+			testenv.Eventually(t, time.Minute, func() bool {
+				if j, err := e.Client.Catalog.Job(ctx, id); err == nil && catalog.JobTerminal(j.State) {
+					d, _ := e.Client.Job(ctx, id)
+					t.Fatalf("job %d %s before reaching %s: %v", id, j.State, step, d.Tasks[0].LastError)
+				}
+				return e.proxy.Hits(step) > 0
+			}, "the worker reaches "+step)
 			if err := victim.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}

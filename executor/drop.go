@@ -285,6 +285,9 @@ func (d Drop) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 			}
 		}
 	}
+	if err := checkOwnership(ctx, conn.Conn(), tables, lockTimeout); err != nil {
+		return err
+	}
 	for _, tb := range tables {
 		if err := d.dropOne(ctx, conn.Conn(), tb, lockTimeout, probe, minBackoff, maxBackoff); err != nil {
 			return err
@@ -311,6 +314,43 @@ func (d Drop) dropOne(ctx context.Context, conn *pgx.Conn, tb pgx.Identifier, lo
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// checkOwnership refuses the whole task, before anything is dropped, if the owner may not drop
+// one of the tables. The refusal is PostgreSQL's own: the DROP is tried in a transaction that is
+// rolled back. It costs no lock: PostgreSQL checks ownership before locking the table.
+func checkOwnership(ctx context.Context, conn *pgx.Conn, tables []pgx.Identifier, lockTimeout time.Duration) error {
+	names := make([]string, len(tables))
+	for i, tb := range tables {
+		names[i] = tb.Sanitize()
+	}
+	rows, _ := conn.Query(ctx, `
+		SELECT n FROM unnest($1::text[]) AS n
+		WHERE NOT pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = to_regclass(n)), 'USAGE')`, names)
+	refused, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, name := range refused {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, millis(lockTimeout))
+		if err == nil {
+			_, err = tx.Exec(ctx, "DROP TABLE IF EXISTS "+name)
+		}
+		if rbErr := tx.Rollback(ctx); rbErr != nil && err == nil {
+			err = rbErr
+		}
+		if err != nil && !InUse(err) && !Retryable(err) {
+			return Permanent(err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // resolveTables turns names into schema-qualified tables. On the first run every table must

@@ -229,9 +229,16 @@ function connectEvents() {
   es.onerror = () => setLive(false, 'reconnecting');
 }
 
-// Views with something still moving ask to be re-read; this ticks once a second.
+// Views with something still moving ask to be re-read; this ticks once a second. The counts
+// and the leader are re-read every two seconds: the server shares one reading among every
+// dashboard, so this costs the catalog nothing more per open tab.
 setInterval(() => {
-  if (document.hidden || !view || !view.poll) return;
+  if (document.hidden) return;
+  if (Date.now() - summaryAt >= 2000) {
+    summaryDirty = true;
+    loadSummary().catch(() => {});
+  }
+  if (!view || !view.poll) return;
   if (view.poll()) refreshSoon();
   if (view.tick) view.tick();
 }, 1000);
@@ -244,7 +251,7 @@ let summaryDirty = true;
 let summaryAt = 0;
 
 async function loadSummary() {
-  if (!summaryDirty && Date.now() - summaryAt < 5000) return;
+  if (!summaryDirty) return;
   summaryDirty = false;
   summaryAt = Date.now();
   summary = await api('/api/summary');
@@ -411,10 +418,17 @@ const EXAMPLE_SPEC = `{
   ]
 }`;
 
-function openSubmit() {
+async function openSubmit() {
   const dlg = $('#submit-dialog');
   const ta = $('#submit-spec');
-  if (!ta.value) ta.value = EXAMPLE_SPEC;
+  if (!ta.value) {
+    let node = 'NODE';
+    try {
+      const { nodes } = await api('/api/nodes');
+      if (nodes.length) node = nodes[0].name;
+    } catch (e) { /* keep the placeholder */ }
+    ta.value = EXAMPLE_SPEC.replaceAll('NODE', node);
+  }
   $('#submit-error').hidden = true;
   dlg.showModal();
 }
@@ -589,21 +603,25 @@ class JobView {
     this.dagKey = key;
     const compactMode = tasks.length > 200;
     const { layers } = this.layout(tasks);
+    // A layer taller than a screen (an export's parts, say) wraps into several columns.
+    const maxRows = Math.max(6, Math.ceil(Math.sqrt(tasks.length * 1.5)));
+    const columns = []; // [layer index, names]
+    layers.forEach((l, li) => { for (let i = 0; i < l.length; i += maxRows) columns.push([li, l.slice(i, i + maxRows)]); });
     // Fit the width when the graph is not too deep: narrower boxes and gaps, down to a
     // readable minimum, then scroll.
-    const L = layers.length, PAD = 12, H = compactMode ? 30 : 50, GY = compactMode ? 10 : 18;
+    const L = columns.length, PAD = 12, H = compactMode ? 30 : 50, GY = compactMode ? 10 : 18;
     let W = compactMode ? 120 : 188, GX = compactMode ? 48 : 72;
     if (L * W + (L - 1) * GX + 2 * PAD > avail) {
       GX = Math.max(36, Math.min(GX, Math.floor((avail - 2 * PAD) / L * 0.22)));
       W = Math.max(compactMode ? 90 : 128, Math.floor((avail - 2 * PAD - (L - 1) * GX) / L));
     }
-    const tallest = Math.max(...layers.map((l) => l.length));
+    const tallest = Math.max(...columns.map(([, c]) => c.length));
     const height = tallest * (H + GY) - GY + 2 * PAD;
-    const width = layers.length * (W + GX) - GX + 2 * PAD;
+    const width = L * (W + GX) - GX + 2 * PAD;
     const at = new Map();
-    layers.forEach((l, li) => {
-      const off = (height - 2 * PAD - (l.length * (H + GY) - GY)) / 2;
-      l.forEach((n, i) => at.set(n, { x: PAD + li * (W + GX), y: PAD + off + i * (H + GY) }));
+    columns.forEach(([, c], ci) => {
+      const off = (height - 2 * PAD - (c.length * (H + GY) - GY)) / 2;
+      c.forEach((n, i) => at.set(n, { x: PAD + ci * (W + GX), y: PAD + off + i * (H + GY) }));
     });
     const svg = s('svg', { class: 'dag', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': 'task graph' },
       s('defs', null, s('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
@@ -628,8 +646,8 @@ class JobView {
       const { x, y } = at.get(t.name);
       const label = s('text', { x: 14, y: compactMode ? 19 : 21 });
       const meta = compactMode ? null : s('text', { class: 'meta', x: 14, y: 38 });
-      const g = s('g', { class: 'node', transform: `translate(${x},${y})`, 'data-task': t.name, tabindex: 0,
-        onclick: () => this.select(t.name) },
+      const g = s('g', { class: 'node', transform: `translate(${x},${y})`, 'data-task': t.name, tabindex: 0, role: 'button',
+        onclick: () => this.select(t.name), onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); this.select(t.name); } } },
       s('rect', { class: 'box', width: W, height: H, rx: 9 }),
       s('rect', { class: 'fill', x: 1, y: 1, width: W - 2, height: H - 2, rx: 8 }),
       s('rect', { class: 'stripe', x: 1, y: 1, width: 4, height: H - 2, rx: 2 }),
@@ -825,8 +843,8 @@ class NodesView {
       const bar = h('div', { class: 'bar' }, h('span', { class: n.running_tasks >= n.max_tasks ? 'st-cancelling' : 'st-running' }));
       bar.firstChild.style.width = Math.min(100, 100 * n.running_tasks / n.max_tasks) + '%';
       return h('tr', { 'data-node': n.name },
-        h('td', null, h('b', { text: n.name })),
-        h('td', { class: 'muted', text: n.group }),
+        h('td', { class: 'nowrap' }, h('b', { text: n.name })),
+        h('td', { class: 'nowrap muted', text: n.group }),
         h('td', null, pill(n.role)),
         h('td', null, h('div', { class: 'progress' }, bar, h('span', { class: 't', text: `${n.running_tasks}/${n.max_tasks}` }))),
         h('td', { class: 'mono muted', text: n.dsn }),
@@ -899,7 +917,8 @@ class PageView {
     this.page = page;
     this.tbody = h('tbody');
     root.append(
-      h('div', { class: 'page-head' }, h('div', { class: 'grow' }, h('h1', { text: page.title }))),
+      h('div', { class: 'page-head' }, h('div', { class: 'grow' }, h('h1', { text: page.title }),
+        page.description ? h('div', { class: 'sub', text: page.description }) : null)),
       h('div', { class: 'card' }, h('div', { class: 'table-wrap' }, h('table', null,
         h('thead', null, h('tr', null, page.columns.map((c) => h('th', { class: ['number', 'bytes', 'bytes_per_s', 'duration_ms'].includes(c.format) ? 'num' : null, text: c.title })))),
         this.tbody))));
@@ -922,7 +941,7 @@ class PageView {
         bar.firstChild.style.width = (total ? Math.min(100, 100 * (v || 0) / total) : 0) + '%';
         return h('td', null, h('div', { class: 'progress' }, bar, h('span', { class: 't', text: `${v || 0}/${total}` })));
       }
-      default: return h('td', { class: 'desc', title: v === null || v === undefined ? '' : String(v), text: v === null || v === undefined ? '—' : String(v) });
+      default: return h('td', { class: 'text', title: v === null || v === undefined ? '' : String(v), text: v === null || v === undefined ? '—' : String(v) });
     }
   }
 

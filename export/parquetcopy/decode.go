@@ -30,6 +30,7 @@ type arena struct {
 	next   int    // index of the block after cur
 	cur    []byte // current block; len is its used part
 	size   int    // bytes allocated since reset
+	big    bool   // a value larger than arenaBlock got a block of its own since reset
 }
 
 const arenaBlock = 1 << 20
@@ -50,6 +51,7 @@ func (a *arena) grow(n int) {
 		a.blocks = append(a.blocks, nil)
 		copy(a.blocks[a.next+1:], a.blocks[a.next:])
 		a.blocks[a.next] = make([]byte, 0, n)
+		a.big = true
 	} else if a.next == len(a.blocks) {
 		a.blocks = append(a.blocks, make([]byte, 0, arenaBlock))
 	}
@@ -72,7 +74,7 @@ func (a *arena) reset() {
 	}
 	clear(a.blocks[len(kept):])
 	a.blocks = kept
-	a.next, a.cur, a.size = 0, nil, 0
+	a.next, a.cur, a.size, a.big = 0, nil, 0, false
 }
 
 // colBatch holds one column's values of a batch of rows.
@@ -118,10 +120,14 @@ func newBatch(specs []spec, rows int) *batch {
 }
 
 func (b *batch) reset() {
+	// The values point into the arena, whose regular blocks are reused; when a value had a
+	// block of its own (which reset drops), clear them so that no stale slot keeps it alive.
+	big := b.arena.big
 	for i := range b.cols {
 		c := &b.cols[i]
-		// Drop the pointers into the arena so a large value is not kept alive by a stale slot.
-		clear(c.vals)
+		if big {
+			clear(c.vals)
+		}
 		c.vals = c.vals[:0]
 		c.rowEnd = c.rowEnd[:0]
 	}

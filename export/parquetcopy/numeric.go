@@ -62,12 +62,6 @@ func (x u128) mulAdd(m, a uint64) (u128, bool) {
 	return u128{hi, lo}, hiHi != 0 || c1 != 0 || c3 != 0
 }
 
-func (x u128) divSmall(d uint64) (u128, uint64) {
-	qhi, r := x.hi/d, x.hi%d
-	qlo, r := bits.Div64(r, x.lo, d)
-	return u128{qhi, qlo}, r
-}
-
 func (x u128) less(y u128) bool { return x.hi < y.hi || (x.hi == y.hi && x.lo < y.lo) }
 
 // pow10 holds 10^0 .. 10^38.
@@ -95,6 +89,13 @@ func (h *numericHeader) unscaled(precision, scale int) (hi, lo uint64, err error
 	default:
 		return 0, 0, errNumericFormat
 	}
+	// The digits are units of 10000^(weight-ndigits+1); the result counts units of 10^-scale.
+	// e > 0: multiply by 10^e at the end; e < 0: the last -e decimal digits lie beyond the
+	// scale and must be zero (they are for a numeric(p,s) column, whose values PostgreSQL
+	// rounds to s digits). Dropping them while accumulating keeps the intermediate value
+	// within 128 bits.
+	e := 4*(h.weight-h.ndigits+1) + scale
+	drop := max(-e, 0)
 	var mag u128
 	var of bool
 	for i := 0; i < h.ndigits; i++ {
@@ -102,27 +103,30 @@ func (h *numericHeader) unscaled(precision, scale int) (hi, lo uint64, err error
 		if d >= 10000 {
 			return 0, 0, errNumericFormat
 		}
-		if mag, of = mag.mulAdd(10000, d); of {
+		switch beyond := drop - 4*(h.ndigits-1-i); {
+		case beyond <= 0:
+			mag, of = mag.mulAdd(10000, d)
+		case beyond >= 4:
+			if d != 0 {
+				return 0, 0, h.tooPrecise(precision, scale)
+			}
+			continue
+		default:
+			if d%pow10u64[beyond] != 0 {
+				return 0, 0, h.tooPrecise(precision, scale)
+			}
+			mag, of = mag.mulAdd(pow10u64[4-beyond], d/pow10u64[beyond])
+		}
+		if of {
 			return 0, 0, h.tooLarge(precision, scale)
 		}
 	}
-	// mag counts units of 10000^(weight-ndigits+1); rescale to units of 10^-scale.
-	e := 4*(h.weight-h.ndigits+1) + scale
 	for e > 0 && (mag.hi|mag.lo) != 0 {
 		k := min(e, 4)
 		if mag, of = mag.mulAdd(pow10u64[k], 0); of {
 			return 0, 0, h.tooLarge(precision, scale)
 		}
 		e -= k
-	}
-	for e < 0 {
-		k := min(-e, 4)
-		var r uint64
-		if mag, r = mag.divSmall(pow10u64[k]); r != 0 {
-			// Cannot happen for a value of a numeric(p,s) column: its scale is at most s.
-			return 0, 0, fmt.Errorf("value has more than %d fractional digits, so DECIMAL(%d,%d) cannot hold it exactly", scale, precision, scale)
-		}
-		e += k
 	}
 	if !mag.less(pow10[precision]) {
 		return 0, 0, h.tooLarge(precision, scale)
@@ -134,6 +138,11 @@ func (h *numericHeader) unscaled(precision, scale int) (hi, lo uint64, err error
 		hi, _ = bits.Sub64(0, hi, b)
 	}
 	return hi, lo, nil
+}
+
+// tooPrecise cannot happen for a value of a numeric(p,s) column: its scale is at most s.
+func (h *numericHeader) tooPrecise(precision, scale int) error {
+	return fmt.Errorf("value has more than %d fractional digits, so DECIMAL(%d,%d) cannot hold it exactly", scale, precision, scale)
 }
 
 func (h *numericHeader) tooLarge(precision, scale int) error {
