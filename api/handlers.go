@@ -53,7 +53,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	jobs, err := s.client.Catalog.JobPage(r.Context(), f)
+	jobs, err := s.client.Catalog.Jobs(r.Context(), f)
 	if err != nil {
 		s.serverError(w, r, err)
 		return

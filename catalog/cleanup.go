@@ -856,3 +856,18 @@ func (c *Catalog) ReadyCleanup(ctx context.Context, opID int64, ignoreBackoff bo
 	}
 	return ids, nil
 }
+
+// SucceededOperationOfTask returns the id of an operation that an earlier attempt of the task
+// ended successfully, or 0: a task kind that finds one must not redo its work.
+func (c *Catalog) SucceededOperationOfTask(ctx context.Context, taskID int64) (int64, error) {
+	var id int64
+	err := c.Pool.QueryRow(ctx, `
+		SELECT id FROM deckhand.operation WHERE task_id = $1 AND state = 'succeeded' ORDER BY id DESC LIMIT 1`, taskID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read operations of task %d: %w", taskID, err)
+	}
+	return id, nil
+}

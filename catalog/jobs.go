@@ -247,29 +247,6 @@ type JobFilter struct {
 	Limit    int    // 0 means 50
 }
 
-// Jobs lists jobs, newest first.
-func (c *Catalog) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
-	if f.Limit <= 0 {
-		f.Limit = 50
-	}
-	var state *string
-	if f.State != "" {
-		state = &f.State
-	}
-	var before *int64
-	if f.BeforeID > 0 {
-		before = &f.BeforeID
-	}
-	rows, _ := c.Pool.Query(ctx, `SELECT `+jobColumns+` FROM deckhand.jobs
-		WHERE ($1::text IS NULL OR state = $1) AND ($2::bigint IS NULL OR id < $2)
-		ORDER BY id DESC LIMIT $3`, state, before, f.Limit)
-	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Job])
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	return jobs, nil
-}
-
 // Job reads one job.
 func (c *Catalog) Job(ctx context.Context, id int64) (Job, error) {
 	rows, _ := c.Pool.Query(ctx, `SELECT `+jobColumns+` FROM deckhand.jobs WHERE id = $1`, id)

@@ -86,12 +86,10 @@ func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
 	return s, nil
 }
 
-// JobPage lists jobs newest first, like Jobs, walking an index from the cursor: the primary
-// key without a state filter, (state, id) with one. A page therefore costs the same on a
-// catalog of a hundred jobs or of millions, whichever state is asked for and however deep
-// the cursor. (Jobs, with its "$1 IS NULL OR state = $1" filter, has a generic plan that
-// scans every job older than the cursor for a rare state.)
-func (c *Catalog) JobPage(ctx context.Context, f JobFilter) ([]Job, error) {
+// Jobs lists jobs newest first, walking an index from the cursor: the primary key without a
+// state filter, (state, id) with one. A page therefore costs the same on a catalog of a
+// hundred jobs or of millions, whichever state is asked for and however deep the cursor.
+func (c *Catalog) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}

@@ -139,6 +139,8 @@ type RunOptions struct {
 	Wait time.Duration
 	// Now tries every due record at once, even those waiting for their next attempt.
 	Now bool
+	// probeOnly skips deciding operations: the service's quick passes while resources wait.
+	probeOnly bool
 }
 
 // RunOnce is one pass: it decides orphaned operations, marks records of removed nodes, and
@@ -153,7 +155,7 @@ func (c *Cleaner) pass(ctx context.Context, opID int64, wait time.Duration) (*Re
 
 func (c *Cleaner) passWith(ctx context.Context, opID int64, o RunOptions) (*Report, error) {
 	rep := &Report{Decided: []catalog.EndedOperation{}, Actions: []Action{}}
-	if opID == 0 {
+	if opID == 0 && !o.probeOnly {
 		ended, err := c.Catalog.DecideOperations(ctx)
 		if err != nil {
 			return rep, err
@@ -262,10 +264,17 @@ func (c *Cleaner) Run(ctx context.Context) error {
 	kick := make(chan struct{}, 1)
 	go c.listen(ctx, kick)
 	interval := orDefault(c.Interval, time.Second)
-	var lastRetention time.Time
+	var lastRetention, lastFull time.Time
+	probeOnly := false
 	for {
 		next := interval
-		rep, err := c.RunOnce(ctx, RunOptions{})
+		// Quick passes only probe what waits; a full one (deciding orphans) still runs every Interval.
+		probeOnly = probeOnly && time.Since(lastFull) < interval
+		if !probeOnly {
+			lastFull = time.Now()
+		}
+		rep, err := c.passWith(ctx, 0, RunOptions{probeOnly: probeOnly})
+		probeOnly = false
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -273,6 +282,7 @@ func (c *Cleaner) Run(ctx context.Context) error {
 			c.log().Warn("cleanup pass failed", "err", err)
 		case rep.Waiting > 0:
 			next = orDefault(c.ProbeInterval, 100*time.Millisecond)
+			probeOnly = true
 		}
 		if d, err := c.Catalog.NextCleanupIn(ctx); err == nil && d >= 0 && d < next {
 			next = max(d, 10*time.Millisecond)
@@ -285,6 +295,7 @@ func (c *Cleaner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-kick:
+			probeOnly = false
 		case <-time.After(next):
 		}
 	}

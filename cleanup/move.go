@@ -186,6 +186,14 @@ func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) 
 	if !ok {
 		return executor.Permanent(fmt.Errorf("move_table: unknown target node %q", p.To))
 	}
+	// An earlier attempt may have switched and then died before the engine heard of it: the
+	// move is done, and what it left is the cleaner's.
+	if done, err := c.Catalog.SucceededOperationOfTask(ctx, t.ID); err != nil {
+		return err
+	} else if done != 0 {
+		c.log().Info("move_table: an earlier attempt already moved the table", "task", t.ID, "operation", done)
+		return nil
+	}
 	source := *t.Node
 	sourceConninfo := p.SourceConninfo
 	if sourceConninfo == "" {

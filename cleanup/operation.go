@@ -73,12 +73,13 @@ func (op *Operation) Register(ctx context.Context, r Resource, p Policy) (int64,
 		if !errors.As(err, &busy) || busy.OperationLive || try == 2 {
 			return id, err
 		}
-		// The leftover of an ended operation: resolve it and remove it now, so that the
-		// cleaner cannot remove what we are about to create.
+		// The leftover of an ended operation (an earlier attempt of this task, say): resolve
+		// it and remove what it left now, in its order, so that the cleaner cannot remove
+		// what we are about to create.
 		if _, err := op.c.Catalog.DecideOperations(ctx); err != nil {
 			return 0, err
 		}
-		if _, _, err := op.c.claim(ctx, catalog.CleanupClaim{OperationID: busy.OperationID, Force: []int64{busy.RecordID}}); err != nil {
+		if _, err := op.c.pass(ctx, busy.OperationID, 5*time.Second); err != nil {
 			return 0, err
 		}
 	}

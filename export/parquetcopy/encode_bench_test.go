@@ -118,3 +118,4 @@ func processCPU() time.Duration {
 
 func BenchmarkEncodePage256K(b *testing.B) { benchEncode(b, Options{PageBytes: 256 << 10}) }
 func BenchmarkEncodePage4M(b *testing.B)   { benchEncode(b, Options{PageBytes: 4 << 20}) }
+func BenchmarkEncodePage2M(b *testing.B) { benchEncode(b, Options{PageBytes: 2 << 20}) }
