@@ -45,6 +45,9 @@ type Cleaner struct {
 	MaxErrors int
 	// Retention is how long removed and forgotten records are kept; default 7 days.
 	Retention time.Duration
+	// RemovalTimeout bounds one removal attempt (a prefix with many objects, a node that does
+	// not answer); the record is retried after it. Default 5 minutes.
+	RemovalTimeout time.Duration
 }
 
 // New returns a cleaner with default settings.
@@ -126,6 +129,9 @@ func (r *Report) Summary() string {
 		if n := r.Count(o); n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, o))
 		}
+	}
+	if r.Waiting > 0 {
+		parts = append(parts, fmt.Sprintf("%d still in use (removed as soon as free)", r.Waiting))
 	}
 	if len(r.Actions) == 0 {
 		parts = append(parts, "nothing to remove")
@@ -384,7 +390,9 @@ func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []
 		if err != nil {
 			continue
 		}
-		conn, err := pool.Acquire(ctx)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := pool.Acquire(actx)
+		cancel()
 		if err != nil {
 			continue
 		}

@@ -29,6 +29,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// The cleaner is a leader service.
+var _ engine.Service = (*cleanup.Cleaner)(nil)
+
 var ctx = context.Background()
 
 // quiet is a logger for in-process workers and cleaners: their chatter would drown test output.

@@ -263,10 +263,6 @@ func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) 
 	name := fmt.Sprintf("deckhand_move_%d_%08x", op.ID(), rand.Uint32())
 	srcConn, dstConn := src.Conn.Conn(), dst.Conn.Conn()
 
-	// The source table goes once the move has succeeded, and stays if it fails.
-	if _, err := op.Register(ctx, Table(source, def.schema, def.name), DeferredOnSuccess); err != nil {
-		return err
-	}
 	if err := step(StepCreateTable, m.createTable(ctx, op, dstConn, p.To, def)); err != nil {
 		return err
 	}
@@ -295,7 +291,7 @@ func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) 
 	if _, err := dstConn.Exec(ctx, "ALTER SUBSCRIPTION "+pgx.Identifier{name}.Sanitize()+" ENABLE"); err != nil {
 		return step(StepCopy, err)
 	}
-	if err := step(StepSwitch, m.switchOver(ctx, op, srcConn, dstConn, def, name, lockTimeout, catchUp)); err != nil {
+	if err := step(StepSwitch, m.switchOver(ctx, op, srcConn, dstConn, source, def, name, lockTimeout, catchUp)); err != nil {
 		return err
 	}
 	if !m.LeaveToCleaner {
@@ -490,7 +486,12 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, snapshot string, def tab
 
 // switchOver blocks writes to the source, waits until the target has applied everything, and
 // ends the operation successfully — the switch — before letting writers go.
-func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.Conn, def tableDef, sub string, lockTimeout, catchUp time.Duration) error {
+func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.Conn, source string, def tableDef, sub string, lockTimeout, catchUp time.Duration) error {
+	// The source table goes once the move has succeeded (a deferred drop, once no query uses
+	// it), and stays if it fails.
+	if _, err := op.Register(ctx, Table(source, def.schema, def.name), DeferredOnSuccess); err != nil {
+		return err
+	}
 	// Catch up without blocking anyone first, so that the wait under the lock is short.
 	if err := waitCaughtUp(ctx, src, dst, sub, 5*time.Minute); err != nil {
 		return err

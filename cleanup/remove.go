@@ -18,6 +18,10 @@ import (
 	"github.com/deckhandhq/deckhand/executor"
 )
 
+// errRelationBusy reports a table or index that pg_locks shows in use before its first
+// removal attempt: the cleaner waits for it without making anyone queue behind a lock request.
+var errRelationBusy = errors.New("in use by other sessions")
+
 // errSlotActive reports a replication slot that a walsender is using: it is skipped, like a
 // table some query holds, and retried once it is free.
 var errSlotActive = errors.New("replication slot is active")
@@ -32,14 +36,16 @@ func (c *Cleaner) removeRecord(ctx context.Context, rec *catalog.DueRecord, lock
 		return catalog.CleanupOutcome{State: catalog.CleanupNodeRemoved,
 			Error: fmt.Sprintf("node %s is no longer registered: re-add it and run `deckhand cleanup retry %d`, or `deckhand cleanup forget %d`", *rec.Node, rec.ID, rec.ID)}
 	}
-	err := c.removeResource(ctx, rec, lockTimeout)
+	rctx, cancel := context.WithTimeout(ctx, orDefault(c.RemovalTimeout, 5*time.Minute))
+	err := c.removeResource(rctx, rec, lockTimeout)
+	cancel()
 	if err == nil {
 		return catalog.CleanupOutcome{State: catalog.CleanupRemoved}
 	}
 	msg := executor.Describe(err).String()
 	var pgErr *pgconn.PgError
 	switch {
-	case executor.InUse(err) || errors.Is(err, errSlotActive):
+	case executor.InUse(err) || errors.Is(err, errSlotActive) || errors.Is(err, errRelationBusy):
 		return catalog.CleanupOutcome{State: catalog.CleanupInUse, Error: msg,
 			Backoff: backoff(orDefault(c.InUseBackoff, time.Second), time.Minute, rec.Attempts)}
 	case errors.As(err, &pgErr) && pgErr.Code == "2BP01",
@@ -71,7 +77,11 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 	if err != nil {
 		return err
 	}
-	conn, err := pool.Acquire(ctx)
+	// An unreachable node must not hold up the records of every other node for the length
+	// of a TCP timeout: the record is retried later.
+	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	conn, err := pool.Acquire(actx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("connect to node %s as %s: %w", *rec.Node, rec.Owner, err)
 	}
@@ -81,7 +91,19 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 		}
 		conn.Release()
 	}()
-	return RemoveOnNode(ctx, conn.Conn(), rec.Resource(), lockTimeout)
+	r := rec.Resource()
+	if rec.Attempts == 0 && (r.Type == catalog.ResourceTable || r.Type == catalog.ResourceIndex) {
+		// Later attempts come when the probe sees it free or the backoff expires (for a
+		// table never seen free), and then ask for the lock, under lock_timeout.
+		busy, err := executor.RelationBusy(ctx, conn.Conn(), []string{pgx.Identifier{r.Location, r.Name}.Sanitize()})
+		if err != nil {
+			return err
+		}
+		if busy {
+			return errRelationBusy
+		}
+	}
+	return RemoveOnNode(ctx, conn.Conn(), r, lockTimeout)
 }
 
 // RemoveOnNode removes a node resource through conn, which must be connected to the node as a

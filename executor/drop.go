@@ -204,10 +204,11 @@ func WaitFree(ctx context.Context, interval, max time.Duration, busy func(contex
 }
 
 // Drop runs drop tasks: each table is dropped in its own short transaction with a short
-// lock_timeout, as soon as no query uses it. When a query holds the table, the drop steps
-// back at once — so that queries arriving meanwhile wait at most the lock timeout — and tries
-// again as soon as pg_locks shows the table free (probed every ProbeInterval), or after a
-// backoff (doubling up to MaxBackoff) for tables that are never seen free. It never uses
+// lock_timeout, as soon as no query uses it. While pg_locks shows the table in use (probed
+// every ProbeInterval) the drop does not even ask for its lock; when it asks and a query holds
+// the table, it steps back at the lock timeout — so queries arriving meanwhile wait at most that
+// long — and tries again as soon as the table is seen free, or after a backoff (doubling up
+// to MaxBackoff) for tables that are never seen free. It never uses
 // CASCADE, refuses pinned tables, and runs connected as the task's owner: a table the owner
 // may not drop fails at once, permanently, with PostgreSQL's reason.
 type Drop struct {
@@ -299,6 +300,11 @@ func (d Drop) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 func (d Drop) dropOne(ctx context.Context, conn *pgx.Conn, tb pgx.Identifier, lockTimeout, probe, backoff, maxBackoff time.Duration) error {
 	name := tb.Sanitize()
 	stmt := "DROP TABLE IF EXISTS " + name
+	busy := func(ctx context.Context) (bool, error) { return RelationBusy(ctx, conn, []string{name}) }
+	// A table seen in use is waited for before anyone is made to queue behind a lock request.
+	if err := WaitFree(ctx, probe, backoff, busy); err != nil {
+		return err
+	}
 	for {
 		err := DropInTx(ctx, conn, stmt, lockTimeout)
 		if err == nil || !InUse(err) {
@@ -306,10 +312,7 @@ func (d Drop) dropOne(ctx context.Context, conn *pgx.Conn, tb pgx.Identifier, lo
 		}
 		// In use: step back so that nobody queues behind us, and come back the moment the
 		// table is free (or after the backoff, for a table never seen free).
-		err = WaitFree(ctx, probe, backoff, func(ctx context.Context) (bool, error) {
-			return RelationBusy(ctx, conn, []string{name})
-		})
-		if err != nil {
+		if err := WaitFree(ctx, probe, backoff, busy); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, maxBackoff)

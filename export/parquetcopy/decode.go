@@ -435,44 +435,9 @@ func decodeScalar(dst *parquet.Value, s *spec, d []byte, ar *arena) error {
 		*dst = parquet.ByteArrayValue(ar.copy(d[1:]))
 		return nil
 	case kDecimal32, kDecimal64, kDecimalFLBA:
-		h, err := parseNumeric(d)
-		if err != nil {
-			return err
-		}
-		hi, lo, err := h.unscaled(s.precision, s.scale)
-		if err != nil {
-			return err
-		}
-		switch s.kind {
-		case kDecimal32:
-			*dst = parquet.Int32Value(int32(lo))
-			return nil
-		case kDecimal64:
-			*dst = parquet.Int64Value(int64(lo))
-			return nil
-		}
-		var be [16]byte
-		binary.BigEndian.PutUint64(be[:], hi)
-		binary.BigEndian.PutUint64(be[8:], lo)
-		*dst = parquet.FixedLenByteArrayValue(ar.copy(be[16-s.flbaLen:]))
-		return nil
+		return decodeDecimal(dst, s, d, ar)
 	case kNumericText:
-		h, err := parseNumeric(d)
-		if err != nil {
-			return err
-		}
-		n := h.textLen()
-		buf := ar.alloc(n)
-		out, err := h.appendText(buf[:0])
-		if err != nil {
-			return err
-		}
-		if len(out) > n || &out[0] != &buf[0] {
-			panic("parquetcopy: numeric text longer than its bound")
-		}
-		ar.unalloc(n - len(out))
-		*dst = parquet.ByteArrayValue(buf[:len(out)])
-		return nil
+		return decodeNumericText(dst, d, ar)
 	case kDate:
 		if len(d) != 4 {
 			return wrongLength("date", len(d), 4)
@@ -521,4 +486,49 @@ func (a *arena) copy(d []byte) []byte {
 	b := a.alloc(len(d))
 	copy(b, d)
 	return b
+}
+
+// decodeDecimal and decodeNumericText are kept out of decodeScalar so that its frame stays
+// small for the common types.
+func decodeDecimal(dst *parquet.Value, s *spec, d []byte, ar *arena) error {
+	h, err := parseNumeric(d)
+	if err != nil {
+		return err
+	}
+	hi, lo, err := h.unscaled(s.precision, s.scale)
+	if err != nil {
+		return err
+	}
+	switch s.kind {
+	case kDecimal32:
+		*dst = parquet.Int32Value(int32(lo))
+	case kDecimal64:
+		*dst = parquet.Int64Value(int64(lo))
+	default:
+		var be [16]byte
+		binary.BigEndian.PutUint64(be[:], hi)
+		binary.BigEndian.PutUint64(be[8:], lo)
+		*dst = parquet.FixedLenByteArrayValue(ar.copy(be[16-s.flbaLen:]))
+	}
+	return nil
+}
+
+func decodeNumericText(dst *parquet.Value, d []byte, ar *arena) error {
+	h, err := parseNumeric(d)
+	if err != nil {
+		return err
+	}
+	n := h.textLen()
+	buf := ar.alloc(n)
+	out, err := h.appendText(buf[:0])
+	if err != nil {
+		ar.unalloc(n)
+		return err
+	}
+	if len(out) > n || &out[0] != &buf[0] {
+		panic("parquetcopy: numeric text longer than its bound")
+	}
+	ar.unalloc(n - len(out))
+	*dst = parquet.ByteArrayValue(buf[:len(out)])
+	return nil
 }

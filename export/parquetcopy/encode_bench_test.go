@@ -115,7 +115,3 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
-
-func BenchmarkEncodePage256K(b *testing.B) { benchEncode(b, Options{PageBytes: 256 << 10}) }
-func BenchmarkEncodePage4M(b *testing.B)   { benchEncode(b, Options{PageBytes: 4 << 20}) }
-func BenchmarkEncodePage2M(b *testing.B) { benchEncode(b, Options{PageBytes: 2 << 20}) }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -47,9 +48,11 @@ type Stats struct {
 
 const (
 	batchRows  = 4096    // rows decoded before a batch goes to the encoder
-	batchBytes = 8 << 20 // or once its variable-length data reaches this size
-	// Rows per WriteRowValues call: small enough that a page ends close to PageBytes.
-	chunkRows = 2048
+	batchBytes = 4 << 20 // or once its variable-length data reaches this size
+	// Rows per WriteRowValues call. A page ends once a call takes it past PageBytes, so a
+	// batch (at most batchBytes of variable-length data) bounds how far past; fewer, larger
+	// calls measured faster than splitting batches.
+	chunkRows = batchRows
 	// Batches in flight: one being filled, one being encoded, one queued.
 	numBatches = 3
 )
@@ -154,6 +157,7 @@ func write(cols []Column, w io.Writer, opts Options, copyTo func(io.Writer) (int
 	}
 	enc := &encoder{
 		pw:    parquet.NewWriter(hw, wopts...),
+		cols:  cols,
 		specs: specs,
 		in:    make(chan *batch, numBatches),
 		free:  make(chan *batch, numBatches),
@@ -217,6 +221,7 @@ func write(cols []Column, w io.Writer, opts Options, copyTo func(io.Writer) (int
 // encoder feeds batches to the Parquet writer's column writers on its own goroutine.
 type encoder struct {
 	pw    *parquet.Writer
+	cols  []Column
 	specs []spec
 
 	in    chan *batch
@@ -238,7 +243,7 @@ func (e *encoder) run() {
 	defer close(e.done)
 	for b := range e.in {
 		if e.error() == nil && !e.abort.Load() {
-			if err := e.write(b); err != nil {
+			if err := e.safeWrite(b); err != nil {
 				e.mu.Lock()
 				e.err = err
 				e.mu.Unlock()
@@ -252,6 +257,17 @@ func (e *encoder) run() {
 	}
 }
 
+// safeWrite is write with a panic in parquet-go turned into an error, so that the parser,
+// waiting for a free batch, is not left hanging.
+func (e *encoder) safeWrite(b *batch) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("parquet encoder panicked: %v", r)
+		}
+	}()
+	return e.write(b)
+}
+
 func (e *encoder) write(b *batch) error {
 	cws := e.pw.ColumnWriters()
 	for i, cw := range cws {
@@ -260,7 +276,7 @@ func (e *encoder) write(b *batch) error {
 			for lo := 0; lo < len(cb.vals); lo += chunkRows {
 				hi := min(lo+chunkRows, len(cb.vals))
 				if _, err := cw.WriteRowValues(cb.vals[lo:hi]); err != nil {
-					return fmt.Errorf("encoding column %d: %w", i, err)
+					return fmt.Errorf("encoding column %s: %w", strconv.Quote(e.cols[i].Name), err)
 				}
 			}
 			continue
@@ -272,7 +288,7 @@ func (e *encoder) write(b *batch) error {
 				hi = int(cb.rowEnd[r])
 			}
 			if _, err := cw.WriteRowValues(cb.vals[lo:hi]); err != nil {
-				return fmt.Errorf("encoding column %d: %w", i, err)
+				return fmt.Errorf("encoding column %s: %w", strconv.Quote(e.cols[i].Name), err)
 			}
 			lo = hi
 		}

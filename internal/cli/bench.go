@@ -46,6 +46,7 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
 	f.IntVar(&o.Concurrency, "concurrency", 1000, "concurrency of each worker")
 	f.IntVar(&o.NodeMax, "node-max-tasks", 16, "max_tasks of the node SQL tasks run on")
 	cmd.AddCommand(a.benchExportCommand())
+	cmd.AddCommand(a.benchCleanupCommand())
 	f.StringVar(&o.RiverDir, "river", "auto", "directory of the rivercmp module to run River on the same server (auto: ./bench/rivercmp if present; empty: skip)")
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/bench"
 )
 
 func (a *app) cleanupCommand() *cobra.Command {
@@ -325,4 +326,32 @@ func withCleanup(cfg *engine.Config, cat *catalog.Catalog) (closePools func()) {
 		}
 	}
 	return pools.Close
+}
+
+func (a *app) benchCleanupCommand() *cobra.Command {
+	o := bench.CleanupOptions{}
+	cmd := &cobra.Command{
+		Use:   "cleanup [--rounds N] [--hold D]",
+		Short: "Measure deferred drops: delay after the last conflicting query, and waits of concurrent statements",
+		Long: `bench cleanup measures, with default settings, on DECKHAND_CATALOG's server (in scratch
+databases it drops afterwards) or on a throwaway cluster it starts itself:
+  - the time from the end of the last query using a table to the table being dropped, through
+    'deckhand drop' and through the cleaner on the leader (a deferred_on_success record);
+  - the longest statement of a concurrent writer (into another table) and of a reader of the
+    table while the drop was pending, against the lock timeout.
+The last line is key=value pairs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.CatalogDSN = a.catalogDSN
+			res, err := bench.RunCleanup(cmd.Context(), o, a.stdout)
+			if err != nil {
+				return Failed("bench cleanup: %w", err)
+			}
+			fmt.Fprintln(a.stdout, res.Line())
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&o.Rounds, "rounds", 5, "drops measured on each path")
+	cmd.Flags().DurationVar(&o.Hold, "hold", 2*time.Second, "how long the conflicting SELECT holds each table")
+	return cmd
 }
