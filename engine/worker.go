@@ -88,9 +88,15 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		export.KindCoordinator: export.Coordinator{Catalog: cat, Pools: w.pools, Cleaner: cleanup.New(cat, w.pools)},
 		export.KindPart:        export.Part{Catalog: cat, Pools: w.pools},
 	}
+	// Built-in kinds that create and drop resources.
+	for kind, ex := range cleanup.Executors(cat, w.pools) {
+		w.exec[kind] = ex
+	}
 	if !cfg.NoCleaner {
 		// Nothing may leak: wherever a worker leads, the cleaner runs.
-		w.cfg.LeaderServices = append([]Service{cleanup.New(cat, w.pools)}, cfg.LeaderServices...)
+		cl := cleanup.New(cat, w.pools)
+		cl.Logger = w.log.With("service", "cleaner")
+		w.cfg.LeaderServices = append([]Service{cl}, cfg.LeaderServices...)
 	}
 	for kind, ex := range cfg.Executors {
 		w.exec[kind] = ex

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parquet-go/parquet-go"
@@ -47,12 +48,14 @@ type Stats struct {
 }
 
 const (
-	batchRows  = 4096    // rows decoded before a batch goes to the encoder
-	batchBytes = 4 << 20 // or once its variable-length data reaches this size
-	// Rows per WriteRowValues call. A page ends once a call takes it past PageBytes, so a
-	// batch (at most batchBytes of variable-length data) bounds how far past; fewer, larger
-	// calls measured faster than splitting batches.
-	chunkRows = batchRows
+	// A batch holds up to batchRows rows, fewer for wide rows so that its parquet.Values stay
+	// within batchValueBytes, and goes to the encoder early once its variable-length data
+	// reaches batchBytes. The encoder hands each column of a batch to parquet-go in one call
+	// (a page ends once a call takes it past PageBytes, so batchBytes also bounds how far
+	// past); fewer, larger calls measured faster than splitting batches.
+	batchRows       = 4096
+	batchValueBytes = 2 << 20
+	batchBytes      = 4 << 20
 	// Batches in flight: one being filled, one being encoded, one queued.
 	numBatches = 3
 )
@@ -163,16 +166,17 @@ func write(cols []Column, w io.Writer, opts Options, copyTo func(io.Writer) (int
 		free:  make(chan *batch, numBatches),
 		done:  make(chan struct{}),
 	}
+	rows := min(batchRows, max(64, batchValueBytes/(len(specs)*int(unsafe.Sizeof(parquet.Value{})))))
 	for range numBatches - 1 {
-		enc.free <- newBatch(specs, batchRows)
+		enc.free <- newBatch(specs, rows)
 	}
 	go enc.run()
 
 	p := &parser{
 		cols:       cols,
 		specs:      specs,
-		cur:        newBatch(specs, batchRows),
-		maxRows:    batchRows,
+		cur:        newBatch(specs, rows),
+		maxRows:    rows,
 		maxBytes:   batchBytes,
 		rgMaxRows:  int64(opts.RowGroupRows),
 		rgMaxBytes: opts.RowGroupBytes,
@@ -269,28 +273,10 @@ func (e *encoder) safeWrite(b *batch) (err error) {
 }
 
 func (e *encoder) write(b *batch) error {
-	cws := e.pw.ColumnWriters()
-	for i, cw := range cws {
-		cb := &b.cols[i]
-		if !e.specs[i].list {
-			for lo := 0; lo < len(cb.vals); lo += chunkRows {
-				hi := min(lo+chunkRows, len(cb.vals))
-				if _, err := cw.WriteRowValues(cb.vals[lo:hi]); err != nil {
-					return fmt.Errorf("encoding column %s: %w", strconv.Quote(e.cols[i].Name), err)
-				}
-			}
-			continue
-		}
-		lo := 0
-		for r := chunkRows - 1; lo < len(cb.vals); r += chunkRows {
-			hi := len(cb.vals)
-			if r < len(cb.rowEnd)-1 {
-				hi = int(cb.rowEnd[r])
-			}
-			if _, err := cw.WriteRowValues(cb.vals[lo:hi]); err != nil {
-				return fmt.Errorf("encoding column %s: %w", strconv.Quote(e.cols[i].Name), err)
-			}
-			lo = hi
+	for i, cw := range e.pw.ColumnWriters() {
+		// A batch holds whole rows, as WriteRowValues requires (list values included).
+		if _, err := cw.WriteRowValues(b.cols[i].vals); err != nil {
+			return fmt.Errorf("encoding column %s: %w", strconv.Quote(e.cols[i].Name), err)
 		}
 	}
 	if b.endRowGroup {

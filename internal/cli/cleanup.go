@@ -11,7 +11,6 @@ import (
 
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/cleanup"
-	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/bench"
 )
@@ -310,22 +309,6 @@ func (a *app) cleanupPins() *cobra.Command {
 			return PrintTable(a.stdout, []string{"id", "type", "resource", "held_by", "in_force", "reason"}, rows)
 		},
 	}
-}
-
-// withCleanup gives a worker the built-in kinds that create and drop resources (drop,
-// move_table); the engine runs the cleaner itself on whichever worker leads. The returned
-// function closes their pools once the worker has stopped.
-func withCleanup(cfg *engine.Config, cat *catalog.Catalog) (closePools func()) {
-	pools := executor.NewPools(max(cfg.Concurrency, 4))
-	if cfg.Executors == nil {
-		cfg.Executors = executor.Registry{}
-	}
-	for kind, ex := range cleanup.Executors(cat, pools) {
-		if _, taken := cfg.Executors[kind]; !taken {
-			cfg.Executors[kind] = ex
-		}
-	}
-	return pools.Close
 }
 
 func (a *app) benchCleanupCommand() *cobra.Command {

@@ -36,8 +36,6 @@ func (a *app) serveCommand() *cobra.Command {
 			}
 			// The dashboard stays up while running tasks finish, and stops with the worker.
 			defer stopHTTP()
-			closeCleanup := withCleanup(&cfg, c.Catalog)
-			defer closeCleanup()
 			w := engine.NewWorker(c.Catalog, cfg)
 			return classify(w.Run(ctx))
 		},

@@ -283,6 +283,7 @@ func (p *Proxy) serve(cl net.Conn) {
 		select {
 		case <-started:
 			c.serverLoop()
+			c.close() // the server hung up: so must the client, or it waits for a reply forever
 		case <-c.done:
 		}
 	}()
