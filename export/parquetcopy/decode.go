@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 )
@@ -80,9 +81,6 @@ func (a *arena) reset() {
 // colBatch holds one column's values of a batch of rows.
 type colBatch struct {
 	vals []parquet.Value
-	// rowEnd[i] is the index in vals after row i; kept for list columns only, whose rows have
-	// a variable number of values.
-	rowEnd []int32
 }
 
 // slot appends a value to c and returns it for the caller to fill in.
@@ -111,7 +109,6 @@ func newBatch(specs []spec, rows int) *batch {
 	for i, s := range specs {
 		if s.list {
 			b.cols[i].vals = make([]parquet.Value, 0, 4*rows)
-			b.cols[i].rowEnd = make([]int32, 0, rows)
 		} else {
 			b.cols[i].vals = make([]parquet.Value, 0, rows)
 		}
@@ -129,7 +126,6 @@ func (b *batch) reset() {
 			clear(c.vals)
 		}
 		c.vals = c.vals[:0]
-		c.rowEnd = c.rowEnd[:0]
 	}
 	b.rows, b.payload, b.endRowGroup = 0, 0, false
 	b.arena.reset()
@@ -148,6 +144,10 @@ type parser struct {
 	cur      *batch
 	maxRows  int // per batch
 	maxBytes int // of arena data per batch
+	// lists are the indexes of the list columns, whose values per batch are bounded by
+	// maxListBytes (of parquet.Values).
+	lists        []int
+	maxListBytes int
 	// Row group limits, and the current row group's rows and COPY bytes so far.
 	rgMaxRows, rgRows   int64
 	rgMaxBytes, rgBytes int64
@@ -276,9 +276,6 @@ func (p *parser) tuple(t []byte) error {
 				return p.fieldError(i, errors.New("NULL in a NOT NULL column"))
 			}
 			cb.vals = append(cb.vals, parquet.Value{})
-			if s.list {
-				cb.rowEnd = append(cb.rowEnd, int32(len(cb.vals)))
-			}
 			continue
 		}
 		data := t[off : off+l]
@@ -307,7 +304,7 @@ func (p *parser) tuple(t []byte) error {
 	p.rgRows++
 	p.rgBytes += int64(len(t) + 2)
 	endRG := p.rgRows >= p.rgMaxRows || p.rgBytes >= p.rgMaxBytes
-	if endRG || b.rows >= p.maxRows || b.arena.size >= p.maxBytes {
+	if endRG || b.rows >= p.maxRows || b.arena.size >= p.maxBytes || p.listsFull(b) {
 		if endRG {
 			b.endRowGroup = true
 			p.rgRows, p.rgBytes = 0, 0
@@ -319,6 +316,18 @@ func (p *parser) tuple(t []byte) error {
 		p.cur = nb
 	}
 	return nil
+}
+
+// listsFull reports whether the list columns of b hold more values than a batch should.
+func (p *parser) listsFull(b *batch) bool {
+	if len(p.lists) == 0 {
+		return false
+	}
+	n := 0
+	for _, i := range p.lists {
+		n += len(b.cols[i].vals)
+	}
+	return n*int(unsafe.Sizeof(parquet.Value{})) >= p.maxListBytes
 }
 
 func (p *parser) fieldError(i int, err error) error {
@@ -339,7 +348,6 @@ func (p *parser) array(cb *colBatch, s *spec, data []byte, def int) error {
 	switch {
 	case ndim == 0:
 		cb.vals = append(cb.vals, parquet.Value{}.Level(0, def, 0))
-		cb.rowEnd = append(cb.rowEnd, int32(len(cb.vals)))
 		return nil
 	case ndim != 1:
 		return fmt.Errorf("%d-dimensional array value; export supports one-dimensional arrays only", ndim)
@@ -352,7 +360,6 @@ func (p *parser) array(cb *colBatch, s *spec, data []byte, def int) error {
 	}
 	if n == 0 {
 		cb.vals = append(cb.vals, parquet.Value{}.Level(0, def, 0))
-		cb.rowEnd = append(cb.rowEnd, int32(len(cb.vals)))
 		return nil
 	}
 	ar := &p.cur.arena
@@ -383,7 +390,6 @@ func (p *parser) array(cb *colBatch, s *spec, data []byte, def int) error {
 	if off != len(data) {
 		return errors.New("malformed array value")
 	}
-	cb.rowEnd = append(cb.rowEnd, int32(len(cb.vals)))
 	return nil
 }
 

@@ -713,3 +713,37 @@ func (f *failAfter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// TestLargeArrays: batches of long arrays are cut by size, and every element comes back.
+func TestLargeArrays(t *testing.T) {
+	conn := connect(t)
+	mustExec(t, conn, `CREATE TABLE la (id int NOT NULL, a bigint[]);
+		INSERT INTO la SELECT g, CASE WHEN g % 50 = 0 THEN NULL ELSE array(SELECT g * 10000 + e FROM generate_series(1, 3000) e) END
+		FROM generate_series(1, 100) g`)
+	data, _, st, err := export(t, conn, "la", parquetcopy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readRows(t, data)
+	if st.Rows != 100 || len(rows) != 100 {
+		t.Fatalf("%d rows (stats %d)", len(rows), st.Rows)
+	}
+	for _, row := range rows {
+		g := int64(row[0][0].Int32())
+		vals := row[1]
+		if g%50 == 0 {
+			if len(vals) != 1 || !vals[0].IsNull() || vals[0].DefinitionLevel() != 0 {
+				t.Fatalf("row %d: want a NULL list, got %d values", g, len(vals))
+			}
+			continue
+		}
+		if len(vals) != 3000 {
+			t.Fatalf("row %d: %d elements", g, len(vals))
+		}
+		for e, v := range vals {
+			if v.Int64() != g*10000+int64(e)+1 {
+				t.Fatalf("row %d element %d: %d", g, e, v.Int64())
+			}
+		}
+	}
+}

@@ -173,13 +173,19 @@ func write(cols []Column, w io.Writer, opts Options, copyTo func(io.Writer) (int
 	go enc.run()
 
 	p := &parser{
-		cols:       cols,
-		specs:      specs,
-		cur:        newBatch(specs, rows),
-		maxRows:    rows,
-		maxBytes:   batchBytes,
-		rgMaxRows:  int64(opts.RowGroupRows),
-		rgMaxBytes: opts.RowGroupBytes,
+		cols:         cols,
+		specs:        specs,
+		cur:          newBatch(specs, rows),
+		maxRows:      rows,
+		maxListBytes: 2 * batchValueBytes,
+		maxBytes:     batchBytes,
+		rgMaxRows:    int64(opts.RowGroupRows),
+		rgMaxBytes:   opts.RowGroupBytes,
+	}
+	for i, s := range specs {
+		if s.list {
+			p.lists = append(p.lists, i)
+		}
 	}
 	p.flush = func(b *batch) (*batch, error) {
 		if err := enc.error(); err != nil {
