@@ -132,50 +132,20 @@ FROM locked`
 // node's free slots first; tasks that target a node group are then dealt round-robin over the
 // remaining slots of the group's members that have replayed past the task's min_lsn (a primary
 // always has), so parts of one export spread over the group.
-const claimSQL = `
-WITH cap AS (
-	-- An export's coordinator only holds a lock while its parts work: it takes no slot.
-	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export'), 0) AS free
-	FROM unnest($2::text[], $3::int[]) AS c(node, cap)
-), budget AS (
-	SELECT CASE WHEN $6::int > 0
-		THEN least($1, greatest($6 - (SELECT count(*) FROM deckhand.task WHERE state IN ('running', 'cancelling')), 0))
-		ELSE $1 END AS n
-), anywhere AS (
-	SELECT id FROM deckhand.task
-	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce($4, now())
-	ORDER BY id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
-), on_nodes AS (
-	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
-		SELECT t.id FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce($4, now())
-		ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
-), picked AS (
-	SELECT id, NULL::text AS node FROM anywhere
-	UNION ALL SELECT id, NULL FROM on_nodes
-	LIMIT (SELECT n FROM budget)
-), claimed AS (
-	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
-		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $5,
-		started_at = coalesce($4, clock_timestamp()), finished_at = NULL,
-		node = coalesce(picked.node, t.node)
-	FROM picked WHERE t.id = picked.id
-	RETURNING t.*
-), started AS (
-	UPDATE deckhand.job j SET started_at = coalesce($4, clock_timestamp())
-	WHERE j.id IN (SELECT DISTINCT job_id FROM claimed) AND j.started_at IS NULL
+var (
+	claimSQL       = claimQuery(false)
+	claimGroupsSQL = claimQuery(true) // used only when group tasks exist: the dealing costs a window per claim
 )
-SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
-	c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts,
-	c.max_attempts, c.runs, c.attempt_token, c.started_at, j.search_path, j.settings, j.submitted_by,
-	EXISTS (SELECT 1 FROM deckhand.task_dep d WHERE d.depends_on = c.id) AS has_dependents
-FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
-ORDER BY c.id`
 
-// claimGroupsSQL is claimSQL plus the dealing of group tasks, used only when some exist:
-// it costs a window over the runnable group tasks on every claim.
-const claimGroupsSQL = `
+// claimQuery builds the claim statement, with or without the dealing of group tasks.
+func claimQuery(groups bool) string {
+	if !groups {
+		return claimHead + claimPick + claimTail
+	}
+	return claimHead + claimGroups + claimPick + "\tUNION ALL SELECT id, node FROM in_groups\n" + claimTail
+}
+
+const claimHead = `
 WITH cap AS (
 	-- An export's coordinator only holds a lock while its parts work: it takes no slot.
 	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
@@ -194,7 +164,9 @@ WITH cap AS (
 		SELECT t.id FROM deckhand.task t
 		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce($4, now())
 		ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
-), group_tasks AS (
+`
+
+const claimGroups = `), group_tasks AS (
 	SELECT t.id, t.node_group, t.min_lsn, row_number() OVER (PARTITION BY t.node_group ORDER BY t.id) AS rn
 	FROM deckhand.task t
 	WHERE t.state = 'runnable' AND t.node_group IS NOT NULL AND t.node IS NULL
@@ -212,11 +184,14 @@ WITH cap AS (
 	JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn
 	JOIN deckhand.task t ON t.id = g.id
 	FOR UPDATE OF t SKIP LOCKED
-), picked AS (
+`
+
+const claimPick = `), picked AS (
 	SELECT id, NULL::text AS node FROM anywhere
 	UNION ALL SELECT id, NULL FROM on_nodes
-	UNION ALL SELECT id, node FROM in_groups
-	LIMIT (SELECT n FROM budget)
+`
+
+const claimTail = `	LIMIT (SELECT n FROM budget)
 ), claimed AS (
 	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
 		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $5,
