@@ -42,6 +42,11 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog DSN: %w", err)
 	}
+	// A worker's loops (claim, complete, heartbeat, lead, clean) each hold a connection at
+	// times; pgxpool's default of max(4, CPUs) makes them queue behind one another.
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = 16
+	}
 	// The catalog's statements are planned once per connection: their shapes do not depend on
 	// parameter values, and re-planning the claim and completion CTEs cost more than running them.
 	if cfg.ConnConfig.RuntimeParams["plan_cache_mode"] == "" {

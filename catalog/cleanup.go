@@ -546,7 +546,9 @@ func (c *Catalog) WaitingInUse(ctx context.Context, opID int64) ([]WaitingRecord
 func (c *Catalog) NextCleanupIn(ctx context.Context) (time.Duration, error) {
 	var secs *float64
 	err := c.Pool.QueryRow(ctx, `
-		SELECT greatest(extract(epoch FROM min(next_attempt_at) - coalesce($1, now())), 0)::float8
+		-- greatest() ignores NULL: with nothing due, say so instead of "now".
+		SELECT CASE WHEN min(next_attempt_at) IS NOT NULL
+		            THEN greatest(extract(epoch FROM min(next_attempt_at) - coalesce($1, now())), 0)::float8 END
 		FROM deckhand.cleanup_record WHERE state = 'due'`, c.now()).Scan(&secs)
 	if err != nil {
 		return 0, fmt.Errorf("next cleanup: %w", err)
