@@ -322,6 +322,9 @@ func TestMetricsHaveCatalogGaugesAndWorkerMetrics(t *testing.T) {
 		`deckhand_task_duration_seconds_bucket{kind="noop",outcome="done"`,
 		`deckhand_claim_duration_seconds_count`,
 		`deckhand_tasks_claimed_total`,
+		`deckhand_cleanup_backlog{state="due"} 0`,
+		`deckhand_export_rows 0`,
+		`deckhand_export_bytes 0`,
 	} {
 		if !strings.Contains(r.body, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -44,6 +44,7 @@ type catalogCollector struct {
 	cat   *catalog.Catalog
 
 	up, took, jobs, tasks, workers, leader, nodeRunning, nodeMax *prometheus.Desc
+	cleanup, exportRows, exportBytes                             *prometheus.Desc
 }
 
 func newCatalogCollector(stats *statsCache, cat *catalog.Catalog) *catalogCollector {
@@ -58,11 +59,15 @@ func newCatalogCollector(stats *statsCache, cat *catalog.Catalog) *catalogCollec
 		leader:      prometheus.NewDesc("deckhand_leader_elected", "1 if some worker holds the leader lease.", nil, nil),
 		nodeRunning: prometheus.NewDesc("deckhand_node_running_tasks", "Tasks running on each node.", []string{"node"}, nil),
 		nodeMax:     prometheus.NewDesc("deckhand_node_max_tasks", "Most tasks each node runs at once.", []string{"node"}, nil),
+		cleanup:     prometheus.NewDesc("deckhand_cleanup_backlog", "Cleanup records not yet resolved, by state (pending: their operation runs; due: to remove).", []string{"state"}, nil),
+		exportRows:  prometheus.NewDesc("deckhand_export_rows", "Rows written by committed and running exports.", nil, nil),
+		exportBytes: prometheus.NewDesc("deckhand_export_bytes", "Bytes of Parquet written by committed and running exports.", nil, nil),
 	}
 }
 
 func (c *catalogCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.took, c.jobs, c.tasks, c.workers, c.leader, c.nodeRunning, c.nodeMax} {
+	for _, d := range []*prometheus.Desc{c.up, c.took, c.jobs, c.tasks, c.workers, c.leader, c.nodeRunning, c.nodeMax,
+		c.cleanup, c.exportRows, c.exportBytes} {
 		ch <- d
 	}
 }
@@ -88,6 +93,11 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(s.Tasks[st]), st)
 	}
 	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(s.WorkersAlive))
+	for state, n := range s.CleanupBacklog {
+		ch <- prometheus.MustNewConstMetric(c.cleanup, prometheus.GaugeValue, float64(n), state)
+	}
+	ch <- prometheus.MustNewConstMetric(c.exportRows, prometheus.GaugeValue, float64(s.ExportRows))
+	ch <- prometheus.MustNewConstMetric(c.exportBytes, prometheus.GaugeValue, float64(s.ExportBytes))
 	elected := 0.0
 	if s.LeaderID != 0 {
 		elected = 1

@@ -17,8 +17,13 @@ type Stats struct {
 	Tasks        map[string]int64 `json:"tasks"` // tasks by state; every task state is present
 	WorkersAlive int64            `json:"workers_alive"`
 	LeaderID     int64            `json:"leader_id"` // 0 when no worker holds the leader lease
-	ReadAt       time.Time        `json:"read_at"`
-	Took         time.Duration    `json:"-"` // how long the statement ran, for callers that cache
+	// CleanupBacklog counts cleanup records not yet resolved, by state (pending, due).
+	CleanupBacklog map[string]int64 `json:"cleanup_backlog"`
+	// ExportRows and ExportBytes sum what committed and running exports wrote so far.
+	ExportRows  int64         `json:"export_rows"`
+	ExportBytes int64         `json:"export_bytes"`
+	ReadAt      time.Time     `json:"read_at"`
+	Took        time.Duration `json:"-"` // how long the statement ran, for callers that cache
 }
 
 // JobStates and TaskStates list every state, in lifecycle order, for callers that show all of them.
@@ -34,7 +39,7 @@ var (
 func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
 	start := time.Now()
 	var byState []byte
-	var runnable, running, cancelling, workers int64
+	var runnable, running, cancelling, workers, cleanupPending, cleanupDue, exportRows, exportBytes int64
 	var leader *int64
 	var readAt time.Time
 	err := c.Pool.QueryRow(ctx, `
@@ -50,7 +55,15 @@ func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
 			(SELECT count(*) FROM deckhand.task WHERE state = 'cancelling'),
 			(SELECT count(*) FROM deckhand.worker WHERE stopped_at IS NULL AND lease_expires_at > coalesce($1, now())),
 			(SELECT worker_id FROM deckhand.leader WHERE lease_expires_at > coalesce($1, now())),
-			coalesce($1, now())`, c.now()).Scan(&byState, &runnable, &running, &cancelling, &workers, &leader, &readAt)
+			coalesce($1, now()),
+			(SELECT count(*) FROM deckhand.cleanup_record WHERE state = 'pending'),
+			(SELECT count(*) FROM deckhand.cleanup_record WHERE state = 'due'),
+			(SELECT coalesce(sum(p.rows), 0) FROM deckhand.export_part p JOIN deckhand.export e ON e.id = p.export_id
+			  WHERE p.epoch = e.epoch AND p.finished_at IS NOT NULL AND e.state <> 'superseded'),
+			(SELECT coalesce(sum(p.bytes), 0) FROM deckhand.export_part p JOIN deckhand.export e ON e.id = p.export_id
+			  WHERE p.epoch = e.epoch AND p.finished_at IS NOT NULL AND e.state <> 'superseded')`,
+		c.now()).Scan(&byState, &runnable, &running, &cancelling, &workers, &leader, &readAt,
+		&cleanupPending, &cleanupDue, &exportRows, &exportBytes)
 	if err != nil {
 		return Stats{}, fmt.Errorf("read catalog stats: %w", err)
 	}
@@ -58,7 +71,9 @@ func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
 	if err := json.Unmarshal(byState, &agg); err != nil {
 		return Stats{}, fmt.Errorf("read catalog stats: %w", err)
 	}
-	s := Stats{Jobs: map[string]int64{}, Tasks: map[string]int64{}, WorkersAlive: workers, ReadAt: readAt}
+	s := Stats{Jobs: map[string]int64{}, Tasks: map[string]int64{}, WorkersAlive: workers, ReadAt: readAt,
+		CleanupBacklog: map[string]int64{"pending": cleanupPending, "due": cleanupDue},
+		ExportRows:     exportRows, ExportBytes: exportBytes}
 	for _, st := range JobStates {
 		s.Jobs[st] = 0
 	}
