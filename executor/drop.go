@@ -248,29 +248,13 @@ func (d Drop) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 		maxBackoff = 30 * time.Second
 	}
 
-	pool, err := d.Pools.Get(ctx, *t.NodeDSN, t.Owner)
+	conn, release, err := d.Pools.Session(ctx, t)
 	if err != nil {
 		return err
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("connect to node %s as %s: %w", *t.Node, t.Owner, err)
-	}
-	defer func() {
-		if conn.Conn().PgConn().TxStatus() == 'I' && !conn.Conn().IsClosed() && ctx.Err() == nil {
-			if _, err := conn.Exec(ctx, "DISCARD ALL"); err != nil {
-				conn.Conn().Close(context.Background()) //nolint:errcheck
-			}
-		} else {
-			conn.Conn().Close(context.Background()) //nolint:errcheck
-		}
-		conn.Release()
-	}()
-	if err := prepareSession(ctx, conn.Conn(), t); err != nil {
-		return err
-	}
+	defer release()
 
-	tables, err := resolveTables(ctx, conn.Conn(), p.Tables, t.Run <= 1)
+	tables, err := resolveTables(ctx, conn, p.Tables, t.Run <= 1)
 	if err != nil {
 		return err
 	}
@@ -286,11 +270,11 @@ func (d Drop) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 			}
 		}
 	}
-	if err := checkOwnership(ctx, conn.Conn(), tables, lockTimeout); err != nil {
+	if err := checkOwnership(ctx, conn, tables, lockTimeout); err != nil {
 		return err
 	}
 	for _, tb := range tables {
-		if err := d.dropOne(ctx, conn.Conn(), tb, lockTimeout, probe, minBackoff, maxBackoff); err != nil {
+		if err := d.dropOne(ctx, conn, tb, lockTimeout, probe, minBackoff, maxBackoff); err != nil {
 			return err
 		}
 	}

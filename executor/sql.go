@@ -80,6 +80,40 @@ func (p *Pools) Close() {
 	}
 }
 
+// Session connects to the task's node as its owner and prepares the session for the task:
+// submit-time context, statement timeout, application name, and the owner check. release
+// leaves nothing of the task in the pooled session (settings, temp tables, locks); a session
+// left inside a transaction or broken is closed instead.
+func (p *Pools) Session(ctx context.Context, t *catalog.ClaimedTask) (conn *pgx.Conn, release func(), err error) {
+	if t.Node == nil || t.NodeDSN == nil {
+		return nil, nil, Permanent(errors.New("the task's node is no longer registered"))
+	}
+	pool, err := p.Get(ctx, *t.NodeDSN, t.Owner)
+	if err != nil {
+		return nil, nil, err
+	}
+	pooled, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to node %s as %s: %w", *t.Node, t.Owner, err)
+	}
+	release = func() {
+		c := pooled.Conn()
+		if c.PgConn().TxStatus() == 'I' && !c.IsClosed() && ctx.Err() == nil {
+			if _, err := c.Exec(ctx, "DISCARD ALL"); err != nil {
+				c.Close(context.Background()) //nolint:errcheck
+			}
+		} else {
+			c.Close(context.Background()) //nolint:errcheck
+		}
+		pooled.Release()
+	}
+	if err := prepareSession(ctx, pooled.Conn(), t); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return pooled.Conn(), release, nil
+}
+
 // ApplicationName identifies a task attempt's backend in pg_stat_activity, so the leader can
 // find and terminate it if the worker running it dies.
 func ApplicationName(taskID, token int64) string {
@@ -90,33 +124,11 @@ func ApplicationName(taskID, token int64) string {
 type SQL struct{ Pools *Pools }
 
 func (s SQL) Run(ctx context.Context, t *catalog.ClaimedTask) error {
-	if t.Node == nil || t.NodeDSN == nil {
-		return Permanent(errors.New("the task's node is no longer registered"))
-	}
-	pool, err := s.Pools.Get(ctx, *t.NodeDSN, t.Owner)
+	conn, release, err := s.Pools.Session(ctx, t)
 	if err != nil {
 		return err
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("connect to node %s as %s: %w", *t.Node, t.Owner, err)
-	}
-	defer func() {
-		// Leave nothing of this task in a pooled session: settings, temp tables, locks.
-		// A connection left inside a transaction or broken is destroyed instead.
-		if conn.Conn().PgConn().TxStatus() == 'I' && !conn.Conn().IsClosed() && ctx.Err() == nil {
-			if _, err := conn.Exec(ctx, "DISCARD ALL"); err != nil {
-				conn.Conn().Close(context.Background()) //nolint:errcheck
-			}
-		} else {
-			conn.Conn().Close(context.Background()) //nolint:errcheck
-		}
-		conn.Release()
-	}()
-
-	if err := prepareSession(ctx, conn.Conn(), t); err != nil {
-		return err
-	}
+	defer release()
 	if !t.InTransaction {
 		_, err = conn.Exec(ctx, t.SQL)
 		return err
