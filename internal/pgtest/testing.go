@@ -33,6 +33,11 @@ var (
 func Main(m *testing.M) {
 	mainRunning.Store(true)
 	code := m.Run()
+	atExit.Lock()
+	for _, f := range atExit.funcs {
+		f()
+	}
+	atExit.Unlock()
 	if err := StopAll(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest: stopping clusters:", err)
 		if code == 0 {
@@ -40,6 +45,18 @@ func Main(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+var atExit struct {
+	sync.Mutex
+	funcs []func()
+}
+
+// AtExit runs f when Main returns, for what outlives single tests (a built binary).
+func AtExit(f func()) {
+	atExit.Lock()
+	defer atExit.Unlock()
+	atExit.funcs = append(atExit.funcs, f)
 }
 
 // Shared returns the cluster shared by all tests of this binary, starting it on first use. It

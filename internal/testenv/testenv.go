@@ -178,6 +178,7 @@ func Binary(t testing.TB) string {
 			buildErr = err
 			return
 		}
+		pgtest.AtExit(func() { os.RemoveAll(dir) })
 		binPath = filepath.Join(dir, "deckhand")
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
