@@ -75,17 +75,11 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	}
 	fmt.Fprintf(out, "server: PostgreSQL %s; %d worker(s) x concurrency %d\n", res.ServerVersion, o.Workers, o.Concurrency)
 
-	db, dropDB, err := scratchDB(ctx, admin, "deckhand_bench")
+	dsn, client, dropCatalog, err := scratchCatalog(ctx, admin, server)
 	if err != nil {
 		return nil, err
 	}
-	defer dropDB()
-	dsn := withDB(server, db)
-	client, err := prepareCatalog(ctx, dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
+	defer dropCatalog()
 	// The SQL node is another scratch database on the same server.
 	nodeDB, dropNode, err := scratchDB(ctx, admin, "deckhand_bench_node")
 	if err != nil {
@@ -215,17 +209,27 @@ func scratchDB(ctx context.Context, admin *pgx.Conn, prefix string) (string, fun
 	}, nil
 }
 
-func prepareCatalog(ctx context.Context, dsn string) (*engine.Client, error) {
+// scratchCatalog creates a scratch database on server holding an initialised catalog, and
+// returns its conninfo and a client on it; cleanup closes the client and drops the database.
+func scratchCatalog(ctx context.Context, admin *pgx.Conn, server string) (dsn string, client *engine.Client, cleanup func(), err error) {
+	db, dropDB, err := scratchDB(ctx, admin, "deckhand_bench")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	dsn = withDB(server, db)
 	cat, err := catalog.Open(ctx, dsn)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		_, err = cat.Migrate(ctx)
+		cat.Close()
 	}
-	_, err = cat.Migrate(ctx)
-	cat.Close()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		client, err = engine.Open(ctx, dsn)
 	}
-	return engine.Open(ctx, dsn)
+	if err != nil {
+		dropDB()
+		return "", nil, nil, err
+	}
+	return dsn, client, func() { client.Close(); dropDB() }, nil
 }
 
 func startWorkers(ctx context.Context, dsn string, o Options, rec *recorder) (func(), error) {

@@ -83,21 +83,16 @@ func RunCleanup(ctx context.Context, o CleanupOptions, out io.Writer) (*CleanupR
 	if err := admin.QueryRow(ctx, `SHOW server_version`).Scan(&version); err != nil {
 		return nil, err
 	}
-	db, dropDB, err := scratchDB(ctx, admin, "deckhand_bench_cleanup")
+	catalogDSN, client, dropCatalog, err := scratchCatalog(ctx, admin, server)
 	if err != nil {
 		return nil, err
 	}
-	defer dropDB()
+	defer dropCatalog()
 	nodeDB, dropNode, err := scratchDB(ctx, admin, "deckhand_bench_cleanup_node")
 	if err != nil {
 		return nil, err
 	}
 	defer dropNode()
-	client, err := prepareCatalog(ctx, withDB(server, db))
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
 	nodeDSN := withDB(server, nodeDB)
 	if err := client.AddNode(ctx, catalog.Node{Name: "bench", DSN: nodeDSN, MaxTasks: 4}); err != nil {
 		return nil, err
@@ -108,7 +103,7 @@ func RunCleanup(ctx context.Context, o CleanupOptions, out io.Writer) (*CleanupR
 	// A worker with default settings: the engine runs the cleaner on its leader.
 	pools := executor.NewPools(8)
 	defer pools.Close()
-	cat, err := catalog.Open(ctx, withDB(server, db))
+	cat, err := catalog.Open(ctx, catalogDSN)
 	if err != nil {
 		return nil, err
 	}

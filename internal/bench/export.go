@@ -84,17 +84,11 @@ func RunExport(ctx context.Context, o ExportOptions, out io.Writer) (*ExportResu
 	fmt.Fprintf(out, "export: COPY (FORMAT binary) of %d rows, %.0f MB of heap, to /dev/null: %.3fs\n",
 		res.Rows, float64(res.HeapBytes)/(1<<20), res.CopySeconds)
 
-	db, dropDB, err := scratchDB(ctx, admin, "deckhand_bench")
+	dsn, client, dropCatalog, err := scratchCatalog(ctx, admin, server)
 	if err != nil {
 		return nil, err
 	}
-	defer dropDB()
-	dsn := withDB(server, db)
-	client, err := prepareCatalog(ctx, dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
+	defer dropCatalog()
 	if err := client.AddNode(ctx, catalog.Node{Name: "primary", DSN: withDB(server, nodeDB), Group: "bench", MaxTasks: o.Parts}); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -145,33 +146,20 @@ func recordID(s string) (int64, error) {
 }
 
 func (a *app) cleanupRetry() *cobra.Command {
-	return &cobra.Command{
-		Use:   "retry ID",
-		Short: "Make a failed or node_removed record due again (after fixing its cause)",
-		Args:  exactArgs(1, "a cleanup record ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := recordID(args[0])
-			if err != nil {
-				return err
-			}
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.Catalog.RetryCleanupRecord(cmd.Context(), id); err != nil {
-				return classify(err)
-			}
-			fmt.Fprintf(a.stderr, "cleanup record %d is due again\n", id)
-			return nil
-		},
-	}
+	return a.recordCommand("retry ID", "Make a failed or node_removed record due again (after fixing its cause)",
+		(*catalog.Catalog).RetryCleanupRecord, "cleanup record %d is due again\n")
 }
 
 func (a *app) cleanupForget() *cobra.Command {
+	return a.recordCommand("forget ID", "Give up on a record: the resource, if it still exists, is left alone",
+		(*catalog.Catalog).ForgetCleanupRecord, "cleanup record %d forgotten\n")
+}
+
+// recordCommand is a command that applies action to one cleanup record and reports done.
+func (a *app) recordCommand(use, short string, action func(*catalog.Catalog, context.Context, int64) error, done string) *cobra.Command {
 	return &cobra.Command{
-		Use:   "forget ID",
-		Short: "Give up on a record: the resource, if it still exists, is left alone",
+		Use:   use,
+		Short: short,
 		Args:  exactArgs(1, "a cleanup record ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := recordID(args[0])
@@ -183,10 +171,10 @@ func (a *app) cleanupForget() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if err := c.Catalog.ForgetCleanupRecord(cmd.Context(), id); err != nil {
+			if err := action(c.Catalog, cmd.Context(), id); err != nil {
 				return classify(err)
 			}
-			fmt.Fprintf(a.stderr, "cleanup record %d forgotten\n", id)
+			fmt.Fprintf(a.stderr, done, id)
 			return nil
 		},
 	}
