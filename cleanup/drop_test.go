@@ -14,6 +14,7 @@ import (
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
 // traffic is what runs against a node while a drop is pending: a long SELECT on the table,
@@ -259,7 +260,7 @@ func deckhandAs(t *testing.T, catalogDSN string, args ...string) (int, string, s
 	t.Helper()
 	c, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testenv.Buffer
 	code := cliMain(c, append([]string{"--catalog", catalogDSN}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
 }

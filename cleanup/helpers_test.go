@@ -1,7 +1,6 @@
 package cleanup_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -206,26 +205,9 @@ func (e *env) deckhand(args ...string) (code int, stdout, stderr string) {
 	e.t.Helper()
 	c, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testenv.Buffer
 	code = cli.Main(c, append([]string{"--catalog", e.DSN}, args...), strings.NewReader(""), &out, &errOut)
 	return code, out.String(), errOut.String()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // snapshot is what a node holds that an operation could leave behind: relations, schemas,
@@ -284,6 +266,6 @@ func diff(a, b []string) string {
 	return strings.Join(out, "\n")
 }
 
-func cliMain(c context.Context, args []string, out, errOut *syncBuffer) int {
+func cliMain(c context.Context, args []string, out, errOut *testenv.Buffer) int {
 	return cli.Main(c, args, strings.NewReader(""), out, errOut)
 }

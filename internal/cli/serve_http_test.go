@@ -34,7 +34,7 @@ func TestServeHTTP(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	go func() {
 		done <- cli.Main(ctx, []string{"--catalog", e.DSN, "serve", "--concurrency", "2", "--http", addr,
 			"--maintenance-interval", "100ms", "--shutdown-grace", "1s"}, strings.NewReader(""), io.Discard, &stderr)

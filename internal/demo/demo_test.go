@@ -20,27 +20,10 @@ import (
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// syncBuffer is an io.Writer that a test may read while Run writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // summaryRow is one line of the per-task table.
 type summaryRow struct {
@@ -104,7 +87,7 @@ func timeline(out string) (started, done map[string]int) {
 }
 
 func TestDemoOnThrowawayCluster(t *testing.T) {
-	var out syncBuffer
+	var out testenv.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	begin := time.Now()
@@ -258,7 +241,7 @@ func TestDemoWithConfiguredCatalog(t *testing.T) {
 	opts := Options{CatalogDSN: e.dsn, Nodes: []string{"beta", "alpha"}, Owner: "shopper", Rows: 5000}
 	// Twice: a second run replaces the first one's tables instead of adding to them.
 	for run := 1; run <= 2; run++ {
-		var out syncBuffer
+		var out testenv.Buffer
 		if err := Run(ctx, opts, &out); err != nil {
 			t.Fatalf("run %d: %v\n%s", run, err, out.String())
 		}
@@ -325,7 +308,7 @@ func TestDemoWithConfiguredCatalog(t *testing.T) {
 func TestDemoFailedJobIsReported(t *testing.T) {
 	// The owner may log in but not create anything in the node databases.
 	e := newCatalogEnv(t, "visitor", false, "eu", "us")
-	var out syncBuffer
+	var out testenv.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := Run(ctx, Options{CatalogDSN: e.dsn, Owner: "visitor", Rows: 1000}, &out)
@@ -359,7 +342,7 @@ func TestDemoFailedJobIsReported(t *testing.T) {
 
 func TestDemoNeedsRegisteredNodes(t *testing.T) {
 	e := newCatalogEnv(t, "app", true, "eu")
-	var out syncBuffer
+	var out testenv.Buffer
 	err := Run(context.Background(), Options{CatalogDSN: e.dsn}, &out)
 	if !errors.Is(err, catalog.ErrNotFound) || !strings.Contains(err.Error(), "node us") {
 		t.Fatalf("Run without node us registered: got %v, want a not-found error naming us", err)
@@ -370,7 +353,7 @@ func TestDemoNeedsRegisteredNodes(t *testing.T) {
 }
 
 func TestDemoInterruptedCleansUp(t *testing.T) {
-	out := &syncBuffer{}
+	out := &testenv.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -459,7 +442,7 @@ func (f *fakeTerminal) Done(line string) {
 func TestDemoOnTerminalShowsLiveProgress(t *testing.T) {
 	e := newCatalogEnv(t, "app", true, "eu", "us")
 	term := &fakeTerminal{}
-	var out syncBuffer
+	var out testenv.Buffer
 	bar := func(done, total, _ int) string { return fmt.Sprintf("<%d of %d>", done, total) }
 	err := Run(context.Background(), Options{CatalogDSN: e.dsn, Rows: 2000, Status: term, Bar: bar}, &out)
 	if err != nil {

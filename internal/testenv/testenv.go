@@ -198,7 +198,7 @@ func Binary(t testing.TB) string {
 // Process is a deckhand command running as its own process.
 type Process struct {
 	Cmd    *exec.Cmd
-	output *lockedBuffer
+	output *Buffer
 }
 
 // Output is what the process printed so far.
@@ -210,7 +210,7 @@ func (e *Env) Serve(args ...string) *Process {
 	bin := Binary(e.T)
 	all := append([]string{"serve", "--catalog", e.DSN, "--log-level", "debug"}, args...)
 	cmd := exec.Command(bin, all...)
-	buf := &lockedBuffer{}
+	buf := &Buffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
 	if err := cmd.Start(); err != nil {
 		e.T.Fatal(err)
@@ -226,18 +226,19 @@ func (e *Env) Serve(args ...string) *Process {
 	return p
 }
 
-type lockedBuffer struct {
+// Buffer is an io.Writer that a test may read while something else writes to it.
+type Buffer struct {
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *Buffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *Buffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
