@@ -204,7 +204,12 @@ func TestDeferredDropWaitsForQueries(t *testing.T) {
 		})
 	})
 	tr.check(t, 200*time.Millisecond)
+	// The table is gone on the node a moment before the cleaner records it in the catalog.
 	rec := e.records(id)[0]
+	for deadline := time.Now().Add(5 * time.Second); rec.State != catalog.CleanupRemoved && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		rec = e.records(id)[0]
+	}
 	if rec.State != catalog.CleanupRemoved || rec.Attempts < 2 {
 		t.Errorf("record %s after %d attempts; want removed after at least one attempt found it in use", rec.State, rec.Attempts)
 	}
