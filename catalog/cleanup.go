@@ -128,9 +128,9 @@ func (c *Catalog) BeginOperation(ctx context.Context, op NewOperation) (int64, e
 	var err error
 	if op.TaskID != 0 {
 		err = c.Pool.QueryRow(ctx, `
-			INSERT INTO deckhand.operation (job_id, task_id, attempt_token, worker_id, owner, description, created_at)
-			SELECT t.job_id, t.id, t.attempt_token, t.worker_id, $3, $4, coalesce($5, now())
-			FROM deckhand.task t
+			INSERT INTO deckhand.operation (job_id, task_id, attempt_token, worker_id, owner, submitted_by, description, created_at)
+			SELECT t.job_id, t.id, t.attempt_token, t.worker_id, $3, j.submitted_by, $4, coalesce($5, now())
+			FROM deckhand.task t JOIN deckhand.job j ON j.id = t.job_id
 			WHERE t.id = $1 AND t.attempt_token = $2 AND t.state IN ('running', 'cancelling')
 			RETURNING id`, op.TaskID, op.Token, op.Owner, op.Description, c.now()).Scan(&id)
 	} else {
@@ -139,10 +139,11 @@ func (c *Catalog) BeginOperation(ctx context.Context, op NewOperation) (int64, e
 				WITH existing AS (
 					SELECT id FROM deckhand.operation WHERE job_id = $1 AND task_id IS NULL AND state = 'running'
 				), created AS (
-					INSERT INTO deckhand.operation (job_id, owner, description, created_at)
-					SELECT $1, $2, $3, coalesce($4, now())
+					INSERT INTO deckhand.operation (job_id, owner, submitted_by, description, created_at)
+					SELECT $1, $2, j.submitted_by, $3, coalesce($4, now())
+					FROM deckhand.job j
 					WHERE NOT EXISTS (SELECT 1 FROM existing)
-					  AND EXISTS (SELECT 1 FROM deckhand.job j WHERE j.id = $1 AND j.state NOT IN ('finished', 'failed', 'cancelled'))
+					  AND j.id = $1 AND j.state NOT IN ('finished', 'failed', 'cancelled')
 					ON CONFLICT (job_id) WHERE task_id IS NULL AND state = 'running' DO NOTHING
 					RETURNING id
 				)
@@ -405,6 +406,7 @@ type DueRecord struct {
 	Name        string  `db:"name"`
 	Policy      string  `db:"policy"`
 	Owner       string  `db:"owner"`
+	SubmittedBy string  `db:"submitted_by"` // the job's submitter, who must be a member of Owner on the node
 	Attempts    int     `db:"attempts"`
 	Errors      int     `db:"errors"`
 	PinnedBy    *string `db:"pinned_by"`
@@ -454,7 +456,7 @@ func (c *Catalog) ClaimCleanup(ctx context.Context, sel CleanupClaim, fn func(co
 	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
 		rows, _ := tx.Query(ctx, `
 			SELECT r.id, r.operation_id, o.job_id, r.resource_type, r.node, n.dsn AS node_dsn, r.location, r.name,
-				r.policy, o.owner, r.attempts, r.errors,
+				r.policy, o.owner, coalesce(o.submitted_by, '') AS submitted_by, r.attempts, r.errors,
 				deckhand.pinned_by(r.resource_type, r.node, r.location, r.name) AS pinned_by
 			FROM deckhand.cleanup_record r
 			JOIN deckhand.operation o ON o.id = r.operation_id

@@ -133,6 +133,8 @@ type Orphan struct {
 	Node     *string `db:"node"`
 	NodeDSN  *string `db:"node_dsn"`
 	Owner    string  `db:"owner"`
+	// SubmittedBy is the job's submitter, who must be a member of Owner on the node.
+	SubmittedBy string `db:"submitted_by"`
 }
 
 // ExpireWorkers declares dead every worker whose lease has run out and returns the tasks they
@@ -145,8 +147,8 @@ func (c *Catalog) ExpireWorkers(ctx context.Context) ([]Orphan, error) {
 			WHERE stopped_at IS NULL AND lease_expires_at < coalesce($1, now())
 			RETURNING id
 		)
-		SELECT t.id, t.attempt_token, t.worker_id, t.node, n.dsn AS node_dsn, t.owner
-		FROM deckhand.task t LEFT JOIN deckhand.node n ON n.name = t.node
+		SELECT t.id, t.attempt_token, t.worker_id, t.node, n.dsn AS node_dsn, t.owner, j.submitted_by
+		FROM deckhand.task t JOIN deckhand.job j ON j.id = t.job_id LEFT JOIN deckhand.node n ON n.name = t.node
 		WHERE t.state IN ('running', 'cancelling')
 		  AND (t.worker_id IN (SELECT id FROM dead)
 		       OR NOT EXISTS (SELECT 1 FROM deckhand.worker w WHERE w.id = t.worker_id AND w.stopped_at IS NULL))

@@ -116,7 +116,8 @@ func TestSubmitterMustBeMemberOfOwner(t *testing.T) {
 }
 
 // A catalog row forged to borrow a role the submitter is not a member of is refused by the
-// worker on the node itself.
+// worker on the node itself: even someone who could bypass the catalog's own protections (the
+// schema's owner, here disabling the trigger that keeps a submitter fixed) gains no role.
 func TestWorkerRechecksMembership(t *testing.T) {
 	e := testenv.New(t)
 	e.AddNode("n1", 4)
@@ -124,7 +125,9 @@ func TestWorkerRechecksMembership(t *testing.T) {
 	bob := e.Role("bob")
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "t", Node: "n1", Owner: bob, SQL: "SELECT 1", MaxAttempts: 1}}})
 	// Simulate tampering: pretend alice submitted it.
+	e.Exec(e.DB, `ALTER TABLE deckhand.job DISABLE TRIGGER job_identity`)
 	e.Exec(e.DB, `UPDATE deckhand.job SET submitted_by = $1`, alice)
+	e.Exec(e.DB, `ALTER TABLE deckhand.job ENABLE TRIGGER job_identity`)
 	e.Worker(engine.Config{})
 	job := e.Wait(id, 30*time.Second)
 	d := detail(t, e, id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,12 +44,11 @@ func (p *Pools) Get(ctx context.Context, dsn, user string) (*pgxpool.Pool, error
 	if pool, ok := p.pools[key]; ok {
 		return pool, nil
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	// The user goes into the conninfo before it is parsed, so that the password is looked up
+	// (pgpass, service file) for the role that logs in, not for the user the conninfo names.
+	cfg, err := pgxpool.ParseConfig(withUser(dsn, user))
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("node conninfo: %w", err))
-	}
-	if user != "" {
-		cfg.ConnConfig.User = user
+		return nil, Permanent(errors.New("node conninfo cannot be parsed"))
 	}
 	cfg.MaxConns = p.MaxConns
 	cfg.MinConns = 0
@@ -218,4 +218,26 @@ func Probe(ctx context.Context, pools *Pools, dsn string) (role, lsn string, err
 		return "standby", lsn, nil
 	}
 	return "primary", lsn, nil
+}
+
+// withUser returns dsn connecting as user instead of the user it names (empty: unchanged). A
+// keyword/value conninfo takes the last value of a repeated keyword.
+func withUser(dsn, user string) string {
+	if user == "" {
+		return dsn
+	}
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return dsn // ParseConfig reports it
+		}
+		u.User = url.User(user)
+		q := u.Query()
+		if q.Has("user") {
+			q.Set("user", user)
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return dsn + " user='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(user) + "'"
 }

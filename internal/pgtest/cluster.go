@@ -40,6 +40,10 @@ type Options struct {
 	// Durable keeps fsync, synchronous_commit and full_page_writes on. The default turns them
 	// off: the clusters are thrown away, and fsync dominates test time on slow disks.
 	Durable bool
+	// PasswordAuth makes every role but the superuser log in with a password (scram-sha-256),
+	// as in production, so that a test proves which role a connection really is. Roles made
+	// with CreateLoginRole get a password and a line in this process's pgpass file.
+	PasswordAuth bool
 }
 
 // Cluster is one running (or killed) postgres server with its own temporary directory.
@@ -182,14 +186,7 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("pgtest: initdb: %w\n%s", err, tail(out, 30))
 	}
-	hba := "# written by deckhand pgtest: everything from this machine is trusted\n" +
-		"local all         all               trust\n" +
-		"host  all         all  127.0.0.1/32 trust\n" +
-		"host  all         all  ::1/128      trust\n" +
-		"local replication all               trust\n" +
-		"host  replication all  127.0.0.1/32 trust\n" +
-		"host  replication all  ::1/128      trust\n"
-	if err := c.user.writeFile(filepath.Join(c.DataDir, "pg_hba.conf"), []byte(hba)); err != nil {
+	if err := c.user.writeFile(filepath.Join(c.DataDir, "pg_hba.conf"), []byte(hbaConf(c.opts.PasswordAuth))); err != nil {
 		return err
 	}
 	// Harness settings live in their own file so that a standby can replace them wholesale
@@ -200,6 +197,26 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	}
 	_, err = f.WriteString("\ninclude = '" + confFile + "'\n")
 	return errors.Join(err, f.Close())
+}
+
+// hbaConf trusts every connection from this machine, or with passwordAuth only the
+// superuser's: every other role must give its password.
+func hbaConf(passwordAuth bool) string {
+	others := "trust"
+	if passwordAuth {
+		others = "scram-sha-256"
+	}
+	var b strings.Builder
+	b.WriteString("# written by deckhand pgtest\n")
+	for _, db := range []string{"all", "replication"} {
+		fmt.Fprintf(&b, "local %-11s %-9s              trust\n", db, Superuser)
+		fmt.Fprintf(&b, "host  %-11s %-9s 127.0.0.1/32 trust\n", db, Superuser)
+		fmt.Fprintf(&b, "host  %-11s %-9s ::1/128      trust\n", db, Superuser)
+		fmt.Fprintf(&b, "local %-11s all                   %s\n", db, others)
+		fmt.Fprintf(&b, "host  %-11s all       127.0.0.1/32 %s\n", db, others)
+		fmt.Fprintf(&b, "host  %-11s all       ::1/128      %s\n", db, others)
+	}
+	return b.String()
 }
 
 const (

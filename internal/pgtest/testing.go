@@ -59,7 +59,8 @@ func AtExit(f func()) {
 	atExit.funcs = append(atExit.funcs, f)
 }
 
-// Shared returns the cluster shared by all tests of this binary, starting it on first use. It
+// Shared returns the cluster shared by all tests of this binary, starting it on first use. Only
+// the superuser logs in without a password there (see CreateLoginRole). It
 // outlives the test that started it, so only Main can stop it; tests must not Stop, Kill or
 // reconfigure it (use New for that).
 func Shared(t testing.TB) *Cluster {
@@ -70,7 +71,7 @@ func Shared(t testing.TB) *Cluster {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
-		shared.c, shared.err = Start(ctx, Options{})
+		shared.c, shared.err = Start(ctx, Options{PasswordAuth: true})
 	})
 	if shared.err != nil {
 		t.Fatalf("pgtest: starting the shared cluster: %v", shared.err)

@@ -87,11 +87,14 @@ func (e *Env) Pool(db string) *pgxpool.Pool {
 
 var roleSeq atomic.Int64
 
-// Role creates a LOGIN role with a unique name, dropped at cleanup.
+// Role creates a LOGIN role with a unique name and a password that only this process's
+// pgpass file holds (see pgtest.CreateLoginRole), dropped at cleanup.
 func (e *Env) Role(prefix string) string {
 	e.T.Helper()
 	name := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), roleSeq.Add(1))
-	e.Exec("postgres", "CREATE ROLE "+pgx.Identifier{name}.Sanitize()+" LOGIN")
+	if err := e.Cluster.CreateLoginRole(context.Background(), name, ""); err != nil {
+		e.T.Fatal(err)
+	}
 	e.T.Cleanup(func() {
 		// Objects the role owns live in per-test databases dropped separately; ignore failures.
 		_ = e.Cluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
