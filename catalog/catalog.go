@@ -179,6 +179,9 @@ func (c *Catalog) CheckSchema(ctx context.Context) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return errors.New("catalog is not initialised: run `deckhand init`")
 	}
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return fmt.Errorf("read catalog schema version: %s%s", pgErr.Message, noAccessHint)
+	}
 	if err != nil {
 		return fmt.Errorf("read catalog schema version: %w", err)
 	}

@@ -317,7 +317,9 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	WHERE t.state <> ALL ('{blocked,runnable,done,failed,unscheduled,cancelled}')
 	ORDER BY t.id FOR UPDATE OF t
 ), decided AS MATERIALIZED (
-	SELECT l.id, l.token, l.worker_id, l.outcome, l.err, l.old_state,
+	SELECT l.id, l.token, l.worker_id, l.outcome, l.old_state,
+		-- Errors are shown to users: secrets a message quotes (a conninfo) are hidden.
+		(SELECT jsonb_object_agg(k, deckhand.redact(v)) FROM jsonb_each_text(l.err) AS e(k, v)) AS err,
 		coalesce(l.finished_at, $8, clock_timestamp()) AS finished_at,
 		coalesce(l.finished_at, $8, clock_timestamp()) + l.backoff AS not_before,
 		CASE WHEN l.outcome = 'done' THEN 'done'

@@ -486,7 +486,7 @@ func (c *Catalog) ClaimCleanup(ctx context.Context, sel CleanupClaim, fn func(co
 				wait_reason = CASE WHEN $6 THEN NULL ELSE $2 END,
 				attempts = attempts + CASE WHEN $2 IN ('pinned', 'node_removed') THEN 0 ELSE 1 END,
 				errors = errors + CASE WHEN $2 IN ('retrying', 'failed') THEN 1 ELSE 0 END,
-				last_error = coalesce(nullif($3, ''), CASE WHEN $2 = 'removed' THEN last_error END),
+				last_error = coalesce(deckhand.redact(nullif($3, '')), CASE WHEN $2 = 'removed' THEN last_error END),
 				next_attempt_at = coalesce($5, now()) + $4::interval,
 				ended_at = CASE WHEN $6 THEN coalesce($5, now()) END
 			WHERE id = $1`, rec.ID, out.State, out.Error, out.Backoff, c.now(), final)
@@ -635,57 +635,19 @@ func (c *Catalog) MarkNodeRemoved(ctx context.Context) (int64, error) {
 }
 
 // RetryCleanupRecord makes a failed or node_removed record due again, with its error count
-// reset: the operator fixed the cause (granted a privilege, re-added the node).
+// reset: the operator fixed the cause (granted a privilege, re-added the node). Admins only
+// (deckhand.cleanup_retry).
 func (c *Catalog) RetryCleanupRecord(ctx context.Context, id int64) error {
-	tag, err := c.Pool.Exec(ctx, `
-		WITH retried AS (
-			UPDATE deckhand.cleanup_record SET state = 'due', wait_reason = NULL, errors = 0,
-				next_attempt_at = '-infinity', ended_at = NULL
-			WHERE id = $1 AND state IN ('failed', 'node_removed')
-			RETURNING id
-		)
-		SELECT pg_notify($2, '') FROM retried`, id, ChannelCleanup)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return fmt.Errorf("retry cleanup record %d: a newer record of the same resource is live", id)
-	}
-	if err != nil {
-		return fmt.Errorf("retry cleanup record %d: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return c.cleanupRecordStateError(ctx, id, "retry", "failed or node_removed")
-	}
-	return nil
+	_, err := c.Pool.Exec(ctx, `SELECT deckhand.cleanup_retry($1)`, id)
+	return callError(err)
 }
 
 // ForgetCleanupRecord gives up on a record: the resource, if it still exists, is the
-// operator's to keep or drop. Records of running operations cannot be forgotten.
+// operator's to keep or drop. Records of running operations cannot be forgotten. Admins only
+// (deckhand.cleanup_forget).
 func (c *Catalog) ForgetCleanupRecord(ctx context.Context, id int64) error {
-	tag, err := c.Pool.Exec(ctx, `
-		UPDATE deckhand.cleanup_record r SET state = 'forgotten', wait_reason = NULL, ended_at = coalesce($2, now()),
-			last_error = coalesce(r.last_error || '; ', '') || 'forgotten by ' || session_user
-		FROM deckhand.operation o
-		WHERE r.id = $1 AND o.id = r.operation_id
-		  AND (r.state IN ('due', 'failed', 'node_removed') OR (r.state = 'pending' AND o.state <> 'running'))`, id, c.now())
-	if err != nil {
-		return fmt.Errorf("forget cleanup record %d: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return c.cleanupRecordStateError(ctx, id, "forget", "due, failed or node_removed")
-	}
-	return nil
-}
-
-func (c *Catalog) cleanupRecordStateError(ctx context.Context, id int64, verb, want string) error {
-	var state string
-	err := c.Pool.QueryRow(ctx, `SELECT state FROM deckhand.cleanup_records WHERE id = $1`, id).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("cleanup record %d: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("%s cleanup record %d: %w", verb, id, err)
-	}
-	return fmt.Errorf("cannot %s cleanup record %d: it is %s (want %s)", verb, id, state, want)
+	_, err := c.Pool.Exec(ctx, `SELECT deckhand.cleanup_forget($1)`, id)
+	return callError(err)
 }
 
 // DeleteEndedCleanup removes, up to limit at a time, operations that ended before cutoff and
@@ -721,18 +683,19 @@ type Pin struct {
 }
 
 // PinResource keeps a resource alive. With opID it lasts while that operation runs (and is
-// refused with ErrOperationEnded if it does not); with opID 0 until UnpinResource.
+// refused with ErrOperationEnded if it does not): workers pin what their operations use. With
+// opID 0 it lasts until UnpinResource: an admin's pin (deckhand.pin).
 func (c *Catalog) PinResource(ctx context.Context, r CleanupResource, opID int64, reason string) (int64, error) {
 	var id int64
-	var opArg *int64
-	if opID != 0 {
-		opArg = &opID
+	if opID == 0 {
+		err := c.Pool.QueryRow(ctx, `SELECT deckhand.pin($1, $2, $3, $4, $5)`, r.Type, r.Node, r.Location, r.Name, reason).Scan(&id)
+		return id, callError(err)
 	}
 	err := c.Pool.QueryRow(ctx, `
 		INSERT INTO deckhand.cleanup_pin (resource_type, node, location, name, operation_id, reason)
 		SELECT $1, $2, $3, $4, $5, $6
-		WHERE $5::bigint IS NULL OR EXISTS (SELECT 1 FROM deckhand.operation WHERE id = $5 AND state = 'running')
-		RETURNING id`, r.Type, r.nodeArg(), r.Location, r.Name, opArg, reason).Scan(&id)
+		WHERE EXISTS (SELECT 1 FROM deckhand.operation WHERE id = $5 AND state = 'running')
+		RETURNING id`, r.Type, r.nodeArg(), r.Location, r.Name, opID, reason).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("pin %s %s: operation %d: %w", r.Type, r.Display(), opID, ErrOperationEnded)
 	}
@@ -742,48 +705,30 @@ func (c *Catalog) PinResource(ctx context.Context, r CleanupResource, opID int64
 	return id, nil
 }
 
-// UnpinResource removes a pin; due records it held back are tried at once.
+// UnpinResource removes an admin's pin (deckhand.unpin); due records it held back are tried at once.
 func (c *Catalog) UnpinResource(ctx context.Context, pinID int64) error {
-	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		var r CleanupResource
-		var node *string
-		err := tx.QueryRow(ctx, `DELETE FROM deckhand.cleanup_pin WHERE id = $1 RETURNING resource_type, node, location, name`,
-			pinID).Scan(&r.Type, &node, &r.Location, &r.Name)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("pin %d: %w", pinID, ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `
-			WITH woken AS (
-				UPDATE deckhand.cleanup_record SET next_attempt_at = '-infinity'
-				WHERE state = 'due' AND wait_reason = 'pinned' AND coalesce(node, '') = coalesce($1, '') AND location = $2
-				RETURNING id
-			)
-			SELECT pg_notify($3, '') WHERE EXISTS (SELECT 1 FROM woken)`, node, r.Location, ChannelCleanup)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("unpin %d: %w", pinID, err)
-	}
-	return nil
+	_, err := c.Pool.Exec(ctx, `SELECT deckhand.unpin($1)`, pinID)
+	return callError(err)
 }
 
-// UnpinOperation removes the pins an operation holds on a resource.
+// UnpinOperation removes the pins an operation holds on a resource; due records they held
+// back are tried at once.
 func (c *Catalog) UnpinOperation(ctx context.Context, opID int64, r CleanupResource) error {
-	rows, _ := c.Pool.Query(ctx, `
-		SELECT id FROM deckhand.cleanup_pin
-		WHERE operation_id = $1 AND resource_type = $2 AND coalesce(node, '') = coalesce($3, '') AND location = $4 AND name = $5`,
-		opID, r.Type, r.nodeArg(), r.Location, r.Name)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	_, err := c.Pool.Exec(ctx, `
+		WITH unpinned AS (
+			DELETE FROM deckhand.cleanup_pin
+			WHERE operation_id = $1 AND resource_type = $2 AND coalesce(node, '') = coalesce($3, '') AND location = $4 AND name = $5
+			RETURNING node, location
+		), woken AS (
+			UPDATE deckhand.cleanup_record SET next_attempt_at = '-infinity'
+			WHERE state = 'due' AND wait_reason = 'pinned' AND coalesce(node, '') = coalesce($3, '') AND location = $4
+			  AND EXISTS (SELECT 1 FROM unpinned)
+			RETURNING id
+		)
+		SELECT pg_notify($6, '') WHERE EXISTS (SELECT 1 FROM woken)`,
+		opID, r.Type, r.nodeArg(), r.Location, r.Name, ChannelCleanup)
 	if err != nil {
 		return fmt.Errorf("unpin %s %s: %w", r.Type, r.Display(), err)
-	}
-	for _, id := range ids {
-		if err := c.UnpinResource(ctx, id); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,18 +112,49 @@ type Attempt struct {
 	Hint       *string    `json:"hint,omitempty" db:"hint"`
 }
 
-// InsertJob writes a job and its tasks in one transaction and wakes the workers.
+// InsertJob submits a job through deckhand.submit_job, as the catalog session's user, who
+// becomes its submitter for good; the workers are woken. Tasks must be in dependency order.
 func (c *Catalog) InsertJob(ctx context.Context, j NewJob) (int64, error) {
-	var id int64
-	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		var err error
-		id, err = c.insertJob(ctx, tx, j)
-		return err
-	})
+	spec, err := submitSpec(j)
 	if err != nil {
-		return 0, fmt.Errorf("insert job: %w", err)
+		return 0, fmt.Errorf("submit job: %w", err)
+	}
+	var id int64
+	if err := c.Pool.QueryRow(ctx, `SELECT deckhand.submit_job($1::jsonb)`, spec).Scan(&id); err != nil {
+		return 0, callError(err)
 	}
 	return id, nil
+}
+
+// submitSpec is the JSON deckhand.submit_job reads.
+func submitSpec(j NewJob) ([]byte, error) {
+	type task struct {
+		Name        string          `json:"name"`
+		Kind        string          `json:"kind"`
+		Node        string          `json:"node,omitempty"`
+		Owner       string          `json:"owner,omitempty"`
+		SQL         string          `json:"sql,omitempty"`
+		Payload     json.RawMessage `json:"payload,omitempty"`
+		DependsOn   []string        `json:"depends_on,omitempty"`
+		MaxAttempts int             `json:"max_attempts"`
+		Timeout     float64         `json:"timeout"` // seconds
+		Transaction bool            `json:"transaction"`
+	}
+	tasks := make([]task, len(j.Tasks))
+	for i, t := range j.Tasks {
+		if t.Group != "" || t.MinLSN != "" {
+			return nil, errors.New("tasks that target a node group are added by deckhand itself")
+		}
+		tasks[i] = task{Name: t.Name, Kind: t.Kind, Node: t.Node, Owner: t.Owner, SQL: t.SQL, Payload: t.Payload,
+			DependsOn: t.DependsOn, MaxAttempts: t.MaxAttempts, Timeout: t.Timeout.Seconds(), Transaction: t.InTransaction}
+	}
+	settings := j.Settings
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	return json.Marshal(map[string]any{
+		"description": j.Description, "kind": j.Kind, "search_path": j.SearchPath, "settings": settings, "tasks": tasks,
+	})
 }
 
 func (c *Catalog) insertJob(ctx context.Context, tx pgx.Tx, j NewJob) (int64, error) {
@@ -262,13 +292,13 @@ func (c *Catalog) Job(ctx context.Context, id int64) (Job, error) {
 
 // Tasks lists a job's tasks in id (dependency) order.
 func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]Task, error) {
+	// Through the view, which shows only the jobs the caller may act on.
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT t.id, t.job_id, t.name, t.kind, t.node, t.owner, t.state, t.attempts, t.max_attempts, t.runs,
 			nullif(t.not_before, '-infinity') AS not_before, t.worker_id, t.started_at, t.finished_at,
-			(extract(epoch FROM t.timeout) * 1000)::bigint AS timeout_ms, t.in_transaction, t.last_error,
-			ARRAY(SELECT p.name FROM deckhand.task_dep d JOIN deckhand.task p ON p.id = d.depends_on
-			      WHERE d.task_id = t.id ORDER BY p.id) AS depends_on, t.sql
-		FROM deckhand.task t WHERE t.job_id = $1 ORDER BY t.id`, jobID)
+			(extract(epoch FROM t.timeout) * 1000)::bigint AS timeout_ms, t.in_transaction,
+			t.error AS last_error, t.depends_on_in_order AS depends_on, t.sql
+		FROM deckhand.tasks t WHERE t.job_id = $1 ORDER BY t.id`, jobID)
 	tasks, err := pgx.CollectRows(rows, pgx.RowToStructByName[Task])
 	if err != nil {
 		return nil, fmt.Errorf("read tasks of job %d: %w", jobID, err)
@@ -293,97 +323,24 @@ func (c *Catalog) Attempts(ctx context.Context, jobID int64) ([]Attempt, error) 
 var ErrJobTerminal = errors.New("job has ended")
 
 // CancelJob cancels blocked and runnable tasks at once and marks running ones cancelling;
-// the workers running them are told on ChannelCancel. It returns the job's new state.
+// the workers running them are told on ChannelCancel. It returns the job's new state. The
+// caller must be the job's submitter, a member of every owner of its tasks, or an admin
+// (deckhand.cancel checks, with the caller's identity).
 func (c *Catalog) CancelJob(ctx context.Context, id int64) (string, error) {
 	var state string
-	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		// Task rows are locked in id order before the job row, the order every writer uses.
-		var cancelled int
-		err := tx.QueryRow(ctx, `
-			WITH target AS (
-				SELECT id FROM deckhand.task WHERE job_id = $1 AND state IN ('blocked', 'runnable', 'running')
-				ORDER BY id FOR UPDATE
-			), moved AS (
-				UPDATE deckhand.task t
-				SET state = CASE WHEN t.state = 'running' THEN 'cancelling' ELSE 'cancelled' END,
-				    finished_at = CASE WHEN t.state = 'running' THEN NULL ELSE coalesce($2, now()) END
-				FROM target WHERE t.id = target.id
-				RETURNING t.state
-			)
-			SELECT count(*) FILTER (WHERE state = 'cancelled') FROM moved`, id, c.now()).Scan(&cancelled)
-		if err != nil {
-			return err
-		}
-		err = tx.QueryRow(ctx, `
-			UPDATE deckhand.job SET cancel_requested_at = coalesce(cancel_requested_at, $3, now()),
-				tasks_cancelled = tasks_cancelled + $2
-			WHERE id = $1 AND state NOT IN ('finished', 'failed', 'cancelled')
-			RETURNING state`, id, cancelled, c.now()).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			if _, err := c.Job(ctx, id); err != nil {
-				return err
-			}
-			return fmt.Errorf("job %d: %w", id, ErrJobTerminal)
-		}
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelCancel, strconv.FormatInt(id, 10))
-		return err
-	})
-	if err != nil {
-		return "", fmt.Errorf("cancel job %d: %w", id, err)
+	if err := c.Pool.QueryRow(ctx, `SELECT deckhand.cancel($1)`, id).Scan(&state); err != nil {
+		return "", callError(err)
 	}
 	return state, nil
 }
 
 // RetryJob re-runs the failed, unscheduled and cancelled tasks of a failed or cancelled job,
-// with their attempt counters reset. Tasks that finished are not run again.
+// with their attempt counters reset. Tasks that finished are not run again. The caller must
+// be allowed to act on the job, as for CancelJob.
 func (c *Catalog) RetryJob(ctx context.Context, id int64) (string, error) {
 	var state string
-	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		var current string
-		err := tx.QueryRow(ctx, `SELECT state FROM deckhand.job WHERE id = $1`, id).Scan(&current)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("job %d: %w", id, ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		if current != JobFailed && current != JobCancelled {
-			return fmt.Errorf("job %d is %s: only failed or cancelled jobs can be retried", id, current)
-		}
-		// Prerequisites being reset still read as failed in this statement's snapshot,
-		// so they count as pending for their dependents, as they should.
-		_, err = tx.Exec(ctx, `
-			WITH target AS (
-				SELECT id FROM deckhand.task WHERE job_id = $1 AND state IN ('failed', 'unscheduled', 'cancelled')
-				ORDER BY id FOR UPDATE
-			), pending AS (
-				SELECT target.id, (SELECT count(*) FROM deckhand.task_dep d JOIN deckhand.task p ON p.id = d.depends_on
-				                   WHERE d.task_id = target.id AND p.state <> 'done') AS n
-				FROM target
-			)
-			UPDATE deckhand.task t SET pending_deps = p.n,
-				state = CASE WHEN p.n = 0 THEN 'runnable' ELSE 'blocked' END,
-				attempts = 0, not_before = '-infinity', finished_at = NULL,
-				node = CASE WHEN t.node_group IS NOT NULL THEN NULL ELSE t.node END
-			FROM pending p WHERE t.id = p.id`, id)
-		if err != nil {
-			return err
-		}
-		err = tx.QueryRow(ctx, `
-			UPDATE deckhand.job SET cancel_requested_at = NULL, tasks_failed = 0, tasks_cancelled = 0,
-				tasks_unscheduled = 0, finished_at = NULL
-			WHERE id = $1 RETURNING state`, id).Scan(&state)
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelRunnable)
-		return err
-	})
-	if err != nil {
-		return "", fmt.Errorf("retry job %d: %w", id, err)
+	if err := c.Pool.QueryRow(ctx, `SELECT deckhand.retry($1)`, id).Scan(&state); err != nil {
+		return "", callError(err)
 	}
 	return state, nil
 }

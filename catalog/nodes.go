@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Node is a target PostgreSQL server.
@@ -29,33 +28,16 @@ var ErrNotFound = errors.New("not found")
 
 const nodeColumns = `name, dsn, node_group, max_tasks, role, replay_lsn::text AS replay_lsn, checked_at, last_error, created_at, running_tasks`
 
-// AddNode registers a node, or updates it when it exists already.
+// AddNode registers a node, or updates it when it exists already (admins only: deckhand.node_add).
 func (c *Catalog) AddNode(ctx context.Context, n Node) error {
-	_, err := c.Pool.Exec(ctx, `
-		INSERT INTO deckhand.node (name, dsn, node_group, max_tasks) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (name) DO UPDATE SET dsn = EXCLUDED.dsn, node_group = EXCLUDED.node_group,
-			max_tasks = EXCLUDED.max_tasks, role = 'unknown', replay_lsn = NULL, checked_at = NULL`,
-		n.Name, n.DSN, n.Group, n.MaxTasks)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23514" {
-		return fmt.Errorf("node %q: name must be 1-63 letters, digits, '_', '.' or '-'", n.Name)
-	}
-	if err != nil {
-		return fmt.Errorf("add node %s: %w", n.Name, err)
-	}
-	return nil
+	_, err := c.Pool.Exec(ctx, `SELECT deckhand.node_add($1, $2, $3, $4)`, n.Name, n.DSN, n.Group, n.MaxTasks)
+	return callError(err)
 }
 
-// RemoveNode deletes a node. Tasks that still target it fail when they are claimed.
+// RemoveNode deletes a node (admins only). Tasks that still target it fail when they are claimed.
 func (c *Catalog) RemoveNode(ctx context.Context, name string) error {
-	tag, err := c.Pool.Exec(ctx, `DELETE FROM deckhand.node WHERE name = $1`, name)
-	if err != nil {
-		return fmt.Errorf("remove node %s: %w", name, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("node %q: %w", name, ErrNotFound)
-	}
-	return nil
+	_, err := c.Pool.Exec(ctx, `SELECT deckhand.node_remove($1)`, name)
+	return callError(err)
 }
 
 // Nodes lists every node, by name.
@@ -98,7 +80,7 @@ func (c *Catalog) RecordNodeCheck(ctx context.Context, name, role, lsn string, c
 	}
 	_, err := c.Pool.Exec(ctx, `
 		UPDATE deckhand.node SET role = coalesce($2, role), replay_lsn = coalesce($3::pg_lsn, replay_lsn),
-			checked_at = coalesce($5, now()), last_error = $4
+			checked_at = coalesce($5, now()), last_error = deckhand.redact($4)
 		WHERE name = $1`, name, roleArg, lsnArg, errText, c.now())
 	if err != nil {
 		return fmt.Errorf("record check of node %s: %w", name, err)

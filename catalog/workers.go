@@ -173,14 +173,30 @@ func (c *Catalog) Setting(ctx context.Context, name, def string) (string, error)
 	return v, nil
 }
 
-// SetSetting stores a catalog-wide setting.
+// SetSetting stores a catalog-wide setting; an empty value removes it (admins only:
+// deckhand.set_setting).
 func (c *Catalog) SetSetting(ctx context.Context, name, value string) error {
-	_, err := c.Pool.Exec(ctx, `INSERT INTO deckhand.setting (name, value) VALUES ($1, $2)
-		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`, name, value)
-	if err != nil {
-		return fmt.Errorf("set %s: %w", name, err)
+	var v *string
+	if value != "" {
+		v = &value
 	}
-	return nil
+	_, err := c.Pool.Exec(ctx, `SELECT deckhand.set_setting($1, $2)`, name, v)
+	return callError(err)
+}
+
+// Settings lists the settings that are set (admins and workers may read them).
+func (c *Catalog) Settings(ctx context.Context) (map[string]string, error) {
+	rows, _ := c.Pool.Query(ctx, `SELECT name, value FROM deckhand.setting ORDER BY name`)
+	out := map[string]string{}
+	var name, value string
+	_, err := pgx.ForEachRow(rows, []any{&name, &value}, func() error {
+		out[name] = value
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read settings: %w", err)
+	}
+	return out, nil
 }
 
 // DeleteFinishedJobs removes up to limit jobs that ended before cutoff (with their tasks and

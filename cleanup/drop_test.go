@@ -225,9 +225,7 @@ func TestDropWithoutPrivilegeFailsAtOnce(t *testing.T) {
 	role := e.Role("dropper")
 	quoted := pgx.Identifier{role}.Sanitize()
 	// The role may use the catalog (it submits as itself) and owns one table on the node.
-	e.Exec(e.DB, `GRANT USAGE ON SCHEMA deckhand TO `+quoted+`;
-		GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA deckhand TO `+quoted+`;
-		GRANT USAGE ON ALL SEQUENCES IN SCHEMA deckhand TO `+quoted)
+	e.Exec("postgres", `GRANT deckhand_submitter TO `+quoted)
 	e.exec(db, `ALTER TABLE mine OWNER TO `+quoted)
 	e.worker(cleanup.Executors(e.Client.Catalog, pools(t)))
 	asRole := e.Cluster.DSN(e.DB, role)

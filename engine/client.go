@@ -46,7 +46,7 @@ func invalid(format string, args ...any) error { return &spec.Error{Msg: fmt.Spr
 // than a failure of deckhand or the catalog.
 func IsInvalid(err error) bool {
 	var specErr *spec.Error
-	return errors.As(err, &specErr)
+	return errors.As(err, &specErr) || errors.Is(err, catalog.ErrInvalid) || errors.Is(err, catalog.ErrForbidden)
 }
 
 // Submit validates a job and writes it to the catalog; workers start on it at once. Nothing

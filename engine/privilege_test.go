@@ -79,9 +79,7 @@ func TestSubmitterMustBeMemberOfOwner(t *testing.T) {
 	team := e.Role("team")
 	qa := pgx.Identifier{alice}.Sanitize()
 	e.Exec("postgres", `GRANT `+pgx.Identifier{team}.Sanitize()+` TO `+qa)
-	e.Exec(e.DB, `GRANT USAGE ON SCHEMA deckhand TO `+qa+`;
-		GRANT ALL ON ALL TABLES IN SCHEMA deckhand TO `+qa+`;
-		GRANT ALL ON ALL SEQUENCES IN SCHEMA deckhand TO `+qa)
+	e.Exec("postgres", `GRANT deckhand_submitter TO `+qa)
 	asAlice, err := engine.Open(ctx, e.Cluster.DSN(e.DB, alice))
 	if err != nil {
 		t.Fatal(err)

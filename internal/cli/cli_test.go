@@ -495,13 +495,7 @@ func TestSubmitOwnerNotAllowed(t *testing.T) {
 	submitter := e.Role("submitter")
 	other := e.Role("other")
 	qs := pgx.Identifier{submitter}.Sanitize()
-	e.Exec(e.DB, `GRANT USAGE ON SCHEMA deckhand TO `+qs+`;
-		GRANT ALL ON ALL TABLES IN SCHEMA deckhand TO `+qs+`;
-		GRANT ALL ON ALL SEQUENCES IN SCHEMA deckhand TO `+qs)
-	// Cleanups run last-in first-out: this one runs before the roles are dropped.
-	t.Cleanup(func() {
-		_ = e.Cluster.Exec(context.Background(), e.DB, `DROP OWNED BY `+qs)
-	})
+	e.Exec("postgres", `GRANT deckhand_submitter TO `+qs)
 	dsn := e.Cluster.DSN(e.DB, submitter)
 	as := func(stdin string, args ...string) result {
 		return deckhand(t, stdin, append([]string{"--catalog", dsn}, args...)...)
