@@ -420,8 +420,11 @@ BEGIN
         IF st IN ('finished', 'failed', 'cancelled') OR clock_timestamp() >= deadline THEN
             RETURN st;
         END IF;
-        PERFORM pg_sleep(least(nap, greatest(extract(epoch FROM deadline - clock_timestamp()), 0)));
-        nap := least(nap * 2, 0.25);
+        IF timeout IS NOT NULL THEN
+            nap := least(nap, greatest(extract(epoch FROM deadline - clock_timestamp()), 0));
+        END IF;
+        PERFORM pg_sleep(nap);
+        nap := least(greatest(nap, 0.005) * 2, 0.25);
     END LOOP;
 END $$;
 
@@ -656,6 +659,33 @@ CREATE OR REPLACE VIEW deckhand.cleanup_pins WITH (security_barrier) AS
 -- Messages already stored may quote secrets from before they were redacted on the way in.
 UPDATE deckhand.job SET description = deckhand.redact(description) WHERE description <> deckhand.redact(description);
 UPDATE deckhand.node SET last_error = deckhand.redact(last_error) WHERE last_error <> deckhand.redact(last_error);
+
+-- The catalog refuses direct writes by anyone but workers and its owner, whatever privileges a
+-- role was granted by mistake (GRANT ALL ON ALL TABLES ...): every table carries a statement
+-- trigger that checks the role writing. Writes made inside deckhand's SECURITY DEFINER
+-- functions run as the catalog's owner and pass. A table added later gets the same trigger.
+CREATE FUNCTION deckhand.guard_writes() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF pg_has_role(current_user, 'deckhand_worker', 'MEMBER')
+       OR EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'deckhand'
+                  AND nspowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)) THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+        MESSAGE = format('%s may not write deckhand.%s directly: deckhand''s functions (deckhand.submit, deckhand.cancel, ...) do that', current_user, TG_TABLE_NAME);
+END $$;
+
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOR t IN SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'deckhand' AND c.relkind IN ('r', 'p') LOOP
+        EXECUTE pg_catalog.format('CREATE TRIGGER guard_writes BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON deckhand.%I
+            FOR EACH STATEMENT EXECUTE FUNCTION deckhand.guard_writes()', t);
+    END LOOP;
+END $$;
 
 -- Privileges. Nobody but workers writes a table; everybody reads through the views.
 REVOKE ALL ON SCHEMA deckhand FROM PUBLIC;

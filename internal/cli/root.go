@@ -73,7 +73,7 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 	root.AddCommand(a.initCommand(), a.nodeCommand(), a.jobCommand(), a.serveCommand(),
 		a.demoCommand(), a.benchCommand())
 	root.AddCommand(a.exportCommand())
-	root.AddCommand(a.cleanupCommand(), a.dropCommand())
+	root.AddCommand(a.cleanupCommand(), a.dropCommand(), a.settingCommand())
 	groupCommands(root)
 	return root
 }

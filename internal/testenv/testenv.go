@@ -102,6 +102,27 @@ func (e *Env) Role(prefix string) string {
 	return name
 }
 
+// RoleDSN is the catalog's conninfo for logging in as role (its password comes from pgpass).
+func (e *Env) RoleDSN(role string) string { return e.Cluster.DSN(e.DB, role) }
+
+// Submitter creates a role that holds deckhand_submitter and, on the cluster, membership in
+// each role of memberOf; it returns the role and a client connected to the catalog as it.
+func (e *Env) Submitter(prefix string, memberOf ...string) (string, *engine.Client) {
+	e.T.Helper()
+	role := e.Role(prefix)
+	q := pgx.Identifier{role}.Sanitize()
+	e.Exec("postgres", "GRANT deckhand_submitter TO "+q)
+	for _, r := range memberOf {
+		e.Exec("postgres", "GRANT "+pgx.Identifier{r}.Sanitize()+" TO "+q)
+	}
+	c, err := engine.Open(context.Background(), e.RoleDSN(role))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(c.Close)
+	return role, c
+}
+
 // Worker runs an in-process worker until the test ends (or stop is called) and returns it.
 func (e *Env) Worker(cfg engine.Config) (w *engine.Worker, stop func()) {
 	e.T.Helper()

@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/spf13/cobra"
+)
+
+// knownSettings are the catalog-wide settings deckhand reads, with what each does; any other
+// name is accepted too, for settings of programs that embed deckhand.
+var knownSettings = map[string]string{
+	"retention":             "how long ended jobs are kept (Go duration, default 168h)",
+	"max_running_tasks":     "most tasks running at once across all workers (0: no limit)",
+	"cleanup_lock_timeout":  "how long a drop may make others queue behind its lock (default 100ms)",
+	"export_destinations":   "comma-separated URL prefixes submitters may export to (admins: anywhere)",
+	"api_max_event_streams": "most live event streams one API server serves (default 100)",
+}
+
+func (a *app) settingCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "setting", Short: "Show and change catalog-wide settings (admins)"}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the settings that are set, and the known ones",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			set, err := c.Catalog.Settings(cmd.Context())
+			if err != nil {
+				return classify(err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, set)
+			}
+			names := slices.Sorted(maps.Keys(set))
+			for _, k := range slices.Sorted(maps.Keys(knownSettings)) {
+				if _, ok := set[k]; !ok {
+					names = append(names, k)
+				}
+			}
+			rows := make([][]string, 0, len(names))
+			for _, name := range names {
+				value, ok := set[name]
+				if !ok {
+					value = "(default)"
+				}
+				rows = append(rows, []string{name, value, knownSettings[name]})
+			}
+			return PrintTable(a.stdout, []string{"name", "value", "meaning"}, rows)
+		},
+	}
+	set := &cobra.Command{
+		Use:   "set NAME VALUE",
+		Short: "Set a setting",
+		Args:  exactArgs(2, "NAME VALUE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[1] == "" {
+				return Usage("VALUE is empty: use `deckhand setting reset %s` to go back to the default", args[0])
+			}
+			return a.changeSetting(cmd, args[0], args[1])
+		},
+	}
+	reset := &cobra.Command{
+		Use:   "reset NAME",
+		Short: "Remove a setting: deckhand goes back to its default",
+		Args:  exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.changeSetting(cmd, args[0], "")
+		},
+	}
+	cmd.AddCommand(list, set, reset)
+	return cmd
+}
+
+func (a *app) changeSetting(cmd *cobra.Command, name, value string) error {
+	c, err := a.client(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Catalog.SetSetting(cmd.Context(), name, value); err != nil {
+		return classify(err)
+	}
+	if value == "" {
+		fmt.Fprintf(a.stderr, "setting %s reset to its default\n", name)
+	} else {
+		fmt.Fprintf(a.stderr, "setting %s set\n", name)
+	}
+	return nil
+}
