@@ -117,3 +117,40 @@ func TestInitCreatesRolesOnceAndConcurrently(t *testing.T) {
 		t.Errorf("roles: %d, any can log in: %v, admins are submitters: %v (%v)", roles, canLogin, adminSubmits, err)
 	}
 }
+
+// An operator of an earlier version may have granted table privileges to submitters directly;
+// the upgrade takes them back, so that nobody reads around the views or writes past the functions.
+func TestUpgradeRevokesDirectTablePrivileges(t *testing.T) {
+	ctx := context.Background()
+	cl := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t)
+	cat, err := catalog.Open(ctx, cl.DSN(db, pgtest.Superuser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	if _, err := cat.MigrateTo(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	role := "old_submitter_" + db
+	if err := cl.CreateLoginRole(ctx, role, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize()) }) //nolint:errcheck
+	q := pgx.Identifier{role}.Sanitize()
+	if err := cl.Exec(ctx, db, `GRANT USAGE ON SCHEMA deckhand TO `+q+`; GRANT ALL ON ALL TABLES IN SCHEMA deckhand TO `+q+`;
+		GRANT ALL ON ALL SEQUENCES IN SCHEMA deckhand TO `+q); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, _ := cat.Pool.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'deckhand' AND c.relkind IN ('r', 'v', 'S')
+		  AND (has_table_privilege($1, c.oid, 'SELECT') OR (c.relkind <> 'S' AND has_table_privilege($1, c.oid, 'INSERT')))`, role)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(left) != 0 {
+		t.Errorf("after the upgrade %s still reaches %v (%v)", role, left, err)
+	}
+}

@@ -129,18 +129,22 @@ BEGIN
 END $$;
 
 -- to_timeout reads a task timeout: a number of seconds or an interval ('10m', '1h30m',
--- '90 seconds'); NULL when it is neither.
-CREATE FUNCTION deckhand.to_timeout(v jsonb) RETURNS interval
+-- '90 seconds'); NULL when it is neither. Numbers, what clients send, take no subtransaction.
+CREATE FUNCTION deckhand.interval_or_null(s text) RETURNS interval
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    CASE jsonb_typeof(v)
-        WHEN 'number' THEN RETURN make_interval(secs => v::text::float8);
-        WHEN 'string' THEN RETURN (v #>> '{}')::interval;
-        ELSE RETURN NULL;
-    END CASE;
+    RETURN s::interval;
 EXCEPTION WHEN OTHERS THEN
     RETURN NULL;
 END $$;
+
+CREATE FUNCTION deckhand.to_timeout(v jsonb) RETURNS interval
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE pg_catalog.jsonb_typeof(v)
+        WHEN 'number' THEN CASE WHEN pg_catalog.abs(v::pg_catalog.float8) < 1e9
+                                THEN pg_catalog.make_interval(secs => v::pg_catalog.float8) END
+        WHEN 'string' THEN deckhand.interval_or_null(v OPERATOR(pg_catalog.#>>) '{}') END
+$$;
 
 -- submit_job writes a job and its tasks for the caller (session_user), who becomes the job's
 -- submitter for good. spec is the JSON of `deckhand job submit` with every task listed after
@@ -148,7 +152,10 @@ END $$;
 -- of the spec and that nodes exist; that the submitter may act as each owner is checked on the
 -- node, by the client before submitting and by the worker before it runs anything.
 CREATE FUNCTION deckhand.submit_job(spec jsonb) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- Its statements handle one row per task: JIT compilation costs more than it saves, and sorts of
+-- large jobs belong in memory.
+SET jit = off SET work_mem = '64MB' AS $$
 DECLARE
     me constant text := session_user;
     tasks jsonb := spec -> 'tasks';
@@ -207,8 +214,7 @@ BEGIN
                 THEN format('task #%s: name is missing', e.ord)
             WHEN octet_length(e.t ->> 'name') > 63 OR e.t ->> 'name' ~ '[[:cntrl:]]' OR btrim(e.t ->> 'name') <> e.t ->> 'name'
                 THEN format('task %L: a name is at most 63 bytes, without control characters or surrounding spaces', e.t ->> 'name')
-            WHEN (SELECT k FROM jsonb_object_keys(e.t) k
-                  WHERE k <> ALL ('{name,kind,node,owner,sql,payload,depends_on,max_attempts,timeout,transaction}') LIMIT 1) IS NOT NULL
+            WHEN e.t - '{name,kind,node,owner,sql,payload,depends_on,max_attempts,timeout,transaction}'::text[] <> '{}'
                 THEN format('task %L: unknown field %L', e.t ->> 'name', (SELECT k FROM jsonb_object_keys(e.t) k
                   WHERE k <> ALL ('{name,kind,node,owner,sql,payload,depends_on,max_attempts,timeout,transaction}') LIMIT 1))
             WHEN jsonb_typeof(e.t -> 'kind') NOT IN ('string', 'null') OR jsonb_typeof(e.t -> 'node') NOT IN ('string', 'null')
@@ -228,8 +234,7 @@ BEGIN
                  OR (e.t -> 'max_attempts') IS NOT NULL AND jsonb_typeof(e.t -> 'max_attempts') = 'number'
                     AND ((e.t ->> 'max_attempts')::numeric NOT BETWEEN 1 AND 1000 OR (e.t ->> 'max_attempts')::numeric % 1 <> 0)
                 THEN format('task %L: max_attempts must be a whole number between 1 and 1000', e.t ->> 'name')
-            WHEN jsonb_typeof(e.t -> 'timeout') NOT IN ('null') AND (deckhand.to_timeout(e.t -> 'timeout') IS NULL
-                 OR deckhand.to_timeout(e.t -> 'timeout') <= interval '0' OR deckhand.to_timeout(e.t -> 'timeout') > max_timeout)
+            WHEN jsonb_typeof(e.t -> 'timeout') NOT IN ('null') AND (k.timeout IS NULL OR k.timeout <= interval '0' OR k.timeout > max_timeout)
                 THEN format('task %L: timeout must be a positive duration of at most 24 days (PostgreSQL''s statement_timeout limit), got %s',
                             e.t ->> 'name', e.t -> 'timeout')
             WHEN jsonb_typeof(e.t -> 'transaction') NOT IN ('boolean', 'null') THEN format('task %L: transaction must be true or false', e.t ->> 'name')
@@ -238,7 +243,8 @@ BEGIN
                 THEN format('task %L: depends_on must be a list of task names', e.t ->> 'name')
             END AS m
         FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord)
-        CROSS JOIN LATERAL (SELECT coalesce(nullif(e.t ->> 'kind', ''), CASE WHEN e.t ? 'sql' THEN 'sql' END, '') AS kind) k
+        CROSS JOIN LATERAL (SELECT coalesce(nullif(e.t ->> 'kind', ''), CASE WHEN e.t ? 'sql' THEN 'sql' END, '') AS kind,
+                                   deckhand.to_timeout(e.t -> 'timeout') AS timeout) k
         LEFT JOIN deckhand.task_kind tk ON tk.name = k.kind
     ) x WHERE m IS NOT NULL ORDER BY ord LIMIT 1;
     IF msg IS NOT NULL THEN PERFORM deckhand.input_error(msg); END IF;
@@ -693,6 +699,20 @@ GRANT USAGE ON SCHEMA deckhand TO deckhand_submitter, deckhand_admin, deckhand_w
 REVOKE ALL ON ALL TABLES IN SCHEMA deckhand FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA deckhand FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA deckhand FROM PUBLIC;
+-- Earlier versions left access to the operator, who may have granted roles table privileges
+-- directly: from now on they come from the deckhand roles only.
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT DISTINCT c.relname, a.grantee::regrole::text AS grantee,
+                    CASE WHEN c.relkind = 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+             WHERE n.nspname = 'deckhand' AND a.grantee <> 0 AND a.grantee <> c.relowner LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s deckhand.%I FROM %s', g.kind, g.relname, g.grantee);
+    END LOOP;
+END $$;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA deckhand TO deckhand_worker;
 GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA deckhand TO deckhand_worker;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA deckhand TO deckhand_worker;
