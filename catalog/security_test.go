@@ -136,7 +136,9 @@ func TestUpgradeRevokesDirectTablePrivileges(t *testing.T) {
 	if err := cl.CreateLoginRole(ctx, role, ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize()) }) //nolint:errcheck
+	t.Cleanup(func() {
+		cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize())
+	}) //nolint:errcheck
 	q := pgx.Identifier{role}.Sanitize()
 	if err := cl.Exec(ctx, db, `GRANT USAGE ON SCHEMA deckhand TO `+q+`; GRANT ALL ON ALL TABLES IN SCHEMA deckhand TO `+q+`;
 		GRANT ALL ON ALL SEQUENCES IN SCHEMA deckhand TO `+q); err != nil {
