@@ -25,7 +25,7 @@ func TestSharedDatabaseAndRole(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	c := pgtest.Shared(t)
 	role := `Role "With" Space` // quoting must survive odd names
-	if err := c.CreateRole(ctx, role, "LOGIN"); err != nil {
+	if err := c.CreateLoginRole(ctx, role, ""); err != nil {
 		t.Fatal(err)
 	}
 	// Registered before NewDatabase so that it runs after the database (holding the role's
@@ -54,6 +54,18 @@ func TestSharedDatabaseAndRole(t *testing.T) {
 	var v int
 	if err := conn.QueryRow(ctx, "SELECT v FROM t").Scan(&v); err != nil || v != 42 {
 		t.Fatalf("got %d, %v", v, err)
+	}
+
+	// Only the pgpass line lets the role in: the shared cluster asks every role but the
+	// superuser for its password.
+	nopass := role + " without password"
+	if err := c.CreateRole(ctx, nopass, "LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Exec(context.Background(), "postgres", "DROP ROLE "+pgx.Identifier{nopass}.Sanitize()) }) //nolint:errcheck
+	if conn, err := pgx.Connect(ctx, c.DSN(db, nopass)); err == nil {
+		conn.Close(ctx)
+		t.Fatal("a role without a password logged in to the shared cluster")
 	}
 
 	var fsync, walLevel, maxConn string
