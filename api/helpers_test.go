@@ -91,10 +91,7 @@ func (h *harness) catalogUser(prefix, group string) user {
 	h.Exec("postgres", "GRANT "+group+" TO "+q)
 	h.grantRead(role)
 	h.Exec(h.DB, `GRANT INSERT, UPDATE ON ALL TABLES IN SCHEMA deckhand TO `+q)
-	password, err := pgtest.Password(role)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	password := mustPassword(h.t, role)
 	c, err := engine.Open(ctx, h.Cluster.DSN(h.DB, role))
 	if err != nil {
 		h.t.Fatal(err)
@@ -155,9 +152,12 @@ func (h *harness) doWith(c *http.Client, method, path, body string, header ...st
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(header); i += 2 {
-		if header[i+1] == "" {
+		switch {
+		case header[i] == "Host":
+			req.Host = header[i+1]
+		case header[i+1] == "":
 			req.Header.Del(header[i])
-		} else {
+		default:
 			req.Header.Set(header[i], header[i+1])
 		}
 	}
@@ -374,4 +374,14 @@ func (h *harness) worker() *engine.Worker {
 	h.t.Helper()
 	w, _ := h.Worker(engine.Config{Concurrency: 4, ShutdownGrace: 200 * time.Millisecond, Logger: quiet, Metrics: engine.NewMetrics(h.reg)})
 	return w
+}
+
+// mustPassword is the password the test cluster gave role.
+func mustPassword(t *testing.T, role string) string {
+	t.Helper()
+	pw, err := pgtest.Password(role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pw
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -176,11 +175,7 @@ func TestScreenshots(t *testing.T) {
 	t.Cleanup(func() { _ = h.Cluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS alice") })
 	h.Exec("postgres", "GRANT deckhand_admin TO alice")
 	h.grantRead(alice)
-	password, err := pgtest.Password(alice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.signIn(h, user{role: alice, password: password})
+	b.signIn(h, user{role: alice, password: mustPassword(t, alice)})
 	setTheme := func(theme string) {
 		b.do("theme "+theme, chromedp.Navigate(h.http.URL+"/"), chromedp.Func(func(c context.Context, tg *chromedp.Target) error {
 			_, err := chromedp.Evaluate[any](`localStorage.setItem('deckhand-theme', '`+theme+`')`)(c, tg)
