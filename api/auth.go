@@ -138,11 +138,14 @@ func isHTTPS(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
-// crossSite reports whether the browser says r comes from a page of another origin.
-// Programs (curl, Prometheus) send neither header and are judged by their credentials alone.
+// crossSite reports whether the browser says r comes from a page of another origin: by
+// Sec-Fetch-Site when it sends one, else by Origin. Programs (curl, Prometheus) send neither
+// header and are judged by their credentials alone.
 func crossSite(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "same-origin", "none":
+		return false
+	case "":
 	default:
 		return true
 	}
@@ -157,7 +160,9 @@ func setSecurityHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// Same-origin rather than no-referrer: under no-referrer, browsers send "Origin: null"
+	// with the sign-in form, which crossSite must refuse.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "+
 		"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -134,6 +135,12 @@ func TestSignInIsCheckedByTheCatalog(t *testing.T) {
 	}
 	if r := h.do("POST", "/login", "role=x&password=y", append(cross, "Content-Type", "application/x-www-form-urlencoded")...); r.code != http.StatusForbidden {
 		t.Errorf("cross-site sign-in: %d, want 403", r.code)
+	}
+	// The form as a browser posts it: Sec-Fetch-Site decides, whatever Origin says.
+	form := url.Values{"role": {alice.role}, "password": {alice.password}}.Encode()
+	if r := h.do("POST", "/login", form, "Content-Type", "application/x-www-form-urlencoded",
+		"Sec-Fetch-Site", "same-origin", "Origin", "null"); r.code != http.StatusSeeOther {
+		t.Errorf("same-origin sign-in form: %d %s, want 303", r.code, r.body)
 	}
 }
 

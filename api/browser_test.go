@@ -126,7 +126,7 @@ func (b *browser) signIn(h *harness, u user) {
 	b.do("open the dashboard", chromedp.Navigate(h.http.URL+"/"))
 	b.waitJS("the sign-in form shows", `document.querySelector('form[action="/login"] #role') !== null`, 10*time.Second)
 	b.do("sign in", chromedp.SendKeys(chromedp.CSS("#role"), u.role), chromedp.SendKeys(chromedp.CSS("#password"), u.password),
-		chromedp.Click(chromedp.CSS(`form[action="/login"] button[type="submit"]`)))
+		chromedp.Click(chromedp.CSS(`form[action="/login"] button[type="submit"]`)), chromedp.WaitReady(chromedp.CSS("#main")))
 	b.waitJS("the dashboard shows who signed in", fmt.Sprintf(`document.querySelector('#user') !== null && document.querySelector('#user').textContent === %q`, u.role), 15*time.Second)
 }
 
@@ -168,7 +168,7 @@ func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	b.waitJS("the leader is marked", `document.querySelector('tr[data-worker] .chip') !== null`, 10*time.Second)
 	b.checkErrors()
 
-	b.do("sign out", chromedp.Click(chromedp.CSS(`#logout`)))
+	b.do("sign out", chromedp.Click(chromedp.CSS(`#logout`)), chromedp.WaitReady(chromedp.CSS("#role")))
 	b.waitJS("the sign-in form shows again", `document.querySelector('form[action="/login"] #role') !== null`, 10*time.Second)
 	// Every API connection of the role was the browser session's.
 	testenv.Eventually(t, 10*time.Second, func() bool { return h.backends(h.user.role) == 0 }, "signing out closes the session's catalog connections")
