@@ -86,7 +86,12 @@ func (u user) basic() string {
 // (deckhand_submitter or deckhand_admin), with the catalog privileges engine.Client needs.
 func (h *harness) catalogUser(prefix, group string) user {
 	h.t.Helper()
-	role := h.Role(prefix)
+	return h.setupUser(h.Role(prefix), group)
+}
+
+// setupUser makes an existing login role a user of deckhand, as catalogUser does.
+func (h *harness) setupUser(role, group string) user {
+	h.t.Helper()
 	q := pgx.Identifier{role}.Sanitize()
 	h.Exec("postgres", "GRANT "+group+" TO "+q)
 	h.grantRead(role)
