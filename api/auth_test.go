@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/deckhandhq/deckhand/api"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -406,5 +408,25 @@ func TestMetricsWithoutTokenAnswerOnlyThisMachine(t *testing.T) {
 	h.srv.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "--http-token") {
 		t.Errorf("/metrics from another machine without a token: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestSessionEndsWhenTheCatalogNoLongerLetsTheRoleIn(t *testing.T) {
+	h := newHarness(t)
+	alice := h.catalogUser("alice", "deckhand_submitter")
+	asAlice := []string{"Authorization", "", "Cookie", h.session(alice)}
+	if r := h.do("GET", "/api/jobs", "", asAlice...); r.code != http.StatusOK {
+		t.Fatalf("GET /api/jobs: %d %s", r.code, r.body)
+	}
+	// An operator changes alice's password and cuts her connections.
+	h.Exec("postgres", "ALTER ROLE "+pgx.Identifier{alice.role}.Sanitize()+" PASSWORD 'changed-by-the-operator'")
+	h.Exec("postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", alice.role)
+	// The request that finds the cut connection may fail; the next one reconnects and is refused.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		r := h.do("GET", "/api/jobs", "", asAlice...)
+		return r.code == http.StatusUnauthorized && strings.Contains(r.body, "session has ended")
+	}, "the session ends once the catalog refuses alice's password")
+	if r := h.do("GET", "/api/meta", "", asAlice...); r.code != http.StatusUnauthorized {
+		t.Errorf("the ended session still answers: %d", r.code)
 	}
 }

@@ -198,6 +198,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /{$}", s.index)
 	s.mux.Handle("GET /assets/", assetHandler())
 	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/", http.StatusSeeOther) })
 	s.mux.HandleFunc("POST /logout", s.logout)
 }
 
@@ -284,6 +285,13 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && refusedByCatalog(err) {
 		writeError(w, http.StatusForbidden, RedactConninfo(pgErr.Message))
+		return
+	}
+	// The catalog no longer lets the caller's role in (its password changed, or it may no
+	// longer log in): the session is over, whatever its connections still open allowed.
+	if sess := callerOf(r); sess != nil && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28") {
+		go s.sessions.remove(sess.key)
+		writeError(w, http.StatusUnauthorized, "your session has ended: sign in again")
 		return
 	}
 	s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
