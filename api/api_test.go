@@ -1,11 +1,9 @@
 package api_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -15,119 +13,22 @@ import (
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
-func TestTokenIsRequiredByEverythingButHealthz(t *testing.T) {
-	h := newHarness(t, withToken("s3cret-token-for-tests"))
-	anon := func(method, path string, header ...string) response {
-		return h.do(method, path, "", append([]string{"Authorization", ""}, header...)...)
-	}
-	for _, path := range []string{"/api/jobs", "/api/summary", "/api/nodes", "/api/workers", "/api/events", "/metrics", "/"} {
-		r := anon("GET", path)
-		if r.code != http.StatusUnauthorized {
-			t.Errorf("GET %s without a token: %d, want 401", path, r.code)
-		}
-	}
-	if r := anon("GET", "/api/jobs"); r.header.Get("WWW-Authenticate") == "" || !strings.Contains(r.body, `"error"`) {
-		t.Errorf("401 from the API should say how to authenticate in JSON: %v %s", r.header, r.body)
-	}
-	if r := anon("GET", "/", "Accept", "text/html"); !strings.Contains(r.body, `action="/login"`) {
-		t.Errorf("a browser without a session should get the login page, got %s", r.body)
-	}
-	if r := anon("POST", "/api/jobs/1/cancel"); r.code != http.StatusUnauthorized {
-		t.Errorf("POST cancel without a token: %d, want 401", r.code)
-	}
-	if r := h.do("GET", "/api/jobs", "", "Authorization", "Bearer wrong"); r.code != http.StatusUnauthorized {
-		t.Errorf("wrong token: %d, want 401", r.code)
-	}
-	if r := h.get("/api/jobs"); r.code != http.StatusOK {
-		t.Errorf("right token: %d %s", r.code, r.body)
-	}
-	// /healthz answers without a token (503 here: no worker leads).
-	if r := anon("GET", "/healthz"); r.code != http.StatusServiceUnavailable {
-		t.Errorf("GET /healthz without a token: %d, want 503", r.code)
-	}
-	// Static assets carry no data and style the login page.
-	if r := anon("GET", "/assets/app.css"); r.code != http.StatusOK {
-		t.Errorf("GET /assets/app.css: %d", r.code)
-	}
-
-	// A login link sets a session cookie and drops the token from the address.
-	if r := anon("GET", "/?token=wrong", "Accept", "text/html"); r.code != http.StatusUnauthorized {
-		t.Errorf("login link with a wrong token: %d", r.code)
-	}
-	r := anon("GET", "/?token=s3cret-token-for-tests")
-	if r.code != http.StatusSeeOther || r.header.Get("Location") != "/" {
-		t.Fatalf("login link: %d Location=%q, want 303 to /", r.code, r.header.Get("Location"))
-	}
-	cookie := r.header.Get("Set-Cookie")
-	if !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") || strings.Contains(cookie, "s3cret") {
-		t.Errorf("session cookie %q: want HttpOnly, SameSite=Strict, and not the token itself", cookie)
-	}
-	session := strings.SplitN(cookie, ";", 2)[0]
-	if r := anon("GET", "/api/jobs", "Cookie", session); r.code != http.StatusOK {
-		t.Errorf("GET /api/jobs with the session cookie: %d", r.code)
-	}
-	if r := anon("GET", "/api/jobs", "Cookie", "deckhand_session=forged"); r.code != http.StatusUnauthorized {
-		t.Errorf("forged cookie: %d, want 401", r.code)
-	}
-	// The login form.
-	form := url.Values{"token": {"s3cret-token-for-tests"}}.Encode()
-	r = h.do("POST", "/login", form, "Authorization", "", "Content-Type", "application/x-www-form-urlencoded")
-	if r.code != http.StatusSeeOther || !strings.Contains(r.header.Get("Set-Cookie"), "deckhand_session=") {
-		t.Errorf("login form: %d %v", r.code, r.header)
-	}
-
-	// A page on another site cannot make a logged-in browser act.
-	r = anon("POST", "/api/jobs/1/cancel", "Cookie", session, "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site")
-	if r.code != http.StatusForbidden {
-		t.Errorf("cross-site POST: %d, want 403", r.code)
-	}
-}
-
-func TestWithoutTokenOnlyLoopbackNamesAreServed(t *testing.T) {
-	h := newHarness(t)
-	if r := h.get("/api/jobs"); r.code != http.StatusOK {
-		t.Fatalf("GET /api/jobs: %d %s", r.code, r.body)
-	}
-	// DNS rebinding: a name of the attacker's that resolves to 127.0.0.1.
-	req, _ := http.NewRequest("GET", h.http.URL+"/api/jobs", nil)
-	req.Host = "rebind.evil.example:8080"
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusForbidden {
-		t.Errorf("GET with Host %s: %d, want 403", req.Host, res.StatusCode)
-	}
-	req.Host = "localhost:8080"
-	res, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Errorf("GET with Host localhost: %d, want 200", res.StatusCode)
-	}
-}
-
 func TestCheckListen(t *testing.T) {
 	for _, c := range []struct {
-		addr, token string
-		ok          bool
+		addr string
+		ok   bool
 	}{
-		{"127.0.0.1:8080", "", true},
-		{"localhost:8080", "", true},
-		{"[::1]:8080", "", true},
-		{"0.0.0.0:8080", "", false},
-		{":8080", "", false},
-		{"10.1.2.3:8080", "", false},
-		{"db.example.com:8080", "", false},
-		{"0.0.0.0:8080", "tok", true},
-		{"8080", "", false},
+		{"127.0.0.1:8080", true},
+		{"localhost:8080", true},
+		{"[::1]:8080", true},
+		{"0.0.0.0:8080", true},
+		{":8080", true},
+		{"8080", false},
+		{"db.example.com", false},
 	} {
-		err := api.CheckListen(c.addr, c.token)
+		err := api.CheckListen(c.addr)
 		if (err == nil) != c.ok {
-			t.Errorf("CheckListen(%q, %q) = %v, want ok=%v", c.addr, c.token, err, c.ok)
+			t.Errorf("CheckListen(%q) = %v, want ok=%v", c.addr, err, c.ok)
 		}
 		if err != nil && strings.Contains(err.Error(), "\n") {
 			t.Errorf("CheckListen(%q): error is not one line: %q", c.addr, err)
@@ -270,7 +171,7 @@ func TestCancelAndRetry(t *testing.T) {
 	if j := h.Wait(bad, 20*time.Second); j.State != catalog.JobFailed {
 		t.Fatalf("job %d: %s, want failed", bad, j.State)
 	}
-	h.Exec(db, "CREATE TABLE no_such_table (x int)")
+	h.Exec(db, "CREATE TABLE no_such_table (x int); GRANT SELECT ON no_such_table TO PUBLIC")
 	r = h.do("POST", fmt.Sprintf("/api/jobs/%d/retry", bad), "")
 	if r.code != http.StatusOK {
 		t.Fatalf("retry: %d %s", r.code, r.body)
@@ -288,16 +189,14 @@ func TestCancelAndRetry(t *testing.T) {
 	}
 }
 
-func TestEventsStreamJobStateChanges(t *testing.T) {
+func TestEventsHintAtChanges(t *testing.T) {
 	h := newHarness(t)
 	s := h.events()
 	s.waitFor(t, 10*time.Second, "hello", func(ev sseEvent) bool { return ev.name == "hello" })
 	h.worker()
 	id := h.submit(noopJob("streamed", 3))
-	s.waitFor(t, 20*time.Second, fmt.Sprintf("job %d finished", id), func(ev sseEvent) bool {
-		var sc api.StateChange
-		return ev.name == "job" && json.Unmarshal([]byte(ev.data), &sc) == nil && sc.ID == id && sc.State == catalog.JobFinished
-	})
+	h.Wait(id, 20*time.Second)
+	s.waitFor(t, 10*time.Second, "a change", func(ev sseEvent) bool { return ev.name == "change" && ev.data == "{}" })
 	// Heartbeats keep idle streams (and proxies in between) alive.
 	s.waitFor(t, 5*time.Second, "a heartbeat", func(ev sseEvent) bool { return ev.name == "heartbeat" })
 }

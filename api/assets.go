@@ -74,9 +74,11 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) { serveAsset(w, r
 
 var loginTemplate = template.Must(template.ParseFS(uiFiles, "ui/login.html.tmpl"))
 
-func loginPage(w http.ResponseWriter, code int, msg string) {
+// loginPage is the sign-in form, with msg saying why the last attempt failed and role
+// filled in again.
+func loginPage(w http.ResponseWriter, code int, msg, role string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	_ = loginTemplate.Execute(w, map[string]string{"Message": msg})
+	_ = loginTemplate.Execute(w, map[string]string{"Message": msg, "Role": role})
 }

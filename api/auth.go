@@ -3,51 +3,30 @@ package api
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
-	"time"
 )
 
-// Authentication, when a token is configured:
+// Authentication. Every caller of the API and the dashboard is a catalog role, and every
+// request runs on a catalog client of that role (see login.go and sessions.go):
 //
-//   - programs send "Authorization: Bearer <token>";
-//   - browsers log in once, through the form the dashboard shows (POST /login) or a link
-//     ending in ?token=<token>, and get an HttpOnly, SameSite=Strict session cookie holding an
-//     HMAC of the token, never the token itself; changing the token ends every session;
-//   - /healthz stays open, for load balancers; everything else, /metrics included, needs the
-//     token (Prometheus: `authorization: {credentials: <token>}` in the scrape config);
-//   - static assets (the dashboard's CSS and JS, no data) are served to anyone, so that the
-//     login page can be styled.
+//   - browsers sign in through the form the dashboard shows (POST /login: role and
+//     password) and get an HttpOnly, SameSite=Strict cookie holding a random 256-bit session
+//     id, never the password; POST /logout ends the session;
+//   - programs send HTTP Basic credentials (role and password) with every request;
+//   - /metrics answers to "Authorization: Bearer <Config.MetricsToken>" (Prometheus), or,
+//     without a token, only to this machine;
+//   - /healthz and the static assets (the dashboard's CSS and JS, no data) are open.
 //
-// Without a token the server only listens on loopback (CheckListen) and only answers
-// requests that name it by a loopback host, which defeats DNS rebinding: a web page the
-// operator visits cannot reach the dashboard through a name of its own that resolves to
-// 127.0.0.1.
-//
-// With or without a token, state-changing requests (POST) are refused when the browser says
-// they come from another site (Sec-Fetch-Site, Origin), so a page elsewhere cannot make a
-// logged-in browser cancel or submit jobs.
+// State-changing requests (POST) are refused when the browser says they come from another
+// site (Sec-Fetch-Site, Origin), so a page elsewhere can neither act through a signed-in
+// browser nor sign it in as a role of its choosing.
 
 const sessionCookie = "deckhand_session"
-
-type authenticator struct {
-	token   string
-	session string // cookie value: HMAC-SHA256 of a fixed label, keyed by the token
-}
-
-func newAuthenticator(token string) *authenticator {
-	a := &authenticator{token: token}
-	if token != "" {
-		m := hmac.New(sha256.New, []byte(token))
-		m.Write([]byte("deckhand dashboard session v1"))
-		a.session = hex.EncodeToString(m.Sum(nil))
-	}
-	return a
-}
 
 // equal compares in constant time, whatever the lengths.
 func equal(a, b string) bool {
@@ -55,114 +34,118 @@ func equal(a, b string) bool {
 	return hmac.Equal(ha[:], hb[:])
 }
 
-func (a *authenticator) validToken(t string) bool { return a.token != "" && equal(t, a.token) }
-
-// authenticated reports whether r carries the token or a valid session cookie.
-func (a *authenticator) authenticated(r *http.Request) bool {
-	if a.token == "" {
-		return true
-	}
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, cred, ok := strings.Cut(h, " ")
-		return ok && strings.EqualFold(scheme, "Bearer") && a.validToken(strings.TrimSpace(cred))
-	}
-	if c, err := r.Cookie(sessionCookie); err == nil {
-		return equal(c.Value, a.session)
-	}
-	return false
-}
-
-func (a *authenticator) wrap(next http.Handler) http.Handler {
+func (s *Server) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		setSecurityHeaders(w)
-		if r.URL.Path == "/healthz" {
+		path := r.URL.Path
+		if path == "/healthz" || strings.HasPrefix(path, "/assets/") {
 			next.ServeHTTP(w, r)
-			return
-		}
-		if a.token == "" && !loopbackHost(hostOnly(r.Host)) {
-			writeError(w, http.StatusForbidden, fmt.Sprintf(
-				"this server has no token and only answers requests addressed to a loopback name, not %q: set --http-token to serve other names", r.Host))
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossSite(r) {
 			writeError(w, http.StatusForbidden, "cross-site request refused")
 			return
 		}
-		if a.token == "" || strings.HasPrefix(r.URL.Path, "/assets/") || r.URL.Path == "/login" {
+		switch path {
+		case "/metrics":
+			if s.metricsAllowed(w, r) {
+				next.ServeHTTP(w, r)
+			}
+			return
+		case "/login", "/logout":
 			next.ServeHTTP(w, r)
 			return
 		}
-		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet {
-			if !a.validToken(t) {
-				a.refuse(w, r, "That token is not the right one.")
-				return
-			}
-			// Log in, then drop the token from the address bar and the history.
-			a.setSession(w, r)
-			q := r.URL.Query()
-			q.Del("token")
-			u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
-			http.Redirect(w, r, u.String(), http.StatusSeeOther)
+		sess, ref := s.authenticate(r)
+		if ref != nil {
+			s.refuse(w, r, ref)
 			return
 		}
-		if !a.authenticated(r) {
-			a.refuse(w, r, "")
-			return
-		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, withCaller(r, sess))
 	})
 }
 
-// refuse answers 401: the login page to a browser asking for a page, JSON to everything else.
-func (a *authenticator) refuse(w http.ResponseWriter, r *http.Request, msg string) {
-	if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/api/") && r.URL.Path != "/metrics" &&
-		strings.Contains(r.Header.Get("Accept"), "text/html") {
-		loginPage(w, http.StatusUnauthorized, msg)
-		return
+// authenticate finds the caller's session: from Basic credentials, or the session cookie.
+func (s *Server) authenticate(r *http.Request) (*session, *refusal) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		role, password, ok := r.BasicAuth()
+		if !ok {
+			return nil, &refusal{code: http.StatusUnauthorized,
+				msg: "send a catalog role and its password with HTTP Basic authentication (a bearer token opens /metrics only)"}
+		}
+		return s.basicSession(r, role, password)
 	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="deckhand"`)
-	if msg == "" {
-		msg = "authentication required: send Authorization: Bearer <token>"
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil, &refusal{code: http.StatusUnauthorized,
+			msg: "authentication required: sign in, or send a catalog role and its password with HTTP Basic authentication"}
 	}
-	writeError(w, http.StatusUnauthorized, msg)
+	if sess := s.sessions.get(cookieKey(c.Value)); sess != nil && !sess.basic {
+		return sess, nil
+	}
+	// No Basic challenge here: a dashboard whose session ended reloads into the sign-in page
+	// rather than have the browser prompt for credentials.
+	return nil, &refusal{code: http.StatusUnauthorized, msg: "your session has ended: sign in again"}
 }
 
-func (a *authenticator) setSession(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: a.session, Path: "/", MaxAge: int((30 * 24 * time.Hour).Seconds()),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: isHTTPS(r),
-	})
-}
-
-// login is the target of the login form.
-func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	if s.auth.token == "" {
-		http.Redirect(w, r, "/", http.StatusSeeOther)
+// refuse answers a refused request: the sign-in page to a browser asking for a page, JSON
+// to everything else.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, ref *refusal) {
+	if ref.wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(ref.wait)))
+	}
+	_, err := r.Cookie(sessionCookie)
+	hadSession := err == nil
+	if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/api/") && strings.Contains(r.Header.Get("Accept"), "text/html") {
+		msg := ""
+		if hadSession || r.Header.Get("Authorization") != "" || ref.code != http.StatusUnauthorized {
+			msg = sentence(ref.msg)
+		}
+		loginPage(w, ref.code, msg, "")
 		return
 	}
-	if err := r.ParseForm(); err != nil || !s.auth.validToken(r.PostForm.Get("token")) {
-		loginPage(w, http.StatusUnauthorized, "That token is not the right one.")
-		return
+	if !hadSession && ref.code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Basic realm="deckhand", charset="UTF-8"`)
 	}
-	s.auth.setSession(w, r)
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	writeError(w, ref.code, ref.msg)
 }
 
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: isHTTPS(r)})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+// metricsAllowed lets a scrape of /metrics through, or answers why not. /metrics shows
+// catalog-wide counts, node names and this process's figures to whoever may read it: the
+// bearer token when one is set, else this machine only (by peer address, and by the name the
+// request used, which defeats DNS rebinding: a web page the operator visits cannot reach it
+// through a name of its own that resolves to 127.0.0.1).
+func (s *Server) metricsAllowed(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.MetricsToken != "" {
+		scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if ok && strings.EqualFold(scheme, "Bearer") && equal(strings.TrimSpace(cred), s.cfg.MetricsToken) {
+			return true
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="deckhand metrics"`)
+		writeError(w, http.StatusUnauthorized, "/metrics needs Authorization: Bearer <the --http-token of this server>")
+		return false
+	}
+	if loopbackHost(hostOnly(r.RemoteAddr)) && loopbackHost(hostOnly(r.Host)) {
+		return true
+	}
+	writeError(w, http.StatusForbidden, fmt.Sprintf(
+		"without a token, /metrics only answers this machine by a loopback name, not %q from %s: set --http-token (DECKHAND_HTTP_TOKEN) to scrape it from elsewhere",
+		r.Host, hostOnly(r.RemoteAddr)))
+	return false
 }
 
 func isHTTPS(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
-// crossSite reports whether the browser says r comes from a page of another origin.
-// Programs (curl, Prometheus) send neither header and are judged by their token alone.
+// crossSite reports whether the browser says r comes from a page of another origin: by
+// Sec-Fetch-Site when it sends one, else by Origin. Programs (curl, Prometheus) send neither
+// header and are judged by their credentials alone.
 func crossSite(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "same-origin", "none":
+		return false
+	case "":
 	default:
 		return true
 	}
@@ -177,8 +160,9 @@ func setSecurityHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	// The login link carries the token: never hand the address to another site.
-	h.Set("Referrer-Policy", "no-referrer")
+	// Same-origin rather than no-referrer: under no-referrer, browsers send "Origin: null"
+	// with the sign-in form, which crossSite must refuse.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "+
 		"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 }
@@ -200,20 +184,18 @@ func loopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// CheckListen refuses to serve beyond this machine without a token: an address whose host
-// is empty (every interface), a non-loopback address, or a name other than localhost.
-func CheckListen(addr, token string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+// CheckListen checks that addr is HOST:PORT.
+func CheckListen(addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("--http %q: want HOST:PORT, e.g. 127.0.0.1:8080", addr)
-	}
-	if token == "" && !loopbackHost(host) {
-		return fmt.Errorf("--http %s would serve beyond this machine without a token: set --http-token or DECKHAND_HTTP_TOKEN, or listen on 127.0.0.1", addr)
 	}
 	return nil
 }
 
 func listen(addr string) (net.Listener, error) {
+	if err := CheckListen(addr); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--http %s: %w", addr, err)

@@ -120,16 +120,25 @@ func (b *browser) waitJS(what, expr string, timeout time.Duration) {
 	}
 }
 
-// The dashboard, driven like a person would: log in, watch a job finish live, open a
-// running job and cancel it with its button.
+// signIn fills in the dashboard's sign-in form as u; everything after runs on the session.
+func (b *browser) signIn(h *harness, u user) {
+	b.t.Helper()
+	b.do("open the dashboard", chromedp.Navigate(h.http.URL+"/"))
+	b.waitJS("the sign-in form shows", `document.querySelector('form[action="/login"] #role') !== null`, 10*time.Second)
+	b.do("sign in", chromedp.SendKeys(chromedp.CSS("#role"), u.role), chromedp.SendKeys(chromedp.CSS("#password"), u.password),
+		chromedp.Click(chromedp.CSS(`form[action="/login"] button[type="submit"]`)), chromedp.WaitReady(chromedp.CSS("#main")))
+	b.waitJS("the dashboard shows who signed in", fmt.Sprintf(`document.querySelector('#user') !== null && document.querySelector('#user').textContent === %q`, u.role), 15*time.Second)
+}
+
+// The dashboard, driven like a person would: sign in as a catalog role, watch a job finish
+// live, open a running job and cancel it with its button, sign out.
 func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	b := newBrowser(t, 1440, 900)
-	h := newHarness(t, withToken("browser-test-token-0123456789"))
+	h := newHarness(t)
 	h.AddNode("n1", 4)
 	h.worker()
 
-	// The login link sets the session cookie; everything after runs on it.
-	b.do("open the dashboard", chromedp.Navigate(h.http.URL+"/?token="+h.token))
+	b.signIn(h, h.user)
 	b.waitJS("the live stream connects", `document.querySelector('#live.on') !== null`, 15*time.Second)
 	b.waitJS("the jobs page renders", `document.querySelector('table.jobs tbody tr') !== null`, 10*time.Second)
 
@@ -158,4 +167,9 @@ func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	b.do("open the workers page", chromedp.Navigate(h.http.URL+"/#/workers"))
 	b.waitJS("the leader is marked", `document.querySelector('tr[data-worker] .chip') !== null`, 10*time.Second)
 	b.checkErrors()
+
+	b.do("sign out", chromedp.Click(chromedp.CSS(`#logout`)), chromedp.WaitReady(chromedp.CSS("#role")))
+	b.waitJS("the sign-in form shows again", `document.querySelector('form[action="/login"] #role') !== null`, 10*time.Second)
+	// Every API connection of the role was the browser session's.
+	testenv.Eventually(t, 10*time.Second, func() bool { return h.backends(h.user.role) == 0 }, "signing out closes the session's catalog connections")
 }

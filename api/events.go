@@ -2,14 +2,10 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,22 +13,28 @@ import (
 	"github.com/deckhandhq/deckhand/catalog"
 )
 
-// GET /api/events is a server-sent event stream:
+// GET /api/events is a server-sent event stream of hints:
 //
-//	event: hello      the stream is live; (re)load what you show, then apply job events
-//	event: job        data: {"id": 42, "state": "running"} on every job state change
-//	event: resync     events were dropped (a slow reader): reload what you show
+//	event: hello      the stream is live: (re)load what you show
+//	event: change     some job changed state: re-read what you show
 //	event: heartbeat  data: {"time": "..."} every Config.Heartbeat
+//
+// A change says nothing of which job changed, nor how. The catalog decides which jobs each
+// role may see, and one listener hears every job's notifications: a stream that passed them
+// on would tell every subscriber about every job. Filtering them per subscriber would cost a
+// catalog query per notification and per stream, on the subscriber's own connections, while
+// the dashboard re-reads the page on screen anyway, at most once a second, through the same
+// endpoints it loaded it from, which show the caller only what its role may see. So a hint
+// carries nothing, and hints waiting for a slow stream merge into one: one is as good as many.
 //
 // One connection per server LISTENs on the catalog channel deckhand_job, whatever the
 // number of streams; it is opened with the first stream and reconnects when lost, sending
-// hello again since notifications may have been missed meanwhile.
-
-type event struct{ name, data string }
+// hello again since notifications may have been missed meanwhile. The number of streams is
+// capped by the catalog setting api_max_event_streams (default 100); a stream ends when
+// its caller's session does.
 
 type subscriber struct {
-	ch   chan event
-	lost atomic.Bool // an event was dropped because ch was full
+	ch chan string // the next event's name; holds one, since hints merge
 }
 
 type hub struct {
@@ -55,18 +57,27 @@ func newHub(cfg *pgx.ConnConfig, log *slog.Logger) *hub {
 	return &hub{connCfg: cfg, log: log, ctx: ctx, cancel: cancel, done: make(chan struct{}), subs: map[*subscriber]struct{}{}}
 }
 
-// subscribe adds a stream and reports whether the listener is connected already (if not,
-// the stream gets hello once it is).
-func (h *hub) subscribe() (*subscriber, bool) {
-	s := &subscriber{ch: make(chan event, 256)}
+// subscribe adds a stream unless max are open already, and reports whether the listener is
+// connected already (if not, the stream gets hello once it is).
+func (h *hub) subscribe(max int) (sub *subscriber, live, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.subs) >= max {
+		return nil, false, false
+	}
 	if !h.started && h.ctx.Err() == nil {
 		h.started = true
 		go h.run()
 	}
-	h.subs[s] = struct{}{}
-	return s, h.live
+	sub = &subscriber{ch: make(chan string, 1)}
+	h.subs[sub] = struct{}{}
+	return sub, h.live, true
+}
+
+func (h *hub) streams() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
 }
 
 func (h *hub) unsubscribe(s *subscriber) {
@@ -85,15 +96,14 @@ func (h *hub) stop() {
 	}
 }
 
-// broadcast never blocks: a stream that cannot keep up is told to resync instead.
-func (h *hub) broadcast(ev event) {
+// broadcast never blocks: a stream with an event still waiting has nothing more to learn.
+func (h *hub) broadcast(name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
 		select {
-		case s.ch <- ev:
+		case s.ch <- name:
 		default:
-			s.lost.Store(true)
 		}
 	}
 }
@@ -103,7 +113,7 @@ func (h *hub) setLive(live bool) {
 	h.live = live
 	h.mu.Unlock()
 	if live {
-		h.broadcast(event{name: "hello", data: `{"live":true}`})
+		h.broadcast("hello")
 	}
 }
 
@@ -140,17 +150,10 @@ func (h *hub) listen() (connected bool, err error) {
 	}
 	h.setLive(true)
 	for {
-		n, err := conn.WaitForNotification(h.ctx)
-		if err != nil {
+		if _, err := conn.WaitForNotification(h.ctx); err != nil {
 			return true, err
 		}
-		idText, state, ok := strings.Cut(n.Payload, ":")
-		id, err := strconv.ParseInt(idText, 10, 64)
-		if !ok || err != nil {
-			continue
-		}
-		data, _ := json.Marshal(StateChange{ID: id, State: state})
-		h.broadcast(event{name: "job", data: string(data)})
+		h.broadcast("change")
 	}
 }
 
@@ -160,28 +163,34 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "streaming is not supported by this connection")
 		return
 	}
+	sess := callerOf(r)
+	max := s.maxStreams.get(r.Context())
+	sub, live, ok := s.hub.subscribe(max)
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("this server has %d event streams open, its limit (setting api_max_event_streams): try again later", max))
+		return
+	}
+	defer s.hub.unsubscribe(sub)
 	// The server's timeouts are for ordinary requests; a stream lasts as long as its reader.
 	// (A read deadline left in place would also end it: net/http's background read of the
 	// idle connection fails at the deadline and cancels the request.)
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
 	_ = rc.SetReadDeadline(time.Time{})
-	sub, live := s.hub.subscribe()
-	defer s.hub.unsubscribe(sub)
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // let reverse proxies pass events through at once
 	w.WriteHeader(http.StatusOK)
-	send := func(ev event) error {
-		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.name, ev.data)
+	send := func(name, data string) error {
+		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
 		return err
 	}
 	// Browsers reconnect after this many milliseconds when the stream breaks.
 	fmt.Fprint(w, "retry: 2000\n\n")
 	if live {
-		_ = send(event{name: "hello", data: `{"live":true}`})
+		_ = send("hello", `{"live":true}`)
 	}
 	flusher.Flush()
 
@@ -194,13 +203,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-s.closing:
 			return
-		case ev := <-sub.ch:
-			err = send(ev)
+		case <-sess.done:
+			return
+		case name := <-sub.ch:
+			data := "{}"
+			if name == "hello" {
+				data = `{"live":true}`
+			}
+			err = send(name, data)
 		case now := <-tick.C:
-			err = send(event{name: "heartbeat", data: fmt.Sprintf(`{"time":%q}`, now.UTC().Format(time.RFC3339Nano))})
-		}
-		if err == nil && sub.lost.Swap(false) {
-			err = send(event{name: "resync", data: `{}`})
+			err = send("heartbeat", fmt.Sprintf(`{"time":%q}`, now.UTC().Format(time.RFC3339Nano)))
 		}
 		if err != nil {
 			return

@@ -53,7 +53,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	jobs, err := s.client.Catalog.Jobs(r.Context(), f)
+	jobs, err := CallerClient(r).Catalog.Jobs(r.Context(), f)
 	if err != nil {
 		s.serverError(w, r, err)
 		return
@@ -81,7 +81,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d, err := s.client.Job(r.Context(), id)
+	d, err := CallerClient(r).Job(r.Context(), id)
 	if errors.Is(err, catalog.ErrNotFound) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d not found", id))
 		return
@@ -100,8 +100,8 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 }
 
 // submitJob takes the spec `deckhand job submit` takes (JSON, or YAML) and validates it the
-// same way. The job is submitted as the catalog user of this server, so the owners it may
-// name are the roles that user is a member of on each node.
+// same way. The job is submitted as the caller's role, so the owners it may name are the
+// roles the caller is a member of on each node.
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	ct := strings.ToLower(r.Header.Get("Content-Type"))
 	// A content type a form cannot send makes a cross-site submission need a CORS preflight,
@@ -121,7 +121,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	}
 	var id int64
 	if err == nil {
-		id, err = s.client.Submit(r.Context(), job)
+		id, err = CallerClient(r).Submit(r.Context(), job)
 	}
 	switch {
 	case err == nil:
@@ -147,7 +147,7 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	state, err := s.client.Cancel(r.Context(), id)
+	state, err := CallerClient(r).Cancel(r.Context(), id)
 	if err != nil {
 		s.controlError(w, r, id, "cancel", err)
 		return
@@ -160,7 +160,7 @@ func (s *Server) retryJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	state, err := s.client.Retry(r.Context(), id)
+	state, err := CallerClient(r).Retry(r.Context(), id)
 	if err != nil {
 		s.controlError(w, r, id, "retry", err)
 		return
@@ -168,14 +168,19 @@ func (s *Server) retryJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, StateChange{ID: id, State: state})
 }
 
-// controlError tells a refused cancel or retry (404, 409) from a failure (500). The catalog
-// refuses with the state it found; reading the job again names that state for the user.
+// controlError tells a refused cancel or retry (403, 404, 409) from a failure (500). The
+// catalog refuses a role that may not act on the job (403), or a job in the wrong state;
+// reading the job again, as the caller, names that state for the user.
 func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, action string, err error) {
 	if errors.Is(err, catalog.ErrNotFound) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d not found", id))
 		return
 	}
-	job, rerr := s.client.Catalog.Job(r.Context(), id)
+	if refusedByCatalog(err) {
+		s.serverError(w, r, err)
+		return
+	}
+	job, rerr := CallerClient(r).Catalog.Job(r.Context(), id)
 	switch {
 	case errors.Is(rerr, catalog.ErrNotFound):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d not found", id))
@@ -201,7 +206,7 @@ func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
-	nodes, err := s.client.Catalog.Nodes(r.Context())
+	nodes, err := CallerClient(r).Catalog.Nodes(r.Context())
 	if err != nil {
 		s.serverError(w, r, err)
 		return
@@ -227,12 +232,12 @@ type WorkerList struct {
 
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	all := r.URL.Query().Get("stopped") == "true" || r.URL.Query().Get("stopped") == "1"
-	workers, err := s.client.Catalog.Workers(r.Context(), all)
+	workers, err := CallerClient(r).Catalog.Workers(r.Context(), all)
 	if err != nil {
 		s.serverError(w, r, err)
 		return
 	}
-	leader, err := s.client.Catalog.Leader(r.Context())
+	leader, err := CallerClient(r).Catalog.Leader(r.Context())
 	if err != nil {
 		s.serverError(w, r, err)
 		return
@@ -259,7 +264,7 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 // Meta is the answer to GET /api/meta: what the dashboard needs to draw its frame.
 type Meta struct {
 	SchemaVersion int      `json:"schema_version"`
-	Auth          bool     `json:"auth"`
+	User          string   `json:"user"` // the catalog role the caller acts as
 	JobStates     []string `json:"job_states"`
 	TaskStates    []string `json:"task_states"`
 	Pages         []Page   `json:"pages"`
@@ -269,7 +274,7 @@ func (s *Server) meta(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	pages := append([]Page{}, s.pages...)
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, Meta{SchemaVersion: catalog.SchemaVersion(), Auth: s.auth.token != "",
+	writeJSON(w, http.StatusOK, Meta{SchemaVersion: catalog.SchemaVersion(), User: CallerRole(r),
 		JobStates: catalog.JobStates, TaskStates: catalog.TaskStates, Pages: pages})
 }
 

@@ -108,3 +108,27 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.nodeMax, prometheus.GaugeValue, float64(n.MaxTasks), n.Name)
 	}
 }
+
+// apiCollector exports the server's own load: signed-in sessions and open event streams,
+// next to the caps they count against.
+type apiCollector struct {
+	s                 *Server
+	sessions, streams *prometheus.Desc
+}
+
+func newAPICollector(s *Server) *apiCollector {
+	return &apiCollector{
+		s:        s,
+		sessions: prometheus.NewDesc("deckhand_api_sessions", "Callers with a catalog client open: signed-in browsers (browser) and cached HTTP Basic credentials (basic).", []string{"kind"}, nil),
+		streams:  prometheus.NewDesc("deckhand_api_event_streams", "Open /api/events streams.", nil, nil),
+	}
+}
+
+func (c *apiCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.sessions; ch <- c.streams }
+
+func (c *apiCollector) Collect(ch chan<- prometheus.Metric) {
+	browsers, basics := c.s.sessions.sizes()
+	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(browsers), "browser")
+	ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(basics), "basic")
+	ch <- prometheus.MustNewConstMetric(c.streams, prometheus.GaugeValue, float64(c.s.hub.streams()))
+}

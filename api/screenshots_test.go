@@ -33,12 +33,19 @@ func TestScreenshots(t *testing.T) {
 	}
 	b := newBrowser(t, 1440, 900)
 	h := newHarness(t)
+	// A readable name for the role that submits the jobs and is signed in.
+	if err := h.Cluster.CreateLoginRole(ctx, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Cluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS alice") })
+	h.user = h.setupUser("alice", "deckhand_admin")
 	eu1 := h.AddNode("eu-central-1", 4)
 	eu2 := h.AddNode("eu-central-2", 4)
 	us1 := h.AddNode("us-east-1", 1)
 	for _, db := range []string{eu1, eu2, us1} {
 		h.Exec(db, `CREATE TABLE customers (id bigint, email text); INSERT INTO customers VALUES (1, 'a@example.com'), (2, 'a@example.com');
-			CREATE SEQUENCE flaky`)
+			CREATE SEQUENCE flaky; ALTER TABLE customers OWNER TO alice; ALTER SEQUENCE flaky OWNER TO alice;
+			GRANT CREATE ON SCHEMA public TO alice`)
 	}
 	for _, name := range []string{"deckhand-5f7c9d-x2lqk", "deckhand-5f7c9d-m8v4t"} {
 		h.Worker(engine.Config{Name: name, Concurrency: 16, Logger: quiet,
@@ -167,6 +174,7 @@ func TestScreenshots(t *testing.T) {
 		}
 		t.Logf("wrote %s", path)
 	}
+	b.signIn(h, h.user)
 	setTheme := func(theme string) {
 		b.do("theme "+theme, chromedp.Navigate(h.http.URL+"/"), chromedp.Func(func(c context.Context, tg *chromedp.Target) error {
 			_, err := chromedp.Evaluate[any](`localStorage.setItem('deckhand-theme', '`+theme+`')`)(c, tg)

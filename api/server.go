@@ -8,6 +8,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -26,12 +28,27 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Client reaches the catalog. Give the server a client of its own rather than the
-	// worker's: then the dashboard never queues behind a busy worker's claims, nor slows them.
+	// Client is the server's own catalog client, used only for what belongs to no caller:
+	// the catalog-wide counts (/metrics, /api/summary), the notification listener behind
+	// /api/events, settings, and /healthz. Every other request runs on a client of the
+	// caller's role, opened from this client's conninfo with the caller's user and password.
+	// Give the server a client of its own rather than the worker's: then the dashboard never
+	// queues behind a busy worker's claims, nor slows them.
 	Client *engine.Client
-	// Token, when set, is required by everything but /healthz: as "Authorization: Bearer
-	// <token>", or as the session cookie a browser gets by logging in (see auth.go).
-	Token string
+	// MetricsToken, when set, is required by /metrics as "Authorization: Bearer <token>".
+	// Without it, /metrics answers only requests from this machine.
+	MetricsToken string
+	// SessionIdle ends a browser session unused this long; default 12h.
+	SessionIdle time.Duration
+	// MaxSessions bounds the browser sessions signed in at once; default 100. Each holds up
+	// to three catalog connections while in use.
+	MaxSessions int
+	// LoginPerAddress and LoginPerRole bound failed sign-ins (the form, and HTTP Basic
+	// credentials not seen before) per client address and per role name; defaults 5 at once
+	// then one every 12s, and 10 at once then one every 6s.
+	LoginPerAddress, LoginPerRole Limit
+	// Now replaces the clock of sessions, sign-in limits and cached settings in tests.
+	Now func() time.Time
 	// Registry is served at /metrics; the catalog gauges are registered on it. Register the
 	// workers' engine.Metrics on the same registry. Nil means a new, empty registry.
 	Registry *prometheus.Registry
@@ -48,20 +65,24 @@ type Config struct {
 
 // Server is the HTTP API, dashboard and metrics endpoint.
 type Server struct {
-	cfg    Config
-	client *engine.Client
-	log    *slog.Logger
-	mux    *http.ServeMux
-	auth   *authenticator
-	stats  *statsCache
-	hub    *hub
-	reg    *prometheus.Registry
+	cfg        Config
+	client     *engine.Client
+	log        *slog.Logger
+	mux        *http.ServeMux
+	stats      *statsCache
+	hub        *hub
+	reg        *prometheus.Registry
+	sessions   *sessionStore
+	limits     *loginLimits
+	maxStreams *intSetting
+	secret     []byte // keys the cache of Basic credentials
 
 	mu    sync.Mutex
 	pages []Page
 
 	closing chan struct{}
 	close   sync.Once
+	janitor chan struct{} // closed when the session sweeper has stopped
 }
 
 // New builds a server. Call Close when done to end event streams and release the
@@ -79,6 +100,21 @@ func New(cfg Config) (*Server, error) {
 	if cfg.StatsMaxAge <= 0 {
 		cfg.StatsMaxAge = time.Second
 	}
+	if cfg.SessionIdle <= 0 {
+		cfg.SessionIdle = 12 * time.Hour
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 100
+	}
+	if cfg.LoginPerAddress.Burst <= 0 || cfg.LoginPerAddress.Every <= 0 {
+		cfg.LoginPerAddress = Limit{Burst: 5, Every: 12 * time.Second}
+	}
+	if cfg.LoginPerRole.Burst <= 0 || cfg.LoginPerRole.Every <= 0 {
+		cfg.LoginPerRole = Limit{Burst: 10, Every: 6 * time.Second}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -87,13 +123,25 @@ func New(cfg Config) (*Server, error) {
 		client:  cfg.Client,
 		log:     cfg.Logger,
 		mux:     http.NewServeMux(),
-		auth:    newAuthenticator(cfg.Token),
 		reg:     cfg.Registry,
+		secret:  make([]byte, 32),
 		closing: make(chan struct{}),
+		janitor: make(chan struct{}),
+		sessions: &sessionStore{now: cfg.Now, idle: cfg.SessionIdle, basicTTL: basicTTL,
+			maxSessions: cfg.MaxSessions, maxBasic: maxBasic, m: map[string]*session{}},
+		limits: &loginLimits{byAddr: newLimiter(cfg.LoginPerAddress, cfg.Now), byRole: newLimiter(cfg.LoginPerRole, cfg.Now)},
+		maxStreams: &intSetting{cat: cfg.Client.Catalog, name: "api_max_event_streams", def: 100,
+			ttl: 5 * time.Second, now: cfg.Now, log: cfg.Logger},
+	}
+	if _, err := rand.Read(s.secret); err != nil {
+		return nil, err
 	}
 	s.stats = &statsCache{cat: cfg.Client.Catalog, minAge: cfg.StatsMaxAge}
 	s.hub = newHub(cfg.Client.Catalog.Pool.Config().ConnConfig, cfg.Logger)
 	if err := s.reg.Register(newCatalogCollector(s.stats, cfg.Client.Catalog)); err != nil {
+		return nil, err
+	}
+	if err := s.reg.Register(newAPICollector(s)); err != nil {
 		return nil, err
 	}
 	s.routes()
@@ -102,7 +150,31 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	go s.sweep()
 	return s, nil
+}
+
+// basicTTL is how long checked Basic credentials are trusted before being checked again,
+// and maxBasic how many distinct credentials are kept at once (the oldest give way).
+const (
+	basicTTL = 2 * time.Minute
+	maxBasic = 50
+)
+
+// sweep ends expired sessions every minute, closing their catalog connections; a request
+// with an expired session ends it at once anyway.
+func (s *Server) sweep() {
+	defer close(s.janitor)
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+			s.sessions.sweep()
+		}
+	}
 }
 
 func (s *Server) routes() {
@@ -126,31 +198,31 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /{$}", s.index)
 	s.mux.Handle("GET /assets/", assetHandler())
 	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/", http.StatusSeeOther) })
 	s.mux.HandleFunc("POST /logout", s.logout)
 }
 
 // Handler is the server's root handler: every route behind authentication and the
 // cross-site request checks.
-func (s *Server) Handler() http.Handler { return s.auth.wrap(s.mux) }
+func (s *Server) Handler() http.Handler { return s.wrap(s.mux) }
 
 // Handle registers an extra endpoint, such as "GET /api/exports/{id}", behind the same
-// authentication as the rest.
+// authentication as the rest; CallerClient(r) is the caller's catalog client.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// Close ends open event streams and stops listening to the catalog.
+// Close ends open event streams and sessions, closing their catalog connections, and stops
+// listening to the catalog.
 func (s *Server) Close() {
 	s.close.Do(func() {
 		close(s.closing)
+		<-s.janitor
 		s.hub.stop()
+		s.sessions.closeAll()
 	})
 }
 
-// ListenAndServe serves on addr until ctx is done. It refuses a non-loopback addr without
-// a token (see CheckListen).
+// ListenAndServe serves on addr until ctx is done.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
-	if err := CheckListen(addr, s.cfg.Token); err != nil {
-		return err
-	}
 	ln, err := listen(addr)
 	if err != nil {
 		return err
@@ -168,7 +240,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	s.log.Info("serving the API and dashboard", "url", "http://"+ln.Addr().String()+"/", "token", s.cfg.Token != "")
+	s.log.Info("serving the API and dashboard", "url", "http://"+ln.Addr().String()+"/", "metrics_token", s.cfg.MetricsToken != "")
+	if !loopbackHost(hostOnly(ln.Addr().String())) {
+		s.log.Warn("serving beyond this machine over plain HTTP: sign-in passwords cross the network unencrypted unless a TLS proxy is in front")
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -201,10 +276,23 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": strings.Join(strings.Fields(msg), " ")})
 }
 
-// serverError logs the full error and tells the client in one line.
+// serverError tells the client in one line why its request failed: 403 with the catalog's
+// message when the catalog refused the caller's role, else 500, logged in full.
 func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return // the client went away; nothing to tell
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && refusedByCatalog(err) {
+		writeError(w, http.StatusForbidden, RedactConninfo(pgErr.Message))
+		return
+	}
+	// The catalog no longer lets the caller's role in (its password changed, or it may no
+	// longer log in): the session is over, whatever its connections still open allowed.
+	if sess := callerOf(r); sess != nil && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28") {
+		go s.sessions.remove(sess.key)
+		writeError(w, http.StatusUnauthorized, "your session has ended: sign in again")
+		return
 	}
 	s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, RedactConninfo(err.Error()))
@@ -213,3 +301,10 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 type slogPrinter struct{ log *slog.Logger }
 
 func (p slogPrinter) Println(v ...any) { p.log.Warn("serving metrics: " + fmt.Sprint(v...)) }
+
+// refusedByCatalog reports whether the catalog refused the caller's role
+// (insufficient_privilege): a table it may not touch, a job it may not act on.
+func refusedByCatalog(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}

@@ -117,7 +117,7 @@ class APIError extends Error {
 async function api(path, opts = {}) {
   const res = await fetch(path, { credentials: 'same-origin', headers: { Accept: 'application/json', ...(opts.headers || {}) }, ...opts });
   if (res.status === 401) {
-    // The session ended (token changed): the server shows its login page.
+    // The session ended (signed out, or idle too long): the server shows its sign-in page.
     location.reload();
     throw new APIError(401, 'authentication required');
   }
@@ -215,10 +215,8 @@ function connectEvents() {
     $('.label', el).textContent = label;
   };
   es.addEventListener('hello', () => { setLive(true, 'live'); refreshSoon(); });
-  es.addEventListener('resync', () => refreshSoon());
-  es.addEventListener('job', (e) => {
-    const ev = JSON.parse(e.data);
-    if (view && view.onJob) view.onJob(ev);
+  // A change names no job: re-read what is on screen, which shows only what this role may see.
+  es.addEventListener('change', () => {
     summaryDirty = true;
     refreshSoon();
   });
@@ -313,7 +311,6 @@ class JobsView {
     this.state = params.get('state') || '';
     this.before = params.get('before') || '';
     this.jobs = [];
-    this.ids = new Set();
     this.cursors = (params.get('trail') || '').split(',').filter(Boolean);
     this.counts = h('div', { class: 'counts' });
     this.tbody = h('tbody');
@@ -362,7 +359,6 @@ class JobsView {
     const res = await api('/api/jobs?' + q);
     const prev = new Map(this.jobs.map((j) => [j.id, j.state]));
     this.jobs = res.jobs;
-    this.ids = new Set(res.jobs.map((j) => j.id));
     this.next = res.next_before;
     this.render(prev);
   }
@@ -398,11 +394,6 @@ class JobsView {
       h('button', { class: 'btn btn-sm', disabled: !this.next, text: 'Older →', onclick: () => {
         location.hash = this.link(this.state, this.next, [...this.cursors, this.before || '']);
       } }));
-  }
-
-  onJob(ev) {
-    // The first page shows new jobs as they come; other pages only change their own rows.
-    if (!this.before || this.ids.has(ev.id)) refreshSoon();
   }
 
   poll() { return this.jobs.some((j) => ACTIVE_JOB.has(j.state)); }
@@ -514,7 +505,6 @@ class JobView {
     this.renderErrors();
   }
 
-  onJob(ev) { if (ev.id === this.id) refreshSoon(); }
   poll() { return this.job && ACTIVE_JOB.has(this.job.state); }
   tick() { if (this.job && ACTIVE_JOB.has(this.job.state)) this.renderFacts(); }
 
@@ -975,6 +965,7 @@ async function start() {
   setupTheme();
   setupSubmit();
   try { meta = await api('/api/meta'); } catch (e) { /* keep defaults */ }
+  $('#user').textContent = meta.user || '';
   window.addEventListener('hashchange', route);
   route();
   connectEvents();

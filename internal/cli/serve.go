@@ -12,14 +12,13 @@ import (
 
 func (a *app) serveCommand() *cobra.Command {
 	var cfg engine.Config
-	var httpAddr, httpToken string
+	var httpOpts httpOptions
 	cmd := &cobra.Command{
 		Use:   "serve [--concurrency N]",
 		Short: "Run a worker (and leader candidate) until SIGINT or SIGTERM",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token, err := checkHTTP(httpAddr, httpToken)
-			if err != nil {
+			if err := checkHTTP(&httpOpts); err != nil {
 				return err
 			}
 			c, err := a.client(cmd.Context())
@@ -30,7 +29,7 @@ func (a *app) serveCommand() *cobra.Command {
 			// SIGTERM starts a graceful shutdown: no new claims, running tasks get ShutdownGrace.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			stopHTTP, err := a.startHTTP(ctx, httpAddr, token, &cfg)
+			stopHTTP, err := a.startHTTP(ctx, httpOpts, &cfg)
 			if err != nil {
 				return err
 			}
@@ -42,8 +41,10 @@ func (a *app) serveCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Concurrency, "concurrency", 100, "tasks this worker runs at once")
-	f.StringVar(&httpAddr, "http", "", "serve the API, the dashboard and /metrics on this HOST:PORT, e.g. 127.0.0.1:8080")
-	f.StringVar(&httpToken, "http-token", "", "token the API and dashboard require (env DECKHAND_HTTP_TOKEN); needed to listen beyond loopback")
+	f.StringVar(&httpOpts.addr, "http", "", "serve the API, the dashboard and /metrics on this HOST:PORT, e.g. 127.0.0.1:8080; callers sign in as catalog roles")
+	f.StringVar(&httpOpts.token, "http-token", "", "bearer token /metrics requires (env DECKHAND_HTTP_TOKEN); without it /metrics answers only this machine")
+	f.DurationVar(&httpOpts.sessionIdle, "http-session-idle", 12*time.Hour, "a dashboard session unused this long ends")
+	f.IntVar(&httpOpts.maxSessions, "http-max-sessions", 100, "most dashboard sessions signed in at once")
 	f.StringVar(&cfg.Name, "name", "", "worker name shown in deckhand.workers (default host:pid)")
 	f.DurationVar(&cfg.LeaseTTL, "lease", 15*time.Second, "a worker silent this long is declared dead and its tasks re-run")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", time.Second, "claim this often even without a notification")

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -13,26 +14,33 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 )
 
-// checkHTTP refuses, before anything starts, an --http address that would expose the API
-// beyond this machine without a token. It returns the token to use (flag, else environment).
-func checkHTTP(addr, token string) (string, error) {
-	if token == "" {
-		token = os.Getenv("DECKHAND_HTTP_TOKEN")
+// httpOptions configure the API server of `serve --http`.
+type httpOptions struct {
+	addr, token string
+	sessionIdle time.Duration
+	maxSessions int
+}
+
+// checkHTTP refuses, before anything starts, an --http address that is not HOST:PORT. It
+// fills in the /metrics token from the environment when the flag is not set.
+func checkHTTP(o *httpOptions) error {
+	if o.token == "" {
+		o.token = os.Getenv("DECKHAND_HTTP_TOKEN")
 	}
-	if addr == "" {
-		return token, nil
+	if o.addr == "" {
+		return nil
 	}
-	if err := api.CheckListen(addr, token); err != nil {
-		return "", Usage("%v", err)
+	if err := api.CheckListen(o.addr); err != nil {
+		return Usage("%v", err)
 	}
-	return token, nil
+	return nil
 }
 
 // startHTTP serves the API, the dashboard and /metrics on addr (when set) and registers the
 // worker's metrics there. The server has a catalog pool of its own, so that dashboards
 // never wait behind the worker's claims, nor slow them. stop ends the server.
-func (a *app) startHTTP(ctx context.Context, addr, token string, cfg *engine.Config) (stop func(), err error) {
-	if addr == "" {
+func (a *app) startHTTP(ctx context.Context, o httpOptions, cfg *engine.Config) (stop func(), err error) {
+	if o.addr == "" {
 		return func() {}, nil
 	}
 	reg := prometheus.NewRegistry()
@@ -42,15 +50,16 @@ func (a *app) startHTTP(ctx context.Context, addr, token string, cfg *engine.Con
 	if err != nil {
 		return nil, err
 	}
-	srv, err := api.New(api.Config{Client: client, Token: token, Registry: reg, Logger: slog.Default()})
+	srv, err := api.New(api.Config{Client: client, MetricsToken: o.token, SessionIdle: o.sessionIdle, MaxSessions: o.maxSessions,
+		Registry: reg, Logger: slog.Default()})
 	if err != nil {
 		client.Close()
 		return nil, Failed("%v", err)
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		client.Close()
-		return nil, Failed("--http %s: %v", addr, err)
+		return nil, Failed("--http %s: %v", o.addr, err)
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})

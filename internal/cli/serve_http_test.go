@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -9,21 +10,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/deckhandhq/deckhand/internal/cli"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
-func TestServeRefusesToExposeTheAPIWithoutAToken(t *testing.T) {
-	t.Setenv("DECKHAND_HTTP_TOKEN", "")
-	for _, addr := range []string{"0.0.0.0:8080", ":8080", "192.0.2.1:8080"} {
-		r := deckhand(t, "", "serve", "--catalog", "host=/nonexistent", "--http", addr)
-		wantUsage(t, r, "--http "+addr, "DECKHAND_HTTP_TOKEN")
-	}
+func TestServeRefusesABadHTTPAddress(t *testing.T) {
 	wantUsage(t, deckhand(t, "", "serve", "--catalog", "host=/nonexistent", "--http", "8080"), "HOST:PORT")
 }
 
 func TestServeHTTP(t *testing.T) {
 	e := newEnv(t)
+	alice := e.Role("alice")
+	q := pgx.Identifier{alice}.Sanitize()
+	e.Exec("postgres", "GRANT deckhand_submitter TO "+q)
+	e.Exec(e.DB, `GRANT USAGE ON SCHEMA deckhand TO `+q+`; GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA deckhand TO `+q+`;
+		GRANT USAGE ON ALL SEQUENCES IN SCHEMA deckhand TO `+q)
+	t.Cleanup(func() { _ = e.Cluster.Exec(context.Background(), e.DB, "DROP OWNED BY "+q) })
+	password, err := pgtest.Password(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -39,10 +48,13 @@ func TestServeHTTP(t *testing.T) {
 		done <- cli.Main(ctx, []string{"--catalog", e.DSN, "serve", "--concurrency", "2", "--http", addr,
 			"--maintenance-interval", "100ms", "--shutdown-grace", "1s"}, strings.NewReader(""), io.Discard, &stderr)
 	}()
-	get := func(path string, token bool) (int, string) {
-		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
-		if token {
-			req.Header.Set("Authorization", "Bearer serve-test-token-0123456789")
+	call := func(method, path, body string, auth func(*http.Request)) (int, string) {
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if auth != nil {
+			auth(req)
 		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -52,12 +64,28 @@ func TestServeHTTP(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
-	testenv.Eventually(t, 20*time.Second, func() bool { code, _ := get("/healthz", false); return code == http.StatusOK }, "/healthz is 200")
-	if code, _ := get("/api/jobs", false); code != http.StatusUnauthorized {
-		t.Errorf("GET /api/jobs without the token from the environment: %d, want 401", code)
+	token := func(r *http.Request) { r.Header.Set("Authorization", "Bearer serve-test-token-0123456789") }
+	asAlice := func(r *http.Request) { r.SetBasicAuth(alice, password) }
+	testenv.Eventually(t, 20*time.Second, func() bool { code, _ := call("GET", "/healthz", "", nil); return code == http.StatusOK }, "/healthz is 200")
+	if code, _ := call("GET", "/api/jobs", "", nil); code != http.StatusUnauthorized {
+		t.Errorf("GET /api/jobs without credentials: %d, want 401", code)
 	}
-	code, body := get("/metrics", true)
-	for _, want := range []string{"deckhand_leader 1", `deckhand_jobs{state="finished"}`, "go_goroutines", "process_cpu_seconds_total"} {
+	if code, _ := call("GET", "/api/jobs", "", func(r *http.Request) { r.SetBasicAuth(alice, "wrong") }); code != http.StatusUnauthorized {
+		t.Errorf("GET /api/jobs with a wrong password: %d, want 401", code)
+	}
+	code, body := call("POST", "/api/jobs", `{"tasks": [{"name": "a", "kind": "noop"}]}`, asAlice)
+	var created struct{ ID int64 }
+	if code != http.StatusCreated || json.Unmarshal([]byte(body), &created) != nil {
+		t.Fatalf("POST /api/jobs as %s: %d %s", alice, code, body)
+	}
+	if j := e.Wait(created.ID, 20*time.Second); j.SubmittedBy != alice {
+		t.Errorf("job submitted through serve --http: submitted_by %q, want %q", j.SubmittedBy, alice)
+	}
+	if code, _ := call("GET", "/metrics", "", asAlice); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without the token from the environment: %d, want 401", code)
+	}
+	code, body = call("GET", "/metrics", "", token)
+	for _, want := range []string{"deckhand_leader 1", `deckhand_jobs{state="finished"} 1`, "deckhand_api_sessions", "go_goroutines", "process_cpu_seconds_total"} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("/metrics (%d) lacks %s", code, want)
 		}
@@ -71,7 +99,10 @@ func TestServeHTTP(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-	if code, _ := get("/healthz", false); code != 0 {
+	if code, _ := call("GET", "/healthz", "", nil); code != 0 {
 		t.Errorf("the HTTP server still answers after serve stopped")
+	}
+	if strings.Contains(stderr.String(), password) {
+		t.Errorf("serve logged alice's password:\n%s", stderr.String())
 	}
 }
