@@ -352,28 +352,41 @@ func TestEventsNameNoJob(t *testing.T) {
 	}
 }
 
-// A request the catalog refuses to the caller's role answers 403 with the catalog's reason.
+// A request the catalog refuses to the caller's role answers 403 with the catalog's reason, in
+// one line: a submitter acting on someone else's job, a role that is no deckhand user at all.
+// Whoever may act on the job (a member of every owner, an admin) may, through the API too.
 func TestCatalogRefusalsAre403(t *testing.T) {
 	h := newHarness(t)
-	reader := h.Role("reader")
-	h.grantRead(reader)
-	password := mustPassword(t, reader)
-	id := h.submit(noopJob("not the reader's", 1))
-	if _, err := h.Client.Cancel(ctx, id); err != nil {
-		t.Fatal(err)
+	bob := h.catalogUser("bob", "deckhand_submitter")
+	outsider := h.Role("outsider")
+	asOutsider := []string{"Authorization", user{role: outsider, password: mustPassword(t, outsider)}.basic()}
+	asBob := []string{"Authorization", bob.basic()}
+	running := h.submit(noopJob("not bob's", 1)) // no worker runs: it stays scheduled
+
+	if r := h.do("GET", "/api/jobs", "", asBob...); r.code != http.StatusOK || strings.Contains(r.body, `"id"`) {
+		t.Fatalf("GET /api/jobs as bob: %d %s, want 200 and none of the admin's jobs", r.code, r.body)
 	}
-	asReader := []string{"Authorization", user{role: reader, password: password}.basic()}
-	if r := h.do("GET", "/api/jobs", "", asReader...); r.code != http.StatusOK {
-		t.Fatalf("GET /api/jobs as a reader: %d %s", r.code, r.body)
-	}
+	// Who may act is checked before the job's state: retry is refused as cancel is.
 	for _, action := range []string{"cancel", "retry"} {
-		r := h.do("POST", fmt.Sprintf("/api/jobs/%d/%s", id, action), "", asReader...)
-		if r.code != http.StatusForbidden || strings.Count(r.body, "\n") != 1 || !strings.Contains(r.body, "permission denied") {
-			t.Errorf("%s as a role that may not: %d %q, want 403 with the catalog's one-line reason", action, r.code, r.body)
+		r := h.do("POST", fmt.Sprintf("/api/jobs/%d/%s", running, action), "", asBob...)
+		if r.code != http.StatusForbidden || strings.Count(r.body, "\n") != 1 || !strings.Contains(r.body, "may not "+action) {
+			t.Errorf("%s of the admin's job as bob: %d %q, want 403 with the catalog's one-line reason", action, r.code, r.body)
 		}
 	}
-	if r := h.do("POST", "/api/jobs", `{"tasks": [{"name": "a", "kind": "noop"}]}`, asReader...); r.code != http.StatusForbidden {
-		t.Errorf("submit as a role that may not: %d %s, want 403", r.code, r.body)
+	for _, req := range [][2]string{{"GET", "/api/jobs"}, {"POST", "/api/jobs"}} {
+		r := h.do(req[0], req[1], `{"tasks": [{"name": "a", "kind": "noop"}]}`, asOutsider...)
+		if r.code != http.StatusForbidden || !strings.Contains(r.body, "deckhand_submitter") {
+			t.Errorf("%s %s as a role with no deckhand role: %d %s, want 403 naming deckhand_submitter", req[0], req[1], r.code, r.body)
+		}
+	}
+
+	// Bob's own job he may cancel; the admin may cancel anyone's.
+	own := h.postJob("Authorization", bob.basic())
+	if r := h.do("POST", fmt.Sprintf("/api/jobs/%d/cancel", own), "", asBob...); r.code != http.StatusOK && r.code != http.StatusConflict {
+		t.Errorf("bob cancelling his own job: %d %s", r.code, r.body)
+	}
+	if r := h.do("POST", fmt.Sprintf("/api/jobs/%d/cancel", running), "", "Authorization", h.user.basic()); r.code != http.StatusOK {
+		t.Errorf("the admin cancelling the job: %d %s", r.code, r.body)
 	}
 }
 

@@ -125,6 +125,9 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case err == nil:
+	case refusedByCatalog(err):
+		s.serverError(w, r, err)
+		return
 	case engine.IsInvalid(err), errors.Is(err, catalog.ErrNotFound):
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -178,6 +181,10 @@ func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, 
 	}
 	if refusedByCatalog(err) {
 		s.serverError(w, r, err)
+		return
+	}
+	if errors.Is(err, catalog.ErrJobTerminal) {
+		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
 	job, rerr := CallerClient(r).Catalog.Job(r.Context(), id)

@@ -83,7 +83,7 @@ func (u user) basic() string {
 }
 
 // catalogUser creates a login role that uses deckhand as a member of group
-// (deckhand_submitter or deckhand_admin), with the catalog privileges engine.Client needs.
+// (deckhand_submitter or deckhand_admin).
 func (h *harness) catalogUser(prefix, group string) user {
 	h.t.Helper()
 	return h.setupUser(h.Role(prefix), group)
@@ -94,8 +94,6 @@ func (h *harness) setupUser(role, group string) user {
 	h.t.Helper()
 	q := pgx.Identifier{role}.Sanitize()
 	h.Exec("postgres", "GRANT "+group+" TO "+q)
-	h.grantRead(role)
-	h.Exec(h.DB, `GRANT INSERT, UPDATE ON ALL TABLES IN SCHEMA deckhand TO `+q)
 	password := mustPassword(h.t, role)
 	c, err := engine.Open(ctx, h.Cluster.DSN(h.DB, role))
 	if err != nil {
@@ -103,17 +101,6 @@ func (h *harness) setupUser(role, group string) user {
 	}
 	h.t.Cleanup(c.Close)
 	return user{role: role, password: password, client: c}
-}
-
-// grantRead lets role read the catalog and nothing more.
-func (h *harness) grantRead(role string) {
-	h.t.Helper()
-	q := pgx.Identifier{role}.Sanitize()
-	h.Exec(h.DB, `GRANT USAGE ON SCHEMA deckhand TO `+q+`;
-		GRANT SELECT ON ALL TABLES IN SCHEMA deckhand TO `+q+`;
-		GRANT USAGE ON ALL SEQUENCES IN SCHEMA deckhand TO `+q)
-	// Cleanups run last-in first-out: this one runs before the role is dropped.
-	h.t.Cleanup(func() { _ = h.Cluster.Exec(context.Background(), h.DB, "DROP OWNED BY "+q) })
 }
 
 type response struct {

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/engine"
 )
 
@@ -283,8 +284,12 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 		return // the client went away; nothing to tell
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && refusedByCatalog(err) {
-		writeError(w, http.StatusForbidden, RedactConninfo(pgErr.Message))
+	if refusedByCatalog(err) {
+		msg := err.Error()
+		if errors.As(err, &pgErr) {
+			msg = catalog.ExplainRefusal(pgErr.Message)
+		}
+		writeError(w, http.StatusForbidden, RedactConninfo(msg))
 		return
 	}
 	// The catalog no longer lets the caller's role in (its password changed, or it may no
@@ -306,5 +311,5 @@ func (p slogPrinter) Println(v ...any) { p.log.Warn("serving metrics: " + fmt.Sp
 // (insufficient_privilege): a table it may not touch, a job it may not act on.
 func refusedByCatalog(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+	return errors.Is(err, catalog.ErrForbidden) || errors.As(err, &pgErr) && pgErr.Code == "42501"
 }

@@ -37,12 +37,7 @@ func callError(err error) error {
 	case "22023": // invalid_parameter_value
 		return &refusal{pgErr.Message, ErrInvalid}
 	case "42501": // insufficient_privilege
-		msg := pgErr.Message
-		if strings.HasPrefix(msg, "permission denied for") {
-			// PostgreSQL's own refusal: the role lacks the catalog role that grants it.
-			msg += noAccessHint
-		}
-		return &refusal{msg, ErrForbidden}
+		return &refusal{ExplainRefusal(pgErr.Message), ErrForbidden}
 	case "P0002": // no_data_found
 		return &refusal{pgErr.Message, ErrNotFound}
 	case "55000": // object_not_in_prerequisite_state
@@ -51,5 +46,13 @@ func callError(err error) error {
 	return err
 }
 
-// noAccessHint completes PostgreSQL's "permission denied for ..." on the catalog.
+// ExplainRefusal completes PostgreSQL's own "permission denied for ..." on the catalog, which
+// means the role lacks the catalog role that grants it; other messages are returned as they are.
+func ExplainRefusal(msg string) string {
+	if strings.HasPrefix(msg, "permission denied for") {
+		return msg + noAccessHint
+	}
+	return msg
+}
+
 const noAccessHint = ": the catalog role needs deckhand_submitter (to submit and watch jobs) or deckhand_admin; see docs/security.md"

@@ -112,10 +112,11 @@ func (c *Catalog) TryLead(ctx context.Context, workerID int64, ttl time.Duration
 	return leader == workerID, nil
 }
 
-// Leader returns the current leader's worker id, or 0 when there is none.
+// Leader returns the current leader's worker id, or 0 when there is none. It reads the view
+// deckhand.workers, which every catalog role may read.
 func (c *Catalog) Leader(ctx context.Context) (int64, error) {
 	var id int64
-	err := c.Pool.QueryRow(ctx, `SELECT worker_id FROM deckhand.leader WHERE lease_expires_at > coalesce($1, now())`, c.now()).Scan(&id)
+	err := c.Pool.QueryRow(ctx, `SELECT id FROM deckhand.workers WHERE is_leader`).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}

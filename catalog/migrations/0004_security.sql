@@ -360,7 +360,8 @@ BEGIN
     WHERE id = job AND state NOT IN ('finished', 'failed', 'cancelled')
     RETURNING state INTO new_state;
     IF new_state IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state', MESSAGE = format('job %s has ended', job);
+        SELECT state INTO new_state FROM deckhand.job WHERE id = job;
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state', MESSAGE = format('job %s has ended: it is already %s', job, new_state);
     END IF;
     PERFORM pg_notify('deckhand_cancel', job::text);
     RETURN new_state;
