@@ -42,50 +42,17 @@ func (c Coordinator) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 }
 
 func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog.Export) error {
-	owner, err := executor.TaskOwner(t)
-	if err != nil {
-		return err
-	}
 	if _, err := parseNormal(e.Destination); err != nil {
 		return executor.Permanent(err)
 	}
-	// The session is the owner's, and only once the node confirmed that the job's submitter
-	// may act as the owner.
-	pooled, err := c.Pools.OwnerConn(ctx, owner)
+	conn, err := c.session(ctx, t)
 	if err != nil {
 		return err
 	}
-	// The lock session ends with the task: never hand it back to the pool mid-transaction.
-	conn := pooled.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
-
-	// The leader finds this session by name should our worker die, and terminates it.
-	if _, err := conn.Exec(ctx, pinSearchPathSQL, false); err != nil {
-		return err
-	}
-	if _, err := conn.Exec(ctx, `SELECT pg_catalog.set_config('application_name'::pg_catalog.text, $1::pg_catalog.text, false)`,
-		executor.ApplicationName(t.ID, t.Token)); err != nil {
-		return err
-	}
-	recorded, err := c.Catalog.ExportRelationOf(ctx, e.ID)
+	rel, err := c.relation(ctx, conn, t, e)
 	if err != nil {
 		return err
-	}
-	rel, err := resolveRelation(ctx, conn, e, recorded, *t.Node)
-	if err != nil {
-		return err
-	}
-	if recorded == nil {
-		stored, err := c.Catalog.SetExportRelation(ctx, e.ID, t.Token, rel)
-		if errors.Is(err, catalog.ErrStaleAttempt) {
-			return executor.Permanent(err)
-		}
-		if err != nil {
-			return err
-		}
-		if stored != rel {
-			return executor.Permanent(fmt.Errorf("export %d already reads another relation (OID %d)", e.ID, stored.OID))
-		}
 	}
 	// Whatever the catalog says, the store decides whether an export is there already.
 	ours := ownManifest(e)
@@ -162,28 +129,52 @@ func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog
 	return c.commit(ctx, conn, t, e, epoch, lsn, pages, cols, ours)
 }
 
-const setLockTimeoutSQL = `SELECT pg_catalog.set_config('lock_timeout'::pg_catalog.text, $1::pg_catalog.text, true)`
+// session opens the coordinator's session on the primary: the owner's, once the node
+// confirmed that the job's submitter may act as the owner. It ends with the task, never handed
+// back to the pool mid-transaction. Its search_path is pinned to pg_catalog, and its
+// application_name lets the leader find and terminate it should this worker die.
+func (c Coordinator) session(ctx context.Context, t *catalog.ClaimedTask) (*pgx.Conn, error) {
+	owner, err := executor.TaskOwner(t)
+	if err != nil {
+		return nil, err
+	}
+	pooled, err := c.Pools.OwnerConn(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	conn := pooled.Hijack()
+	_, err = conn.Exec(ctx, pinSearchPathSQL, false)
+	if err == nil {
+		_, err = conn.Exec(ctx, `SELECT pg_catalog.set_config('application_name'::pg_catalog.text, $1::pg_catalog.text, false)`,
+			executor.ApplicationName(t.ID, t.Token))
+	}
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
+		return nil, err
+	}
+	return conn, nil
+}
 
-// pointSQL reads the consistency point and the size of relation $1 in pages, under the lock.
-// The point is the end of the last WAL record inserted: every commit before the lock is at or
-// before it. When that record ended a page, the insert position already points past the next
-// page's header, which no standby ever reports as replayed: step back over it.
-const pointSQL = `
-	WITH p AS (
-		SELECT pg_catalog.pg_current_wal_insert_lsn() AS lsn,
-		       pg_catalog.current_setting('wal_block_size'::pg_catalog.text)::pg_catalog.numeric AS block,
-		       (SELECT s.setting::pg_catalog.numeric * 1024 * 1024 FROM pg_catalog.pg_settings s
-		        WHERE s.name = 'wal_segment_size' AND s.unit = 'MB'
-		        UNION ALL
-		        SELECT s.setting::pg_catalog.numeric FROM pg_catalog.pg_settings s
-		        WHERE s.name = 'wal_segment_size' AND s.unit = 'B') AS segment
-	)
-	SELECT (CASE WHEN (lsn - '0/0'::pg_catalog.pg_lsn) % segment = 40 THEN lsn - 40::pg_catalog.numeric
-	             WHEN (lsn - '0/0'::pg_catalog.pg_lsn) % block = 24 THEN lsn - 24::pg_catalog.numeric
-	             ELSE lsn END)::pg_catalog.text,
-	       pg_catalog.pg_relation_size($1::pg_catalog.oid::pg_catalog.regclass)
-	           / pg_catalog.current_setting('block_size'::pg_catalog.text)::pg_catalog.int8
-	FROM p`
+// relation is the leaf the export reads: resolved by name and recorded on the first attempt,
+// the recorded OID checked on every later one.
+func (c Coordinator) relation(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask, e *catalog.Export) (catalog.ExportRelation, error) {
+	recorded, err := c.Catalog.ExportRelationOf(ctx, e.ID)
+	if err != nil {
+		return catalog.ExportRelation{}, err
+	}
+	rel, err := resolveRelation(ctx, conn, e, recorded, *t.Node)
+	if err != nil || recorded != nil {
+		return rel, err
+	}
+	stored, err := c.Catalog.SetExportRelation(ctx, e.ID, t.Token, rel)
+	if errors.Is(err, catalog.ErrStaleAttempt) {
+		return rel, executor.Permanent(err)
+	}
+	if err == nil && stored != rel {
+		err = executor.Permanent(fmt.Errorf("export %d already reads another relation (OID %d)", e.ID, stored.OID))
+	}
+	return rel, err
+}
 
 // ownManifest recognises a manifest this export wrote in an earlier attempt (which lost its
 // session after writing it): only an export that planned before can have written one.

@@ -78,8 +78,9 @@ func (x Part) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 	}
 	var stats parquetcopy.Stats
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		stats, err = x.read(ctx, tx.Conn(), e, part, *rel, planned, owner.Node)
-		return err
+		var readErr error
+		stats, readErr = x.read(ctx, tx.Conn(), e, part, *rel, planned, owner.Node)
+		return readErr
 	})
 	if err != nil {
 		return err

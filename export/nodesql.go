@@ -11,9 +11,11 @@ import (
 	"github.com/deckhandhq/deckhand/executor"
 )
 
-// The SQL in this file runs in the owner's session, where the owner may have created functions,
-// operators and types of its own: every function is pg_catalog's, named with exact argument
-// types, and comparisons name pg_catalog's operators, so nothing of the owner's can answer.
+// The SQL an export sends to its nodes runs in the owner's session, where the owner may have
+// created functions, operators and types of its own. Every function named is pg_catalog's,
+// with exact argument types. Statements that may run before the search_path is pinned (the
+// lookups below, waitForReplay) name pg_catalog's operators too; the others run only after
+// pinSearchPathSQL, which leaves no schema but pg_catalog to find an operator in.
 
 // pinSearchPathSQL leaves the session's search_path to pg_catalog alone (pg_temp is never
 // searched for functions or operators), for the statements that follow; is_local $1.
@@ -36,6 +38,29 @@ const isAncestorSQL = `
 	SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_partition_ancestors($1::pg_catalog.oid::pg_catalog.regclass) a
 	               WHERE a.relid::pg_catalog.oid OPERATOR(pg_catalog.=) $2::pg_catalog.oid
 	                 AND a.relid::pg_catalog.oid OPERATOR(pg_catalog.<>) $1::pg_catalog.oid)`
+
+const setLockTimeoutSQL = `SELECT pg_catalog.set_config('lock_timeout'::pg_catalog.text, $1::pg_catalog.text, true)`
+
+// pointSQL reads the consistency point and the size of relation $1 in pages, under the lock.
+// The point is the end of the last WAL record inserted: every commit before the lock is at or
+// before it. When that record ended a page, the insert position already points past the next
+// page's header, which no standby ever reports as replayed: step back over it.
+const pointSQL = `
+	WITH p AS (
+		SELECT pg_catalog.pg_current_wal_insert_lsn() AS lsn,
+		       pg_catalog.current_setting('wal_block_size'::pg_catalog.text)::pg_catalog.numeric AS block,
+		       (SELECT s.setting::pg_catalog.numeric * 1024 * 1024 FROM pg_catalog.pg_settings s
+		        WHERE s.name = 'wal_segment_size' AND s.unit = 'MB'
+		        UNION ALL
+		        SELECT s.setting::pg_catalog.numeric FROM pg_catalog.pg_settings s
+		        WHERE s.name = 'wal_segment_size' AND s.unit = 'B') AS segment
+	)
+	SELECT (CASE WHEN (lsn - '0/0'::pg_catalog.pg_lsn) % segment = 40 THEN lsn - 40::pg_catalog.numeric
+	             WHEN (lsn - '0/0'::pg_catalog.pg_lsn) % block = 24 THEN lsn - 24::pg_catalog.numeric
+	             ELSE lsn END)::pg_catalog.text,
+	       pg_catalog.pg_relation_size($1::pg_catalog.oid::pg_catalog.regclass)
+	           / pg_catalog.current_setting('block_size'::pg_catalog.text)::pg_catalog.int8
+	FROM p`
 
 const versionSQL = `SELECT pg_catalog.current_setting('server_version_num'::pg_catalog.text)::pg_catalog.int4`
 
