@@ -413,3 +413,47 @@ func TestExportReadsTheRelationItChecks(t *testing.T) {
 		}
 	}
 }
+
+// The owner's own functions and operators, placed before pg_catalog in its search_path, never
+// answer for pg_catalog's in what the export sends in the owner's session: each raises.
+func TestExportIgnoresTheOwnersFunctions(t *testing.T) {
+	e, db := single(t)
+	bob := e.Role("bob")
+	qb := pgx.Identifier{bob}.Sanitize()
+	e.Exec(db, `CREATE SCHEMA trojan AUTHORIZATION `+qb+`; ALTER TABLE facts OWNER TO `+qb)
+	var ddl strings.Builder
+	for _, f := range []struct{ name, args, returns string }{
+		{"current_setting", "text", "text"}, {"set_config", "text, text, boolean", "text"},
+		{"pg_relation_size", "regclass", "bigint"}, {"pg_current_wal_insert_lsn", "", "pg_lsn"},
+		{"pg_is_in_recovery", "", "boolean"}, {"pg_last_wal_replay_lsn", "", "pg_lsn"},
+		{"format_type", "oid, integer", "text"}, {"pg_has_role", "name, name, text", "boolean"},
+		{"oid_eq", "oid, oid", "boolean"}, {"name_eq", "name, name", "boolean"}, {"tid_ge", "tid, tid", "boolean"},
+		{"tid_lt", "tid, tid", "boolean"}, {"lsn_ge", "pg_lsn, pg_lsn", "boolean"}, {"lsn_mi", "pg_lsn, pg_lsn", "numeric"},
+		{"int8_div", "bigint, bigint", "bigint"}, {"int2_gt", "smallint, integer", "boolean"},
+	} {
+		ddl.WriteString(`CREATE FUNCTION trojan.` + f.name + `(` + f.args + `) RETURNS ` + f.returns +
+			` LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'trojan ` + f.name + ` called'; END $$;` + "\n")
+	}
+	for _, op := range []struct{ op, left, right, fn string }{
+		{"=", "oid", "oid", "oid_eq"}, {"=", "name", "name", "name_eq"}, {">=", "tid", "tid", "tid_ge"}, {"<", "tid", "tid", "tid_lt"},
+		{">=", "pg_lsn", "pg_lsn", "lsn_ge"}, {"-", "pg_lsn", "pg_lsn", "lsn_mi"}, {"/", "bigint", "bigint", "int8_div"},
+		{">", "smallint", "integer", "int2_gt"},
+	} {
+		ddl.WriteString(`CREATE OPERATOR trojan.` + op.op + ` (LEFTARG = ` + op.left + `, RIGHTARG = ` + op.right +
+			`, FUNCTION = trojan.` + op.fn + `);` + "\n")
+	}
+	ddl.WriteString(`ALTER ROLE ` + qb + ` IN DATABASE ` + pgx.Identifier{db}.Sanitize() + ` SET search_path = trojan, pg_catalog, public;`)
+	e.Exec(db, ddl.String())
+	e.Worker(engine.Config{Concurrency: 4})
+	dir := t.TempDir()
+	x, err := e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: "file://" + dir, Owner: bob, PartSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job := e.Wait(x.JobID, 60*time.Second); job.State != catalog.JobFinished {
+		t.Fatalf("export as %s ended %s: %s", bob, job.State, jobErrors(t, e, x.JobID))
+	}
+	if m := readManifest(t, dir); m.TotalRows != 2000 || len(m.Files) < 2 {
+		t.Errorf("exported %d rows in %d files, want the table's 2000 in several", m.TotalRows, len(m.Files))
+	}
+}
