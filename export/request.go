@@ -44,10 +44,10 @@ func (r *Request) Normalize() error {
 		r.Partition = r.Table
 	}
 	var err error
-	if r.Table, err = CanonicalName(r.Table); err != nil {
+	if r.Table, err = canonicalName(r.Table); err != nil {
 		return invalid("--table: %v", err)
 	}
-	if r.Partition, err = CanonicalName(r.Partition); err != nil {
+	if r.Partition, err = canonicalName(r.Partition); err != nil {
 		return invalid("--partition: %v", err)
 	}
 	if r.Group == "" {
@@ -96,9 +96,9 @@ func (r *Request) Record(primary, owner string) catalog.NewExport {
 // plainName is a name part that needs no quotes: it reads back as itself.
 var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
 
-// CanonicalName reads a table name as PostgreSQL does and spells it schema.name, quoting only
+// canonicalName reads a table name as PostgreSQL does and spells it schema.name, quoting only
 // the parts that need it: `Mixed` becomes public.mixed and `"Mixed"` public."Mixed".
-func CanonicalName(s string) (string, error) {
+func canonicalName(s string) (string, error) {
 	id, err := qualifiedName(s)
 	if err != nil {
 		return "", err
