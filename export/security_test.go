@@ -144,8 +144,7 @@ func TestExportDestinationsOfSubmitters(t *testing.T) {
 	e.Exec("postgres", `GRANT deckhand_submitter TO `+pgx.Identifier{alice}.Sanitize()+`;
 		GRANT deckhand_admin TO `+pgx.Identifier{admin}.Sanitize())
 	// Read access as the catalog gives submitters; every write goes through its functions.
-	e.Exec(e.DB, `GRANT USAGE ON SCHEMA deckhand TO deckhand_submitter;
-		GRANT SELECT ON ALL TABLES IN SCHEMA deckhand TO deckhand_submitter`)
+	e.Exec(e.DB, `GRANT SELECT ON ALL TABLES IN SCHEMA deckhand TO deckhand_submitter`)
 	open := func(role string) *engine.Client {
 		c, err := engine.Open(ctx, e.Cluster.DSN(e.DB, role))
 		if err != nil {

@@ -222,4 +222,6 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION deckhand.submit_export(text, text, text, text, text, text, text, bigint, boolean, int, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION deckhand.submit_export(text, text, text, text, text, text, text, bigint, boolean, int, interval) TO deckhand_submitter;
+-- Calling it takes the schema's USAGE too (which grants no access to any table).
+GRANT USAGE ON SCHEMA deckhand TO deckhand_submitter;
 
