@@ -431,11 +431,12 @@ func TestDashboardIsServedWithAStrictPolicy(t *testing.T) {
 func TestExportsAndCleanupAreListed(t *testing.T) {
 	h := newHarness(t)
 	cat := h.Client.Catalog
-	exportID, jobID, err := cat.CreateExport(ctx,
-		catalog.NewExport{SourceTable: "orders", Partition: "orders_2024_q1", Group: "eu", Destination: "file:///tmp/deckhand-api-test",
-			Compression: "zstd", PartSize: 64 << 20},
-		catalog.NewJob{Description: "export orders_2024_q1", Kind: "export", Tasks: []catalog.NewTask{
-			{Name: "coordinator", Kind: "noop", Owner: "app", MaxAttempts: 1, Timeout: time.Hour}}})
+	if err := cat.AddNode(ctx, catalog.Node{Name: "eu1", DSN: "host=eu1.invalid", Group: "eu", MaxTasks: 1}); err != nil {
+		t.Fatal(err)
+	}
+	exportID, jobID, err := cat.CreateExport(ctx, catalog.NewExport{SourceTable: "orders", Partition: "orders_2024_q1", Group: "eu",
+		Primary: "eu1", Owner: "app", Destination: "file:///tmp/deckhand-api-test", Compression: "zstd", PartSize: 64 << 20,
+		MaxAttempts: 1, Timeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

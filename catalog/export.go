@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Export states as stored. The view deckhand.exports also shows failed and cancelled, which
@@ -17,8 +19,7 @@ import (
 //	    ▲                                                                   │
 //	    └──────────── coordinator lost: new consistency point, epoch + 1 ◀──┘
 //
-// A committed export becomes superseded when a forced export of the same partition to the
-// same destination commits.
+// A committed export becomes superseded when a forced export to the same destination commits.
 const (
 	ExportPlanning   = "planning"
 	ExportRunning    = "running"
@@ -26,18 +27,29 @@ const (
 	ExportSuperseded = "superseded"
 )
 
-// ErrExportExists refuses a second export of a partition to the same destination.
-var ErrExportExists = errors.New("already exported there")
+// Refusals of CreateExport, matched with errors.Is; the error's text is the catalog's message.
+var (
+	// ErrExportExists refuses a second export to a destination that has one (unless forced).
+	ErrExportExists = errors.New("destination already has an export")
+	// ErrExportRefused refuses a submission the catalog does not allow: a destination outside
+	// the prefixes of the setting export_destinations, or not in normal form, or bad arguments.
+	ErrExportRefused = errors.New("export refused")
+)
 
-// NewExport describes an export to start.
+// NewExport describes an export to start. Names and the destination are in their normal form
+// (package export normalizes them); the catalog re-checks the destination.
 type NewExport struct {
 	SourceTable string
 	Partition   string
 	Group       string
+	Primary     string // node of the group the coordinator runs on
+	Owner       string // role the export reads as; empty: the submitter
 	Destination string
 	Compression string
 	PartSize    int64
 	Force       bool
+	MaxAttempts int
+	Timeout     time.Duration
 }
 
 // Export is a row of deckhand.exports.
@@ -71,41 +83,90 @@ const exportColumns = `id, job_id, source_table, partition, node_group, destinat
 	rows, bytes, errors, consistency_lsn::text AS consistency_lsn, epoch, compression, part_size, forced, manifest_url, error,
 	created_at, planned_at, finished_at, columns`
 
-// CreateExport writes the export and its job (whose only task at first is the coordinator)
-// in one transaction. Unless e.Force, it refuses when the same partition was exported, or is
-// being exported, to the same destination.
-func (c *Catalog) CreateExport(ctx context.Context, e NewExport, j NewJob) (exportID, jobID int64, err error) {
-	err = pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		// Serialize exports to one destination so two submissions cannot both pass the check.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, e.Destination); err != nil {
-			return err
+// CreateExport submits an export through deckhand.submit_export, which writes the export,
+// its job and the job's coordinator task in one transaction, as the session user. It refuses
+// (ErrExportRefused) what the submitter may not do, and (ErrExportExists, unless e.Force) a
+// destination that already has an export.
+func (c *Catalog) CreateExport(ctx context.Context, e NewExport) (exportID, jobID int64, err error) {
+	err = c.Pool.QueryRow(ctx, `
+		SELECT export_id, job_id FROM deckhand.submit_export(
+			source_table => $1, partition => $2, node_group => $3, primary_node => $4, owner => $5,
+			destination => $6, compression => $7, part_size => $8, force => $9, max_attempts => $10,
+			timeout => make_interval(secs => $11))`,
+		e.SourceTable, e.Partition, e.Group, e.Primary, e.Owner, e.Destination, e.Compression, e.PartSize,
+		e.Force, e.MaxAttempts, e.Timeout.Seconds()).Scan(&exportID, &jobID)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42710": // duplicate_object
+			return 0, 0, refusal{pgErr.Message, ErrExportExists}
+		case "22023", "42501": // invalid_parameter_value, insufficient_privilege
+			return 0, 0, refusal{pgErr.Message, ErrExportRefused}
 		}
-		if !e.Force {
-			var other int64
-			err := tx.QueryRow(ctx, `
-				SELECT id FROM deckhand.exports
-				WHERE destination = $1 AND partition = $2 AND state NOT IN ('failed', 'cancelled', 'superseded')
-				LIMIT 1`, e.Destination, e.Partition).Scan(&other)
-			if err == nil {
-				return fmt.Errorf("%s to %s: %w by export %d (use --force to export again)", e.Partition, e.Destination, ErrExportExists, other)
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-		}
-		jobID, err = c.insertJob(ctx, tx, j)
-		if err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `
-			INSERT INTO deckhand.export (job_id, source_table, partition, node_group, destination, compression, part_size, forced)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
-			jobID, e.SourceTable, e.Partition, e.Group, e.Destination, e.Compression, e.PartSize, e.Force).Scan(&exportID)
-	})
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("create export: %w", err)
 	}
 	return exportID, jobID, nil
+}
+
+// refusal is a catalog function's refusal: its message, matched as kind.
+type refusal struct {
+	msg  string
+	kind error
+}
+
+func (r refusal) Error() string { return strings.TrimPrefix(r.msg, "deckhand: ") }
+func (r refusal) Unwrap() error { return r.kind }
+
+// ExportRelation is the leaf an export reads, as its coordinator resolved it.
+type ExportRelation struct {
+	OID    uint32
+	Schema string
+	Name   string
+}
+
+// Identifier is the relation's quoted name.
+func (r ExportRelation) Identifier() pgx.Identifier { return pgx.Identifier{r.Schema, r.Name} }
+
+// SetExportRelation records the relation the export reads, unless one is recorded already,
+// guarded by the coordinator's attempt token; it returns the recorded one. Once recorded it
+// never changes: every later attempt and every part reads that OID.
+func (c *Catalog) SetExportRelation(ctx context.Context, exportID, token int64, r ExportRelation) (ExportRelation, error) {
+	var out ExportRelation
+	err := c.Pool.QueryRow(ctx, `
+		UPDATE deckhand.export e
+		SET relation_oid = coalesce(e.relation_oid, $3), relation_schema = coalesce(e.relation_schema, $4),
+		    relation_name = coalesce(e.relation_name, $5)
+		FROM deckhand.task t
+		WHERE e.id = $1 AND t.job_id = e.job_id AND t.attempt_token = $2 AND t.state = 'running'
+		RETURNING e.relation_oid, e.relation_schema, e.relation_name`, exportID, token, r.OID, r.Schema, r.Name).
+		Scan(&out.OID, &out.Schema, &out.Name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, ErrStaleAttempt
+	}
+	if err != nil {
+		return out, fmt.Errorf("record the relation of export %d: %w", exportID, err)
+	}
+	return out, nil
+}
+
+// ExportRelationOf reads the relation an export reads; nil before its coordinator resolved it.
+func (c *Catalog) ExportRelationOf(ctx context.Context, exportID int64) (*ExportRelation, error) {
+	var oid *uint32
+	var schema, name *string
+	err := c.Pool.QueryRow(ctx, `SELECT relation_oid, relation_schema, relation_name FROM deckhand.export WHERE id = $1`,
+		exportID).Scan(&oid, &schema, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("export %d: %w", exportID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the relation of export %d: %w", exportID, err)
+	}
+	if oid == nil || schema == nil || name == nil {
+		return nil, nil
+	}
+	return &ExportRelation{OID: *oid, Schema: *schema, Name: *name}, nil
 }
 
 // ExportPlan is what a coordinator decided while holding the consistency point.
@@ -303,14 +364,15 @@ func (c *Catalog) ExportParts(ctx context.Context, exportID int64, epoch int) ([
 }
 
 // CommitExport marks the export committed once its manifest is written, guarded by the
-// coordinator's token and epoch, and supersedes earlier exports of the partition there.
+// coordinator's token and epoch, and supersedes the exports committed earlier to the same
+// destination: its manifest has replaced theirs.
 func (c *Catalog) CommitExport(ctx context.Context, exportID int64, epoch int, token int64, manifestURL string) error {
 	return pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		var dest, partition string
+		var dest string
 		err := tx.QueryRow(ctx, `
 			UPDATE deckhand.export SET state = 'committed', manifest_url = $4, finished_at = coalesce($5, now())
 			WHERE id = $1 AND epoch = $2 AND coordinator_token = $3 AND state = 'running'
-			RETURNING destination, partition`, exportID, epoch, token, manifestURL, c.now()).Scan(&dest, &partition)
+			RETURNING destination`, exportID, epoch, token, manifestURL, c.now()).Scan(&dest)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrStaleAttempt
 		}
@@ -319,14 +381,15 @@ func (c *Catalog) CommitExport(ctx context.Context, exportID int64, epoch int, t
 		}
 		_, err = tx.Exec(ctx, `
 			UPDATE deckhand.export SET state = 'superseded'
-			WHERE destination = $1 AND partition = $2 AND id <> $3 AND state = 'committed'`, dest, partition, exportID)
+			WHERE destination = $1 AND id <> $2 AND state = 'committed'`, dest, exportID)
 		return err
 	})
 }
 
-// FailExport records why an export failed (its job's state says that it did).
+// FailExport records why an export failed (its job's state says that it did), with anything
+// that looks like a secret redacted.
 func (c *Catalog) FailExport(ctx context.Context, exportID int64, reason string) error {
-	_, err := c.Pool.Exec(ctx, `UPDATE deckhand.export SET error = $2, finished_at = coalesce($3, now()) WHERE id = $1`,
+	_, err := c.Pool.Exec(ctx, `UPDATE deckhand.export SET error = deckhand.redact($2), finished_at = coalesce($3, now()) WHERE id = $1`,
 		exportID, reason, c.now())
 	return err
 }

@@ -11,9 +11,11 @@ import (
 	"github.com/deckhandhq/deckhand/spec"
 )
 
-// Export starts an export of a partition (see package export). It checks the request, finds
-// the group's primary, checks that the submitter may act as the owner there, and refuses a
-// second export of the partition to the same destination unless req.Force.
+// Export starts an export of a partition (see package export). It normalizes and checks the
+// request, finds the group's primary and checks there that the submitter may act as the owner
+// (for a clear refusal: the workers check again on every node before anything runs). The
+// catalog's deckhand.submit_export then decides where the submitter may write, and refuses a
+// destination that already has an export unless req.Force.
 func (c *Client) Export(ctx context.Context, req export.Request) (*catalog.Export, error) {
 	if err := req.Normalize(); err != nil {
 		return nil, err
@@ -35,18 +37,15 @@ func (c *Client) Export(ctx context.Context, req export.Request) (*catalog.Expor
 	if err := c.authorize(ctx, check, submitter); err != nil {
 		return nil, err
 	}
-	e, j := req.Records(primary, owner)
-	exportID, _, err := c.Catalog.CreateExport(ctx, e, j)
+	exportID, _, err := c.Catalog.CreateExport(ctx, req.Record(primary, owner))
+	if errors.Is(err, catalog.ErrExportExists) || errors.Is(err, catalog.ErrExportRefused) {
+		return nil, invalid("%v", err)
+	}
 	if err != nil {
-		if isExists(err) {
-			return nil, invalid("%v", err)
-		}
 		return nil, err
 	}
 	return c.Catalog.Export(ctx, exportID)
 }
-
-func isExists(err error) bool { return errors.Is(err, catalog.ErrExportExists) }
 
 // groupPrimary finds the primary of a node group, probing the members when the leader has not
 // recorded their roles yet.

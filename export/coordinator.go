@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"gocloud.dev/blob"
 
 	"github.com/deckhandhq/deckhand/catalog"
@@ -43,31 +42,47 @@ func (c Coordinator) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 }
 
 func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog.Export) error {
-	if t.NodeDSN == nil {
-		return executor.Permanent(errors.New("the group's primary is no longer registered"))
+	if _, err := parseNormal(e.Destination); err != nil {
+		return executor.Permanent(err)
 	}
-	pool, err := c.Pools.Get(ctx, *t.NodeDSN, t.Owner)
+	conn, err := c.session(ctx, t)
 	if err != nil {
 		return err
 	}
-	pooled, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("connect to %s as %s: %w", *t.Node, t.Owner, err)
-	}
-	// The lock session ends with the task: never hand it back to the pool mid-transaction.
-	conn := pooled.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
-
-	// The leader finds this session by name should our worker die, and terminates it.
-	if _, err := conn.Exec(ctx, `SELECT set_config('application_name', $1, false)`,
-		executor.ApplicationName(t.ID, t.Token)); err != nil {
-		return err
-	}
-	table, err := checkSource(ctx, conn, e)
+	rel, err := c.relation(ctx, conn, t, e)
 	if err != nil {
 		return err
 	}
-	cols, err := parquetcopy.Columns(ctx, conn.PgConn(), table)
+	// Whatever the catalog says, the store decides whether an export is there already.
+	ours := ownManifest(e)
+	if !e.Forced {
+		if err := checkDestinationFree(ctx, e.Destination, ours); err != nil {
+			return err
+		}
+	}
+
+	// Take and hold the consistency point. A short lock_timeout: writers queue behind a
+	// waiting SHARE lock, so never wait long for it; retry later instead.
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, setLockTimeoutSQL, strconv.Itoa(int(lockTimeout.Milliseconds()))); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "LOCK TABLE "+rel.Identifier().Sanitize()+" IN SHARE MODE"); err != nil {
+		return fmt.Errorf("lock %s to hold the consistency point: %w", e.Partition, err)
+	}
+	if _, err := conn.Exec(ctx, setLockTimeoutSQL, "0"); err != nil {
+		return err
+	}
+	// Locked by name: make sure the name still was the OID when the lock was granted. From now
+	// on nobody can rename or drop it.
+	if err := sameRelation(ctx, conn, rel, *t.Node); err != nil {
+		return err
+	}
+	// Read under the lock, the columns cannot change before the parts read them.
+	cols, err := parquetcopy.ColumnsOf(ctx, conn.PgConn(), rel.OID)
 	if err != nil {
 		return err
 	}
@@ -78,44 +93,14 @@ func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog
 	if err != nil {
 		return err
 	}
-
-	// Take and hold the consistency point. A short lock_timeout: writers queue behind a
-	// waiting SHARE lock, so never wait long for it; retry later instead.
-	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
-		return err
-	}
-	if _, err := conn.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, strconv.Itoa(int(lockTimeout.Milliseconds()))); err != nil {
-		return err
-	}
-	if _, err := conn.Exec(ctx, "LOCK TABLE "+table.Sanitize()+" IN SHARE MODE"); err != nil {
-		return fmt.Errorf("lock %s to hold the consistency point: %w", e.Partition, err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT set_config('lock_timeout', '0', true)`); err != nil {
-		return err
-	}
 	var lsn string
 	var pages int64
-	// The point is the end of the last WAL record inserted: every commit before the lock is at
-	// or before it. When that record ended a page, the insert position already points past the
-	// next page's header, which no standby ever reports as replayed: step back over it.
-	err = conn.QueryRow(ctx, `
-		WITH p AS (
-			SELECT pg_current_wal_insert_lsn() AS lsn,
-			       current_setting('wal_block_size')::numeric AS block,
-			       (SELECT setting::numeric * 1024 * 1024 FROM pg_settings WHERE name = 'wal_segment_size' AND unit = 'MB'
-			        UNION ALL SELECT setting::numeric FROM pg_settings WHERE name = 'wal_segment_size' AND unit = 'B') AS segment
-		)
-		SELECT (CASE WHEN (lsn - '0/0') % segment = 40 THEN lsn - 40
-		             WHEN (lsn - '0/0') % block = 24 THEN lsn - 24
-		             ELSE lsn END)::text,
-		       pg_relation_size($1::regclass) / current_setting('block_size')::bigint
-		FROM p`, table.Sanitize()).Scan(&lsn, &pages)
-	if err != nil {
+	if err := conn.QueryRow(ctx, pointSQL, rel.OID).Scan(&lsn, &pages); err != nil {
 		return err
 	}
 
 	prefix := fmt.Sprintf("export-%d/", e.ID)
-	if err := c.protect(ctx, t, e, table, prefix); err != nil {
+	if err := c.protect(ctx, t, e, rel, prefix); err != nil {
 		return err
 	}
 	parts := planParts(pages, e.PartSize)
@@ -141,13 +126,68 @@ func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog
 	if err := c.waitForParts(ctx, conn, e, epoch, lsn); err != nil {
 		return err
 	}
-	return c.commit(ctx, conn, t, e, epoch, lsn, pages, cols)
+	return c.commit(ctx, conn, t, e, epoch, lsn, pages, cols, ours)
+}
+
+// session opens the coordinator's session on the primary: the owner's, once the node
+// confirmed that the job's submitter may act as the owner. It ends with the task, never handed
+// back to the pool mid-transaction. Its search_path is pinned to pg_catalog, and its
+// application_name lets the leader find and terminate it should this worker die.
+func (c Coordinator) session(ctx context.Context, t *catalog.ClaimedTask) (*pgx.Conn, error) {
+	owner, err := executor.TaskOwner(t)
+	if err != nil {
+		return nil, err
+	}
+	pooled, err := c.Pools.OwnerConn(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	conn := pooled.Hijack()
+	_, err = conn.Exec(ctx, pinSearchPathSQL, false)
+	if err == nil {
+		_, err = conn.Exec(ctx, `SELECT pg_catalog.set_config('application_name'::pg_catalog.text, $1::pg_catalog.text, false)`,
+			executor.ApplicationName(t.ID, t.Token))
+	}
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
+		return nil, err
+	}
+	return conn, nil
+}
+
+// relation is the leaf the export reads: resolved by name and recorded on the first attempt,
+// the recorded OID checked on every later one.
+func (c Coordinator) relation(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask, e *catalog.Export) (catalog.ExportRelation, error) {
+	recorded, err := c.Catalog.ExportRelationOf(ctx, e.ID)
+	if err != nil {
+		return catalog.ExportRelation{}, err
+	}
+	rel, err := resolveRelation(ctx, conn, e, recorded, *t.Node)
+	if err != nil || recorded != nil {
+		return rel, err
+	}
+	stored, err := c.Catalog.SetExportRelation(ctx, e.ID, t.Token, rel)
+	if errors.Is(err, catalog.ErrStaleAttempt) {
+		return rel, executor.Permanent(err)
+	}
+	if err == nil && stored != rel {
+		err = executor.Permanent(fmt.Errorf("export %d already reads another relation (OID %d)", e.ID, stored.OID))
+	}
+	return rel, err
+}
+
+// ownManifest recognises a manifest this export wrote in an earlier attempt (which lost its
+// session after writing it): only an export that planned before can have written one.
+func ownManifest(e *catalog.Export) func(Manifest) bool {
+	return func(m Manifest) bool {
+		return e.Epoch > 0 && m.ExportID == e.ID && m.Source.Partition == e.Partition && m.Source.Group == e.Group
+	}
 }
 
 // protect registers, in the job-wide cleanup operation, the export's directory (removed if the
 // export's job fails or is cancelled, forgotten when it finishes) and pins the partition so
 // that nothing deckhand runs drops it meanwhile.
-func (c Coordinator) protect(ctx context.Context, t *catalog.ClaimedTask, e *catalog.Export, table pgx.Identifier, prefix string) error {
+func (c Coordinator) protect(ctx context.Context, t *catalog.ClaimedTask, e *catalog.Export, rel catalog.ExportRelation, prefix string) error {
 	if c.Cleaner == nil {
 		return nil
 	}
@@ -167,61 +207,8 @@ func (c Coordinator) protect(ctx context.Context, t *catalog.ClaimedTask, e *cat
 	if err != nil {
 		return err
 	}
-	schema, name := "public", table[len(table)-1]
-	if len(table) == 2 {
-		schema = table[0]
-	}
-	_, err = op.Pin(ctx, cleanup.Table(*t.Node, schema, name), fmt.Sprintf("exported by export %d", e.ID))
+	_, err = op.Pin(ctx, cleanup.Table(*t.Node, rel.Schema, rel.Name), fmt.Sprintf("exported by export %d", e.ID))
 	return err
-}
-
-// checkSource verifies what is exported: a leaf partition of the table (or the plain table
-// itself), readable by the owner, on PostgreSQL 14 or later (TID range scans).
-func checkSource(ctx context.Context, conn *pgx.Conn, e *catalog.Export) (pgx.Identifier, error) {
-	var version int
-	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
-		return nil, err
-	}
-	if version < 140000 {
-		return nil, executor.Permanent(fmt.Errorf("export needs PostgreSQL 14 or later (TID range scans); the primary runs %d", version))
-	}
-	var relkind string
-	var isLeaf, parentIsPartitioned bool
-	err := conn.QueryRow(ctx, `
-		SELECT c.relkind::text,
-		       EXISTS (SELECT 1 FROM pg_partition_ancestors($1::regclass) a WHERE a.relid = $2::regclass AND a.relid <> $1::regclass),
-		       (SELECT p.relkind = 'p' FROM pg_class p WHERE p.oid = $2::regclass)
-		FROM pg_class c WHERE c.oid = $1::regclass`, e.Partition, e.SourceTable).Scan(&relkind, &isLeaf, &parentIsPartitioned)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-		return nil, executor.Permanent(err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case e.Partition == e.SourceTable && relkind == "r":
-	case e.Partition == e.SourceTable:
-		return nil, executor.Permanent(fmt.Errorf("%s is partitioned: name a leaf partition with --partition", e.SourceTable))
-	case !parentIsPartitioned || !isLeaf:
-		return nil, executor.Permanent(fmt.Errorf("%s is not a partition of %s", e.Partition, e.SourceTable))
-	case relkind != "r":
-		return nil, executor.Permanent(fmt.Errorf("%s is not a leaf partition (it is partitioned itself)", e.Partition))
-	}
-	table := identifier(e.Partition)
-	// PostgreSQL's own words when the owner may not read the partition.
-	if _, err := conn.Exec(ctx, "SELECT FROM "+table.Sanitize()+" LIMIT 0"); err != nil {
-		return nil, executor.Permanent(err)
-	}
-	return table, nil
-}
-
-// identifier splits "schema.table" (as regclass prints it) into a quoted identifier.
-func identifier(name string) pgx.Identifier {
-	if schema, table, ok := strings.Cut(name, "."); ok {
-		return pgx.Identifier{schema, table}
-	}
-	return pgx.Identifier{name}
 }
 
 // planParts splits pages into ranges of about partSize bytes; the last is open-ended.
@@ -337,7 +324,7 @@ func parseLSN(s string) (uint64, error) {
 }
 
 func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask,
-	e *catalog.Export, epoch int, lsn string, pages int64, cols []parquetcopy.Column) error {
+	e *catalog.Export, epoch int, lsn string, pages int64, cols []parquetcopy.Column, ours func(Manifest) bool) error {
 	// Opened only now: the parts created the destination when they wrote to it.
 	bucket, err := OpenDestination(ctx, e.Destination)
 	if err != nil {
@@ -374,6 +361,12 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *catalog.Clai
 	// Still holding the point? Only then may the manifest vouch for the parts.
 	if _, err := conn.Exec(ctx, "SELECT"); err != nil {
 		return fmt.Errorf("the session holding the consistency point was lost: %w", err)
+	}
+	// Another export may have committed there while this one ran.
+	if !e.Forced {
+		if err := checkDestinationFree(ctx, e.Destination, ours); err != nil {
+			return err
+		}
 	}
 	if err := bucket.WriteAll(ctx, ManifestKey, append(body, '\n'), &blob.WriterOptions{ContentType: "application/json"}); err != nil {
 		if permanentStorageError(err) {

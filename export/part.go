@@ -31,11 +31,27 @@ func (x Part) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 	if err := json.Unmarshal(t.Payload, &p); err != nil || p.ExportID == 0 {
 		return executor.Permanent(fmt.Errorf("export part payload: %v", err))
 	}
-	if t.Node == nil || t.NodeDSN == nil {
-		return executor.Permanent(errors.New("no node was assigned to this part"))
+	owner, err := executor.TaskOwner(t)
+	if err != nil {
+		return err
 	}
 	e, part, coordinator, err := x.Catalog.ExportForPart(ctx, p.ExportID, p.Epoch, p.Part)
 	if err != nil {
+		return executor.Permanent(err)
+	}
+	// A part is the task its export's plan recorded for it, in the export's own job: a task
+	// naming some other export borrows neither its relation nor its destination.
+	if e.JobID != t.JobID || part.TaskID == nil || *part.TaskID != t.ID {
+		return executor.Permanent(fmt.Errorf("task %d is not part %d of export %d", t.ID, p.Part, e.ID))
+	}
+	rel, err := x.Catalog.ExportRelationOf(ctx, e.ID)
+	if err != nil {
+		return err
+	}
+	if rel == nil || e.ConsistencyLSN == nil {
+		return executor.Permanent(fmt.Errorf("export %d has no planned relation or consistency point", e.ID))
+	}
+	if _, err := parseNormal(e.Destination); err != nil {
 		return executor.Permanent(err)
 	}
 	if err := x.stillHeld(ctx, e.ID, p.Epoch, coordinator); err != nil {
@@ -46,40 +62,26 @@ func (x Part) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 		return executor.Permanent(fmt.Errorf("export %d columns: %w", e.ID, err))
 	}
 
-	pool, err := x.Pools.Get(ctx, *t.NodeDSN, t.Owner)
+	// The session is the owner's, and only once the node confirmed that the job's submitter
+	// may act as the owner; nothing is read or written before.
+	conn, err := x.Pools.OwnerConn(ctx, owner)
 	if err != nil {
 		return err
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("connect to %s as %s: %w", *t.Node, t.Owner, err)
-	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT set_config('application_name', $1, false)`, executor.ApplicationName(t.ID, t.Token)); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_catalog.set_config('application_name'::pg_catalog.text, $1::pg_catalog.text, false)`,
+		executor.ApplicationName(t.ID, t.Token)); err != nil {
 		return err
 	}
 	if err := waitForReplay(ctx, conn.Conn(), *e.ConsistencyLSN); err != nil {
 		return err
 	}
-	table := identifier(e.Partition)
-	cols, err := parquetcopy.Columns(ctx, conn.Conn().PgConn(), table)
-	if err != nil {
-		return err
-	}
-	if !slices.Equal(cols, planned) {
-		return executor.Permanent(fmt.Errorf("the columns of %s on %s differ from those planned", e.Partition, *t.Node))
-	}
-
-	bucket, err := OpenDestination(ctx, e.Destination)
-	if err != nil {
-		return executor.Permanent(err)
-	}
-	defer bucket.Close()
-	end := int64(-1)
-	if part.EndPage != nil {
-		end = *part.EndPage
-	}
-	stats, err := x.write(ctx, conn.Conn(), bucket, part.ObjectKey, parquetcopy.CopySQL(table, cols, part.StartPage, end), cols, e.Compression)
+	var stats parquetcopy.Stats
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var readErr error
+		stats, readErr = x.read(ctx, tx.Conn(), e, part, *rel, planned, owner.Node)
+		return readErr
+	})
 	if err != nil {
 		return err
 	}
@@ -87,11 +89,48 @@ func (x Part) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 	if err := x.stillHeld(ctx, e.ID, p.Epoch, coordinator); err != nil {
 		return err
 	}
-	err = x.Catalog.RecordExportPart(ctx, e.ID, p.Epoch, p.Part, t.Token, *t.Node, stats.Rows, stats.Bytes, hex.EncodeToString(stats.SHA256[:]))
+	err = x.Catalog.RecordExportPart(ctx, e.ID, p.Epoch, p.Part, t.Token, owner.Node, stats.Rows, stats.Bytes, hex.EncodeToString(stats.SHA256[:]))
 	if errors.Is(err, catalog.ErrStaleAttempt) {
 		return executor.Permanent(err)
 	}
 	return err
+}
+
+// read copies the part's pages of the export's relation to its object, in a read-only
+// transaction of the owner's session. The relation is the one the coordinator resolved, by
+// OID: the name is locked, then checked to still be that OID.
+func (x Part) read(ctx context.Context, conn *pgx.Conn, e *catalog.Export, part *catalog.ExportPart,
+	rel catalog.ExportRelation, planned []parquetcopy.Column, node string) (parquetcopy.Stats, error) {
+	if _, err := conn.Exec(ctx, pinSearchPathSQL, true); err != nil {
+		return parquetcopy.Stats{}, err
+	}
+	if err := sameRelation(ctx, conn, rel, node); err != nil {
+		return parquetcopy.Stats{}, err
+	}
+	if _, err := conn.Exec(ctx, "LOCK TABLE "+rel.Identifier().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
+		return parquetcopy.Stats{}, err
+	}
+	if err := sameRelation(ctx, conn, rel, node); err != nil {
+		return parquetcopy.Stats{}, err
+	}
+	cols, err := parquetcopy.ColumnsOf(ctx, conn.PgConn(), rel.OID)
+	if err != nil {
+		return parquetcopy.Stats{}, err
+	}
+	if !slices.Equal(cols, planned) {
+		return parquetcopy.Stats{}, executor.Permanent(fmt.Errorf("the columns of %s on %s differ from those planned", e.Partition, node))
+	}
+	bucket, err := OpenDestination(ctx, e.Destination)
+	if err != nil {
+		return parquetcopy.Stats{}, executor.Permanent(err)
+	}
+	defer bucket.Close()
+	end := int64(-1)
+	if part.EndPage != nil {
+		end = *part.EndPage
+	}
+	copySQL := parquetcopy.CopySQL(rel.Identifier(), cols, part.StartPage, end)
+	return x.write(ctx, conn, bucket, part.ObjectKey, copySQL, cols, e.Compression)
 }
 
 func (x Part) write(ctx context.Context, conn *pgx.Conn, bucket *blob.Bucket, key, copySQL string,
@@ -114,13 +153,6 @@ func (x Part) write(ctx context.Context, conn *pgx.Conn, bucket *blob.Bucket, ke
 	return stats, nil
 }
 
-func storageError(what string, err error) error {
-	if permanentStorageError(err) {
-		return executor.Permanent(fmt.Errorf("%s: %w", what, err))
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
-
 func (x Part) stillHeld(ctx context.Context, exportID int64, epoch int, coordinator int64) error {
 	current, alive, err := x.Catalog.CurrentEpoch(ctx, exportID, coordinator)
 	if err != nil {
@@ -134,14 +166,19 @@ func (x Part) stillHeld(ctx context.Context, exportID int64, epoch int, coordina
 	return nil
 }
 
+// replayedSQL: the node's data includes every commit up to $1 (at once on a primary). It runs
+// outside any transaction, before the search_path is pinned: every name is qualified.
+const replayedSQL = `
+	SELECT NOT pg_catalog.pg_is_in_recovery()
+	    OR COALESCE(pg_catalog.pg_last_wal_replay_lsn() OPERATOR(pg_catalog.>=) $1::pg_catalog.pg_lsn, false)`
+
 // waitForReplay returns once the node's data includes every commit up to lsn: at once on a
 // primary, after replay catches up on a standby.
 func waitForReplay(ctx context.Context, conn *pgx.Conn, lsn string) error {
 	deadline := time.Now().Add(replayWait)
 	for {
 		var ready bool
-		err := conn.QueryRow(ctx, `
-			SELECT NOT pg_is_in_recovery() OR coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)`, lsn).Scan(&ready)
+		err := conn.QueryRow(ctx, replayedSQL, lsn).Scan(&ready)
 		if err != nil || ready {
 			return err
 		}

@@ -2,11 +2,15 @@ package export
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -27,6 +31,9 @@ type Request struct {
 func invalid(format string, args ...any) error { return &spec.Error{Msg: fmt.Sprintf(format, args...)} }
 
 // Normalize fills defaults and checks the request without a database; errors are one line.
+// Table and Partition are read as PostgreSQL reads names (unquoted parts fold to lower case,
+// double-quoted ones are taken as written; no schema means public) and rewritten in one
+// canonical spelling; To is rewritten in its normal form (see NormalizeDestination).
 func (r *Request) Normalize() error {
 	r.Table = strings.TrimSpace(r.Table)
 	r.Partition = strings.TrimSpace(r.Partition)
@@ -36,13 +43,20 @@ func (r *Request) Normalize() error {
 	if r.Partition == "" {
 		r.Partition = r.Table
 	}
+	var err error
+	if r.Table, err = canonicalName(r.Table); err != nil {
+		return invalid("--table: %v", err)
+	}
+	if r.Partition, err = canonicalName(r.Partition); err != nil {
+		return invalid("--partition: %v", err)
+	}
 	if r.Group == "" {
 		return invalid("--group is required")
 	}
 	if r.To == "" {
 		return invalid("--to is required")
 	}
-	if _, err := ParseDestination(r.To); err != nil {
+	if r.To, err = NormalizeDestination(r.To); err != nil {
 		return invalid("%v", err)
 	}
 	if r.Compression == "" {
@@ -69,20 +83,46 @@ func (r *Request) Normalize() error {
 	return nil
 }
 
-// Records turns a normalized request into the catalog rows: the export and its job, whose
-// coordinator task runs on primary as owner (it finds its export through its job).
-func (r *Request) Records(primary, owner string) (catalog.NewExport, catalog.NewJob) {
-	e := catalog.NewExport{
-		SourceTable: r.Table, Partition: r.Partition, Group: r.Group, Destination: r.To,
-		Compression: r.Compression, PartSize: r.PartSize, Force: r.Force,
+// Record turns a normalized request into the export to submit; its coordinator runs on
+// primary as owner.
+func (r *Request) Record(primary, owner string) catalog.NewExport {
+	return catalog.NewExport{
+		SourceTable: r.Table, Partition: r.Partition, Group: r.Group, Primary: primary, Owner: owner,
+		Destination: r.To, Compression: r.Compression, PartSize: r.PartSize, Force: r.Force,
+		MaxAttempts: r.MaxAttempts, Timeout: r.Timeout,
 	}
-	j := catalog.NewJob{
-		Description: fmt.Sprintf("export %s to %s", r.Partition, r.To),
-		Kind:        KindCoordinator,
-		Tasks: []catalog.NewTask{{
-			Name: "coordinator", Kind: KindCoordinator, Node: primary, Owner: owner,
-			InTransaction: true, MaxAttempts: r.MaxAttempts, Timeout: r.Timeout,
-		}},
+}
+
+// plainName is a name part that needs no quotes: it reads back as itself.
+var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
+
+// canonicalName reads a table name as PostgreSQL does and spells it schema.name, quoting only
+// the parts that need it: `Mixed` becomes public.mixed and `"Mixed"` public."Mixed".
+func canonicalName(s string) (string, error) {
+	id, err := qualifiedName(s)
+	if err != nil {
+		return "", err
 	}
-	return e, j
+	parts := make([]string, len(id))
+	for i, p := range id {
+		if plainName.MatchString(p) {
+			parts[i] = p
+		} else {
+			parts[i] = pgx.Identifier{p}.Sanitize()
+		}
+	}
+	return strings.Join(parts, "."), nil
+}
+
+// qualifiedName parses a name with executor.ParseQualifiedName, the one rule deckhand reads
+// table names by, into schema and name (public when no schema is given).
+func qualifiedName(s string) (pgx.Identifier, error) {
+	id, err := executor.ParseQualifiedName(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(id) == 1 {
+		id = pgx.Identifier{"public", id[0]}
+	}
+	return id, nil
 }

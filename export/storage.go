@@ -2,9 +2,10 @@ package export
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
+	"os"
 	"path"
 	"strings"
 
@@ -12,58 +13,34 @@ import (
 	"gocloud.dev/blob/fileblob"
 	_ "gocloud.dev/blob/s3blob" // s3:// destinations, any S3-compatible server
 	"gocloud.dev/gcerrors"
+
+	"github.com/deckhandhq/deckhand/executor"
 )
 
 // ManifestKey is the object written last at the destination; readers trust only the files it
 // names.
 const ManifestKey = "_manifest.json"
 
-// ParseDestination checks an export destination URL: file:///absolute/dir or
-// s3://bucket/prefix?endpoint=...&region=...&use_path_style=true.
-func ParseDestination(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		var urlErr *url.Error
-		if errors.As(err, &urlErr) {
-			err = urlErr.Err
-		}
-		return nil, fmt.Errorf("destination %q: %v", raw, err)
-	}
-	switch u.Scheme {
-	case "file":
-		if u.Host != "" && u.Host != "localhost" {
-			return nil, fmt.Errorf("destination %q: a file:// URL takes an absolute path (file:///dir)", raw)
-		}
-		if !path.IsAbs(u.Path) || path.Clean(u.Path) == "/" {
-			return nil, fmt.Errorf("destination %q: a file:// URL takes an absolute directory other than /", raw)
-		}
-	case "s3":
-		if u.Host == "" {
-			return nil, fmt.Errorf("destination %q: an s3:// URL names a bucket (s3://bucket/prefix)", raw)
-		}
-	case "":
-		return nil, fmt.Errorf("destination %q is not a URL: use file:///dir or s3://bucket/prefix", raw)
-	default:
-		return nil, fmt.Errorf("destination %q: unsupported scheme %q (supported: file, s3)", raw, u.Scheme)
-	}
-	return u, nil
+// OpenDestination opens the export's directory as a bucket whose keys are relative to it,
+// creating the directory of a file:// destination. The destination must be in normal form.
+func OpenDestination(ctx context.Context, destination string) (*blob.Bucket, error) {
+	return openDestination(ctx, destination, true)
 }
 
-// OpenDestination opens the export's directory as a bucket whose keys are relative to it.
-func OpenDestination(ctx context.Context, raw string) (*blob.Bucket, error) {
-	u, err := ParseDestination(raw)
+func openDestination(ctx context.Context, destination string, create bool) (*blob.Bucket, error) {
+	u, err := parseNormal(destination)
 	if err != nil {
 		return nil, err
 	}
 	if u.Scheme == "file" {
-		return fileblob.OpenBucket(path.Clean(u.Path), &fileblob.Options{CreateDir: true})
+		return fileblob.OpenBucket(u.Path, &fileblob.Options{CreateDir: create})
 	}
-	prefix := strings.Trim(u.Path, "/")
+	prefix := strings.TrimPrefix(u.Path, "/")
 	bucketURL := *u
 	bucketURL.Path = ""
 	b, err := blob.OpenBucket(ctx, bucketURL.String())
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", redact(u), err)
+		return nil, fmt.Errorf("open %s: %w", destination, err)
 	}
 	if prefix == "" {
 		return b, nil
@@ -71,11 +48,41 @@ func OpenDestination(ctx context.Context, raw string) (*blob.Bucket, error) {
 	return blob.PrefixedBucket(b, prefix+"/"), nil
 }
 
-// redact drops credentials from a URL before it is shown.
-func redact(u *url.URL) string {
-	c := *u
-	c.User = nil
-	return c.Redacted()
+// errDestinationTaken refuses to write over another export.
+var errDestinationTaken = errors.New("already holds an export")
+
+// checkDestinationFree reads the store itself, whatever the catalog says: a destination that
+// holds a manifest already holds an export, which only a forced export may replace. The one
+// manifest accepted is this export's own, which an earlier attempt may have written just
+// before losing its session (ours is whether the planned export wrote it: id and source).
+// It writes nothing, not even a directory.
+func checkDestinationFree(ctx context.Context, destination string, ours func(Manifest) bool) error {
+	u, err := parseNormal(destination)
+	if err != nil {
+		return executor.Permanent(err)
+	}
+	if u.Scheme == "file" {
+		if _, err := os.Stat(u.Path); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
+	bucket, err := openDestination(ctx, destination, false)
+	if err != nil {
+		return executor.Permanent(err)
+	}
+	defer bucket.Close()
+	body, err := bucket.ReadAll(ctx, ManifestKey)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return nil
+	}
+	if err != nil {
+		return storageError("check "+destination+" for an earlier export", err)
+	}
+	var m Manifest
+	if json.Unmarshal(body, &m) == nil && ours(m) {
+		return nil
+	}
+	return executor.Permanent(fmt.Errorf("destination %s %w (%s): export with --force to replace it", destination, errDestinationTaken, ManifestKey))
 }
 
 // permanentStorageError reports errors that retrying cannot fix: a missing bucket, refused
@@ -88,27 +95,34 @@ func permanentStorageError(err error) bool {
 	return false
 }
 
+func storageError(what string, err error) error {
+	if permanentStorageError(err) {
+		return executor.Permanent(fmt.Errorf("%s: %w", what, err))
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // ManifestURL is where an export's manifest lives.
 func ManifestURL(destination string) string {
-	u, err := url.Parse(destination)
+	u, err := parseNormal(destination)
 	if err != nil {
 		return destination + "/" + ManifestKey
 	}
-	u.Path = path.Join(u.Path, ManifestKey)
-	return redact(u)
+	u.Path = path.Join("/", u.Path, ManifestKey)
+	return u.String()
 }
 
 // BucketAndPrefix splits a destination into the URL of its bucket and the key prefix of the
 // destination's directory inside it ("" or ending in "/"), as cleanup records address objects.
 func BucketAndPrefix(destination string) (bucketURL, keyPrefix string, err error) {
-	u, err := ParseDestination(destination)
+	u, err := parseNormal(destination)
 	if err != nil {
 		return "", "", err
 	}
 	if u.Scheme == "file" {
-		return "file://" + path.Clean(u.Path), "", nil
+		return "file://" + u.Path, "", nil
 	}
-	prefix := strings.Trim(u.Path, "/")
+	prefix := strings.TrimPrefix(u.Path, "/")
 	b := *u
 	b.Path = ""
 	if prefix != "" {

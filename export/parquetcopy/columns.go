@@ -57,13 +57,14 @@ const supportedList = "smallint, integer, bigint, real, double precision, numeri
 	"boolean, date, timestamp, timestamptz, uuid, json, jsonb, bytea, enums, domains over these, " +
 	"and one-dimensional arrays of these"
 
-// columnsSQL lists the columns of $1 (a regclass text) in attnum order, resolving domains
-// (possibly nested) to their base type and typmod.
+// columnsSQL lists the columns of relation %s in attnum order, resolving domains (possibly
+// nested) to their base type and typmod. It names only pg_catalog's functions; sessions of an
+// export also pin search_path to pg_catalog, so that its operators are pg_catalog's too.
 const columnsSQL = `
 WITH RECURSIVE a AS (
 	SELECT attnum, attname, atttypid, atttypmod, attnotnull
 	FROM pg_catalog.pg_attribute
-	WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped
+	WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped
 ), b(attnum, typid, typmod) AS (
 	SELECT attnum, atttypid, atttypmod FROM a
 	UNION ALL
@@ -88,8 +89,17 @@ ORDER BY a.attnum`
 // Columns reads the columns of table (attnum > 0, not dropped, in attnum order) from
 // pg_attribute and pg_type.
 func Columns(ctx context.Context, conn *pgconn.PgConn, table pgx.Identifier) ([]Column, error) {
-	name := table.Sanitize()
-	rr := conn.ExecParams(ctx, columnsSQL, [][]byte{[]byte(name)}, nil, nil, nil)
+	return columns(ctx, conn, "$1::pg_catalog.regclass", table.Sanitize(), "table "+table.Sanitize())
+}
+
+// ColumnsOf reads the columns of the relation with the given OID, as Columns does.
+func ColumnsOf(ctx context.Context, conn *pgconn.PgConn, oid uint32) ([]Column, error) {
+	arg := strconv.FormatUint(uint64(oid), 10)
+	return columns(ctx, conn, "$1::pg_catalog.oid", arg, "the relation with OID "+arg)
+}
+
+func columns(ctx context.Context, conn *pgconn.PgConn, relation, arg, what string) ([]Column, error) {
+	rr := conn.ExecParams(ctx, fmt.Sprintf(columnsSQL, relation), [][]byte{[]byte(arg)}, nil, nil, nil)
 	var cols []Column
 	for rr.NextRow() {
 		v := rr.Values()
@@ -101,7 +111,7 @@ func Columns(ctx context.Context, conn *pgconn.PgConn, table pgx.Identifier) ([]
 		elem, err3 := strconv.ParseUint(string(v[4]), 10, 32)
 		if err := errors.Join(err1, err2, err3); err != nil {
 			rr.Close()
-			return nil, fmt.Errorf("reading columns of %s: %w", name, err)
+			return nil, fmt.Errorf("reading columns of %s: %w", what, err)
 		}
 		c.TypeOID, c.Typmod, c.ElemOID = uint32(oid), int32(mod), uint32(elem)
 		c.NotNull = string(v[5]) == "t"
@@ -110,10 +120,10 @@ func Columns(ctx context.Context, conn *pgconn.PgConn, table pgx.Identifier) ([]
 		cols = append(cols, c)
 	}
 	if _, err := rr.Close(); err != nil {
-		return nil, fmt.Errorf("reading columns of %s: %w", name, err)
+		return nil, fmt.Errorf("reading columns of %s: %w", what, err)
 	}
 	if len(cols) == 0 {
-		return nil, fmt.Errorf("table %s has no columns", name)
+		return nil, fmt.Errorf("%s has no columns", what)
 	}
 	return cols, nil
 }
@@ -277,8 +287,9 @@ func specsOf(cols []Column) ([]spec, error) {
 }
 
 // CopySQL builds `COPY (SELECT cols FROM table WHERE ctid >= '(startPage,0)' AND ctid <
-// '(endPage,0)') TO STDOUT (FORMAT binary)`. endPage < 0 leaves the range open-ended, and
-// startPage 0 with endPage < 0 copies the whole table.
+// '(endPage,0)') TO STDOUT (FORMAT binary)`, naming pg_catalog's operators and type, since it
+// runs in the owner's session. endPage < 0 leaves the range open-ended, and startPage 0 with
+// endPage < 0 copies the whole table.
 func CopySQL(table pgx.Identifier, cols []Column, startPage, endPage int64) string {
 	var b strings.Builder
 	b.WriteString("COPY (SELECT ")
@@ -292,10 +303,10 @@ func CopySQL(table pgx.Identifier, cols []Column, startPage, endPage int64) stri
 	b.WriteString(table.Sanitize())
 	var conds []string
 	if startPage > 0 {
-		conds = append(conds, fmt.Sprintf("ctid >= '(%d,0)'::tid", startPage))
+		conds = append(conds, fmt.Sprintf("ctid OPERATOR(pg_catalog.>=) '(%d,0)'::pg_catalog.tid", startPage))
 	}
 	if endPage >= 0 {
-		conds = append(conds, fmt.Sprintf("ctid < '(%d,0)'::tid", endPage))
+		conds = append(conds, fmt.Sprintf("ctid OPERATOR(pg_catalog.<) '(%d,0)'::pg_catalog.tid", endPage))
 	}
 	if len(conds) > 0 {
 		b.WriteString(" WHERE ")

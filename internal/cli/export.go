@@ -21,8 +21,16 @@ commits them by writing _manifest.json last. The coordinator holds a SHARE lock 
 partition on the primary for the export's duration (writers wait, readers do not), so every
 part sees the same rows. Cancelling the job kills the export and removes its files.
 
-Destinations: file:///dir, or s3://bucket/prefix?endpoint=http://host:port&region=R&use_path_style=true
-(credentials from the worker's environment, as for any S3 client).`,
+Names are read as PostgreSQL reads them: Events is events, '"Events"' is Events; without a
+schema, public.
+
+Destinations: file:///dir, or s3://bucket/prefix?endpoint=http://host:port&region=R&use_path_style=true.
+Credentials come from the workers' environment, as for any S3 client: a URL with user:secret@
+or a secret query parameter is refused. Destinations are stored in one normal form (lower-case
+scheme and host, no "." or empty segments, no trailing slash; ".." is refused). Admins export
+anywhere; other submitters only under the prefixes of the catalog setting export_destinations.
+A destination that already has an export (in the catalog, or a _manifest.json in the store)
+is refused unless --force.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if partSize != "" {
@@ -53,7 +61,7 @@ Destinations: file:///dir, or s3://bucket/prefix?endpoint=http://host:port&regio
 	f.StringVar(&r.Partition, "partition", "", "the leaf partition to export (omit for a plain table)")
 	f.StringVar(&r.Group, "group", "", "node group: its primary coordinates, any member exports parts")
 	f.StringVar(&r.To, "to", "", "destination URL (file:///dir or s3://bucket/prefix)")
-	f.BoolVar(&r.Force, "force", false, "export again to a destination that already has this partition")
+	f.BoolVar(&r.Force, "force", false, "export to a destination that already has an export, replacing its manifest")
 	f.IntVar(&r.MaxAttempts, "max-attempts", 5, "attempts per part (and for the coordinator)")
 	f.StringVar(&partSize, "part-size", "128MB", "heap bytes per part (e.g. 64MB, 1GB)")
 	f.StringVar(&r.Compression, "compression", export.DefaultCompression, "zstd, snappy or none")
