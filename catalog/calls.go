@@ -22,7 +22,8 @@ type refusal struct {
 	kind error
 }
 
-func (r *refusal) Error() string        { return r.msg }
+// Error is the message without the "deckhand: " some functions start it with: the CLI adds its own.
+func (r *refusal) Error() string        { return strings.TrimPrefix(r.msg, "deckhand: ") }
 func (r *refusal) Is(target error) bool { return target == r.kind }
 
 // callError turns the error of a call to one of the catalog's SQL functions into the error the

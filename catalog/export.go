@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,9 +30,6 @@ const (
 var (
 	// ErrExportExists refuses a second export to a destination that has one (unless forced).
 	ErrExportExists = errors.New("destination already has an export")
-	// ErrExportRefused refuses a submission the catalog does not allow: a destination outside
-	// the prefixes of the setting export_destinations, or not in normal form, or bad arguments.
-	ErrExportRefused = errors.New("export refused")
 )
 
 // NewExport describes an export to start. Names and the destination are in their normal form
@@ -85,7 +81,7 @@ const exportColumns = `id, job_id, source_table, partition, node_group, destinat
 
 // CreateExport submits an export through deckhand.submit_export, which writes the export,
 // its job and the job's coordinator task in one transaction, as the session user. It refuses
-// (ErrExportRefused) what the submitter may not do, and (ErrExportExists, unless e.Force) a
+// (ErrInvalid, ErrForbidden) what the submitter may not do, and (ErrExportExists, unless e.Force) a
 // destination that already has an export.
 func (c *Catalog) CreateExport(ctx context.Context, e NewExport) (exportID, jobID int64, err error) {
 	err = c.Pool.QueryRow(ctx, `
@@ -96,28 +92,14 @@ func (c *Catalog) CreateExport(ctx context.Context, e NewExport) (exportID, jobI
 		e.SourceTable, e.Partition, e.Group, e.Primary, e.Owner, e.Destination, e.Compression, e.PartSize,
 		e.Force, e.MaxAttempts, e.Timeout.Seconds()).Scan(&exportID, &jobID)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "42710": // duplicate_object
-			return 0, 0, refusal{pgErr.Message, ErrExportExists}
-		case "22023", "42501": // invalid_parameter_value, insufficient_privilege
-			return 0, 0, refusal{pgErr.Message, ErrExportRefused}
-		}
+	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // duplicate_object
+		return 0, 0, &refusal{pgErr.Message, ErrExportExists}
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("create export: %w", err)
+		return 0, 0, callError(err)
 	}
 	return exportID, jobID, nil
 }
-
-// refusal is a catalog function's refusal: its message, matched as kind.
-type refusal struct {
-	msg  string
-	kind error
-}
-
-func (r refusal) Error() string { return strings.TrimPrefix(r.msg, "deckhand: ") }
-func (r refusal) Unwrap() error { return r.kind }
 
 // ExportRelation is the leaf an export reads, as its coordinator resolved it.
 type ExportRelation struct {

@@ -38,7 +38,7 @@ func (c *Client) Export(ctx context.Context, req export.Request) (*catalog.Expor
 		return nil, err
 	}
 	exportID, _, err := c.Catalog.CreateExport(ctx, req.Record(primary, owner))
-	if errors.Is(err, catalog.ErrExportExists) || errors.Is(err, catalog.ErrExportRefused) {
+	if errors.Is(err, catalog.ErrExportExists) {
 		return nil, invalid("%v", err)
 	}
 	if err != nil {
