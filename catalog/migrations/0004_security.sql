@@ -726,7 +726,9 @@ GRANT EXECUTE ON FUNCTION deckhand.submit(jsonb), deckhand.submit_job(jsonb), de
     deckhand.member_of(text), deckhand.may_act_on(text, text[]), deckhand.redact(text)
     TO deckhand_submitter;
 GRANT SELECT ON deckhand.setting TO deckhand_admin;
+-- The admin functions check for an admin themselves (require_admin), so a submitter who calls
+-- one hears what it takes rather than a bare "permission denied".
 GRANT EXECUTE ON FUNCTION deckhand.node_add(text, text, text, int), deckhand.node_remove(text),
     deckhand.set_setting(text, text), deckhand.pin(text, text, text, text, text), deckhand.unpin(bigint),
-    deckhand.cleanup_retry(bigint), deckhand.cleanup_forget(bigint)
-    TO deckhand_admin;
+    deckhand.cleanup_retry(bigint), deckhand.cleanup_forget(bigint), deckhand.require_admin(text)
+    TO deckhand_submitter;
