@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/url"
 	"strings"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -90,27 +90,12 @@ func ParseMovePayload(raw json.RawMessage) (MovePayload, error) {
 	if _, err := executor.ParseQualifiedName(p.Table); err != nil {
 		return p, fmt.Errorf("move_table: %w", err)
 	}
-	if hasPassword(p.SourceConninfo) {
-		return p, errors.New("move_table: source_conninfo must not contain a password")
+	if p.SourceConninfo != "" {
+		if err := conninfo.Check(p.SourceConninfo); err != nil {
+			return p, fmt.Errorf("move_table: source_conninfo: %w", err)
+		}
 	}
 	return p, nil
-}
-
-func hasPassword(dsn string) bool {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return true // unreadable: refuse rather than store what might be a secret
-		}
-		_, has := u.User.Password()
-		return has || u.Query().Has("password")
-	}
-	for _, f := range strings.Fields(dsn) {
-		if k, _, _ := strings.Cut(f, "="); strings.TrimSpace(k) == "password" {
-			return true
-		}
-	}
-	return false
 }
 
 type tableDef struct {

@@ -6,16 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -275,43 +274,8 @@ func (c *Client) AddNode(ctx context.Context, n catalog.Node) error {
 	return c.Catalog.AddNode(ctx, n)
 }
 
-// checkConninfo refuses conninfo that is malformed or carries a password. Its errors never
-// quote the conninfo, which could hold a secret.
-func checkConninfo(dsn string) error {
-	if strings.TrimSpace(dsn) == "" {
-		return errors.New("conninfo is empty")
-	}
-	errPassword := errors.New("conninfo must not contain a password; use pgpass or PGPASSWORD on the workers")
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			var urlErr *url.Error
-			if errors.As(err, &urlErr) {
-				err = urlErr.Err
-			}
-			return fmt.Errorf("conninfo is not a valid URL: %v", err)
-		}
-		if _, has := u.User.Password(); has || u.Query().Has("password") {
-			return errPassword
-		}
-	} else if hasKeyword(dsn, "password") {
-		return errPassword
-	}
-	if _, err := pgconn.ParseConfig(dsn); err != nil {
-		return errors.New("conninfo cannot be parsed: check its keywords and values")
-	}
-	return nil
-}
-
-// hasKeyword reports whether a keyword/value conninfo sets key.
-func hasKeyword(dsn, key string) bool {
-	for _, f := range strings.Fields(dsn) {
-		k, _, _ := strings.Cut(f, "=")
-		if strings.TrimSpace(k) == key {
-			return true
-		}
-	}
-	return false
-}
+// checkConninfo refuses conninfo that is malformed or carries a secret, in either form and
+// any spelling (see conninfo.Check). Its errors never quote the conninfo.
+func checkConninfo(dsn string) error { return conninfo.Check(dsn) }
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,63}$`)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/conninfo"
 )
 
 // Pools keeps one connection pool per (node conninfo, role). Tasks connect as their owner
@@ -46,7 +46,7 @@ func (p *Pools) Get(ctx context.Context, dsn, user string) (*pgxpool.Pool, error
 	}
 	// The user goes into the conninfo before it is parsed, so that the password is looked up
 	// (pgpass, service file) for the role that logs in, not for the user the conninfo names.
-	cfg, err := pgxpool.ParseConfig(withUser(dsn, user))
+	cfg, err := pgxpool.ParseConfig(conninfo.WithUser(dsn, user))
 	if err != nil {
 		return nil, Permanent(errors.New("node conninfo cannot be parsed"))
 	}
@@ -218,26 +218,4 @@ func Probe(ctx context.Context, pools *Pools, dsn string) (role, lsn string, err
 		return "standby", lsn, nil
 	}
 	return "primary", lsn, nil
-}
-
-// withUser returns dsn connecting as user instead of the user it names (empty: unchanged). A
-// keyword/value conninfo takes the last value of a repeated keyword.
-func withUser(dsn, user string) string {
-	if user == "" {
-		return dsn
-	}
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return dsn // ParseConfig reports it
-		}
-		u.User = url.User(user)
-		q := u.Query()
-		if q.Has("user") {
-			q.Set("user", user)
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	}
-	return dsn + " user='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(user) + "'"
 }
