@@ -46,13 +46,13 @@ func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog
 	if t.NodeDSN == nil {
 		return executor.Permanent(errors.New("the group's primary is no longer registered"))
 	}
-	pool, err := c.Pools.Get(ctx, *t.NodeDSN, t.Owner)
+	o, err := executor.TaskOwner(t)
 	if err != nil {
 		return err
 	}
-	pooled, err := pool.Acquire(ctx)
+	pooled, err := c.Pools.OwnerConn(ctx, o)
 	if err != nil {
-		return fmt.Errorf("connect to %s as %s: %w", *t.Node, t.Owner, err)
+		return err
 	}
 	// The lock session ends with the task: never hand it back to the pool mid-transaction.
 	conn := pooled.Hijack()

@@ -46,13 +46,13 @@ func (x Part) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 		return executor.Permanent(fmt.Errorf("export %d columns: %w", e.ID, err))
 	}
 
-	pool, err := x.Pools.Get(ctx, *t.NodeDSN, t.Owner)
+	o, err := executor.TaskOwner(t)
 	if err != nil {
 		return err
 	}
-	conn, err := pool.Acquire(ctx)
+	conn, err := x.Pools.OwnerConn(ctx, o)
 	if err != nil {
-		return fmt.Errorf("connect to %s as %s: %w", *t.Node, t.Owner, err)
+		return err
 	}
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, `SELECT set_config('application_name', $1, false)`, executor.ApplicationName(t.ID, t.Token)); err != nil {

@@ -76,6 +76,15 @@ func (t Task) TimeoutOrDefault() time.Duration {
 // gucNameRE matches setting names such as work_mem or myext.some_setting.
 var gucNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
+// reservedSettings are the settings deckhand sets in a task's session itself, or that would
+// change who the session is.
+var reservedSettings = []string{"search_path", "statement_timeout", "application_name", "role", "session_authorization"}
+
+// ReservedSetting reports whether a job may not choose setting name, in any case.
+func ReservedSetting(name string) bool {
+	return slices.Contains(reservedSettings, strings.ToLower(name))
+}
+
 // Validate checks the job without a database and returns the first problem as a one-line
 // *Error naming the task concerned. Checks that need the catalog (that nodes and roles exist,
 // that the submitter may act as the owner) belong to the engine.
@@ -95,6 +104,9 @@ func (j *Job) Validate() error {
 	for _, name := range slices.Sorted(maps.Keys(j.Settings)) {
 		if !gucNameRE.MatchString(name) {
 			return invalidf("settings: %q is not a valid setting name", name)
+		}
+		if ReservedSetting(name) {
+			return invalidf("settings: %q is set by deckhand for every task (a job names its search_path, timeout and owner in their own fields)", name)
 		}
 		if strings.ContainsRune(j.Settings[name], 0) {
 			return invalidf("settings: value of %q contains a NUL byte", name)
