@@ -22,7 +22,12 @@ import (
 // KindMoveTable moves a table to another node through logical replication.
 const KindMoveTable = "move_table"
 
-func init() { spec.RegisterKind(KindMoveTable, true) }
+func init() {
+	spec.RegisterKind(KindMoveTable, true, func(raw json.RawMessage) error {
+		_, err := ParseMovePayload(raw)
+		return err
+	})
+}
 
 // The steps of a move, in order. Each registers what it is about to create first.
 const (
@@ -75,19 +80,25 @@ type MoveTable struct {
 // ParseMovePayload reads and checks a move_table payload.
 func ParseMovePayload(raw json.RawMessage) (MovePayload, error) {
 	var p MovePayload
-	if len(raw) == 0 || string(raw) == "null" {
-		return p, errors.New(`move_table: payload is required: {"table": "schema.table", "to": "node"}`)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return p, fmt.Errorf("move_table: payload: %w", err)
+	if err := executor.DecodePayload(KindMoveTable, raw, &p, `{"table": "schema.table", "to": "node"}`); err != nil {
+		return p, err
 	}
 	if p.Table == "" || p.To == "" {
 		return p, errors.New("move_table: payload needs table and to")
 	}
 	if _, err := executor.ParseQualifiedName(p.Table); err != nil {
 		return p, fmt.Errorf("move_table: %w", err)
+	}
+	// Zero means the default; anything else must be a timeout PostgreSQL takes.
+	for _, d := range []struct {
+		field string
+		v     spec.Duration
+	}{{"lock_timeout", p.LockTimeout}, {"catch_up_timeout", p.CatchUpTimeout}} {
+		if d.v != 0 {
+			if err := spec.CheckTimeout(d.field, d.v); err != nil {
+				return p, fmt.Errorf("move_table: %w", err)
+			}
+		}
 	}
 	if p.SourceConninfo != "" {
 		if err := conninfo.Check(p.SourceConninfo); err != nil {

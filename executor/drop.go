@@ -18,7 +18,12 @@ import (
 // KindDrop drops tables as soon as no query uses them.
 const KindDrop = "drop"
 
-func init() { spec.RegisterKind(KindDrop, true) }
+func init() {
+	spec.RegisterKind(KindDrop, true, func(raw json.RawMessage) error {
+		_, err := ParseDropPayload(raw)
+		return err
+	})
+}
 
 // DefaultLockTimeout bounds how long a drop may make other sessions queue behind its ACCESS
 // EXCLUSIVE lock request. The catalog setting cleanup_lock_timeout overrides it.
@@ -55,13 +60,8 @@ type DropPayload struct {
 // ParseDropPayload reads and checks a drop task's payload.
 func ParseDropPayload(raw json.RawMessage) (DropPayload, error) {
 	var p DropPayload
-	if len(raw) == 0 || string(raw) == "null" {
-		return p, errors.New(`drop: payload is required: {"tables": ["schema.table", ...]}`)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return p, fmt.Errorf("drop: payload: %w", err)
+	if err := DecodePayload(KindDrop, raw, &p, `{"tables": ["schema.table", ...]}`); err != nil {
+		return p, err
 	}
 	if len(p.Tables) == 0 {
 		return p, errors.New("drop: payload names no tables")
@@ -71,8 +71,10 @@ func ParseDropPayload(raw json.RawMessage) (DropPayload, error) {
 			return p, fmt.Errorf("drop: %w", err)
 		}
 	}
-	if p.LockTimeout < 0 {
-		return p, errors.New("drop: lock_timeout must not be negative")
+	if p.LockTimeout != 0 { // zero: the catalog's cleanup_lock_timeout
+		if err := spec.CheckTimeout("lock_timeout", p.LockTimeout); err != nil {
+			return p, fmt.Errorf("drop: %w", err)
+		}
 	}
 	return p, nil
 }
