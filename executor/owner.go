@@ -39,13 +39,25 @@ func (p *Pools) OwnerConn(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("connect to node %s as %s: %w", o.Node, o.Role, err)
+		return nil, connectError(o, err)
 	}
 	if err := VerifyOwner(ctx, conn.Conn(), o); err != nil {
 		Release(ctx, conn)
 		return nil, err
 	}
 	return conn, nil
+}
+
+// connectError says why a session as o.Role could not be opened. A refused login cannot get
+// better by retrying: the worker has no password (or certificate) for the role, or the role may
+// not log in; the message says where the password belongs, and PostgreSQL's own words.
+func connectError(o Owner, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000") {
+		return Permanent(fmt.Errorf("connect to node %s as %s: %v (a worker logs in as each owner role with that role's "+
+			"line in its pgpass file, or a client certificate)", o.Node, o.Role, err))
+	}
+	return fmt.Errorf("connect to node %s as %s: %w", o.Node, o.Role, err)
 }
 
 // verifyOwnerSQL runs in the owner's own session, where the owner may have created functions
