@@ -11,88 +11,16 @@ import (
 
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
-// trojans are look-alikes of pg_catalog functions and operators that deckhand's own
-// statements use, planted in the public schema by a low-privilege role. Each matches a call
-// at least as well as pg_catalog's own: exactly where pg_catalog's needs a cast, or with the
-// same argument types, which wins when a search_path lists public before pg_catalog. Called
-// by a superuser, any of them makes the intruder (%[1]s) a superuser; every call, even one
-// in a transaction that is rolled back, advances public.trojan_hits.
-const trojans = `
-CREATE SEQUENCE public.trojan_hits;
-GRANT USAGE ON SEQUENCE public.trojan_hits TO PUBLIC;
-CREATE FUNCTION public.trojan() RETURNS void LANGUAGE plpgsql AS $f$
-BEGIN
-	PERFORM pg_catalog.nextval('public.trojan_hits'::pg_catalog.regclass);
-	BEGIN
-		EXECUTE 'ALTER ROLE %[1]s SUPERUSER';
-	EXCEPTION WHEN insufficient_privilege THEN NULL;
-	END;
-END $f$;
-CREATE FUNCTION public.pg_has_role(text, name, text) RETURNS boolean LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN pg_catalog.pg_has_role($1::pg_catalog.name, $2, $3); END $f$;
-CREATE FUNCTION public.pg_has_role(name, oid, text) RETURNS boolean LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN pg_catalog.pg_has_role($1, $2, $3); END $f$;
-CREATE FUNCTION public.set_config(text, text, boolean) RETURNS text LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN pg_catalog.set_config($1, $2, $3); END $f$;
-CREATE FUNCTION public.pg_terminate_backend(integer, integer) RETURNS boolean LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN pg_catalog.pg_terminate_backend($1, $2::pg_catalog.int8); END $f$;
-CREATE FUNCTION public.to_regclass(text) RETURNS regclass LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN pg_catalog.to_regclass($1); END $f$;
-CREATE FUNCTION public.current_database() RETURNS name LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN pg_catalog.current_database(); END $f$;
-CREATE FUNCTION public.pg_backend_pid() RETURNS integer LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN pg_catalog.pg_backend_pid(); END $f$;
-CREATE FUNCTION public.unnest(text[]) RETURNS SETOF text LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN QUERY SELECT pg_catalog.unnest($1); END $f$;
-CREATE FUNCTION public.trojan_oideq(oid, oid) RETURNS boolean LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN $1 OPERATOR(pg_catalog.=) $2; END $f$;
-CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = public.trojan_oideq);
-CREATE FUNCTION public.trojan_texteq(text, text) RETURNS boolean LANGUAGE plpgsql AS $f$
-BEGIN PERFORM public.trojan(); RETURN $1 OPERATOR(pg_catalog.=) $2; END $f$;
-CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.trojan_texteq);
-`
-
-// intruder creates a low-privilege role that may create objects in db's public schema.
+// intruder creates a low-privilege role and plants trojans in db's public schema as it.
 func intruder(t *testing.T, e *testenv.Env, db string) string {
 	t.Helper()
 	app := e.Role("app")
-	e.Exec(db, `GRANT CREATE ON SCHEMA public TO `+pgx.Identifier{app}.Sanitize())
+	testenv.PlantTrojans(t, e.Cluster, db, app)
 	return app
-}
-
-// plantTrojans has the intruder plant the trojans in db, connected as itself.
-func plantTrojans(t *testing.T, e *testenv.Env, db, app string) {
-	t.Helper()
-	conn := pgtest.Connect(t, e.Cluster.DSN(db, app))
-	sql := strings.ReplaceAll(trojans, "%[1]s", strings.ReplaceAll(pgx.Identifier{app}.Sanitize(), "'", "''"))
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("planting trojans as %s: %v", app, err)
-	}
-}
-
-// noEscalation fails the test if any trojan was called or the intruder became a superuser.
-func noEscalation(t *testing.T, e *testenv.Env, db, app string) {
-	t.Helper()
-	var super bool
-	if err := e.Pool("postgres").QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = $1`, app).Scan(&super); err != nil {
-		t.Fatal(err)
-	}
-	if super {
-		t.Errorf("%s became a superuser: a trojan ran with deckhand's privileges", app)
-	}
-	var hits int64
-	var called bool
-	if err := e.Pool(db).QueryRow(ctx, `SELECT last_value, is_called FROM public.trojan_hits`).Scan(&hits, &called); err != nil {
-		t.Fatal(err)
-	}
-	if called {
-		t.Errorf("trojans were called %d times", hits)
-	}
 }
 
 // A low-privilege role plants look-alikes of pg_catalog's functions and operators in a schema
@@ -113,7 +41,6 @@ func TestTrojansInOwnerSessions(t *testing.T) {
 			e := testenv.New(t)
 			db := e.AddNode("n1", 4)
 			app := intruder(t, e, db)
-			plantTrojans(t, e, db, app)
 			e.Exec(db, `CREATE TABLE public.victim (id int); CREATE TABLE public.victim2 (id int)`)
 			e.Worker(engine.Config{})
 
@@ -133,7 +60,7 @@ func TestTrojansInOwnerSessions(t *testing.T) {
 			if got := e.Wait(id, 30*time.Second); got.State != catalog.JobFinished {
 				t.Errorf("job %s: %s", got.State, explain(detail(t, e, id)))
 			}
-			noEscalation(t, e, db, app)
+			testenv.NoTrojanRan(t, e.Cluster, db, app)
 
 			rows, _ := e.Pool(db).Query(ctx, `SELECT relname::text FROM pg_class WHERE relname IN ('victim', 'victim2', 'ran_a', 'ran_b', 'ran_c') AND relnamespace = 'public'::regnamespace ORDER BY 1`)
 			present, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -156,7 +83,7 @@ func TestTrojansInOwnerSessions(t *testing.T) {
 func TestTrojansInLeaderTerminate(t *testing.T) {
 	e := testenv.New(t)
 	db := e.AddNode("n1", 4)
-	app := intruder(t, e, db)
+	app := e.Role("app")
 	e.Exec(db, `CREATE TABLE public.rerun (x int)`)
 	victim := e.Serve("--lease", "1s", "--maintenance-interval", "100ms")
 	// The first attempt sleeps until it is terminated; the re-run finds the marker and ends.
@@ -167,7 +94,7 @@ func TestTrojansInLeaderTerminate(t *testing.T) {
 		e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'deckhand task %' AND query LIKE '%pg_sleep%'`).Scan(&n) //nolint:errcheck
 		return n == 1
 	}, "the first attempt runs on the node")
-	plantTrojans(t, e, db, app)
+	testenv.PlantTrojans(t, e.Cluster, db, app)
 	if err := victim.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +108,7 @@ func TestTrojansInLeaderTerminate(t *testing.T) {
 	if len(d.Attempts) != 2 || d.Attempts[0].Outcome != catalog.OutcomeLost {
 		t.Errorf("attempts = %s, want the first lost to the dead worker", explain(d))
 	}
-	noEscalation(t, e, db, app)
+	testenv.NoTrojanRan(t, e.Cluster, db, app)
 	var left int
 	e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid()`).Scan(&left) //nolint:errcheck
 	if left != 0 {
