@@ -79,63 +79,6 @@ func ParseDropPayload(raw json.RawMessage) (DropPayload, error) {
 	return p, nil
 }
 
-// ParseQualifiedName splits "schema.name" or "name" the way PostgreSQL reads it: unquoted
-// parts are folded to lower case, double-quoted parts are taken as written ("" is a quote).
-// The result is one or two identifiers.
-func ParseQualifiedName(s string) (pgx.Identifier, error) {
-	var parts pgx.Identifier
-	var cur strings.Builder
-	quoted, wasQuoted := false, false
-	flush := func() error {
-		if cur.Len() == 0 {
-			return fmt.Errorf("invalid name %q: empty part", s)
-		}
-		if wasQuoted {
-			parts = append(parts, cur.String())
-		} else {
-			parts = append(parts, strings.ToLower(cur.String()))
-		}
-		cur.Reset()
-		wasQuoted = false
-		return nil
-	}
-	rs := []rune(strings.TrimSpace(s))
-	for i := 0; i < len(rs); i++ {
-		r := rs[i]
-		switch {
-		case quoted && r == '"' && i+1 < len(rs) && rs[i+1] == '"':
-			cur.WriteRune('"')
-			i++
-		case r == '"':
-			if !quoted && cur.Len() > 0 {
-				return nil, fmt.Errorf("invalid name %q: quote inside an identifier", s)
-			}
-			quoted = !quoted
-			wasQuoted = true
-		case !quoted && r == '.':
-			if err := flush(); err != nil {
-				return nil, err
-			}
-		case !quoted && (r == ' ' || r == '\t' || r == '\n' || r == ';' || r == ',' || r == '(' || r == ')'):
-			return nil, fmt.Errorf("invalid name %q: unexpected %q", s, r)
-		case r == 0:
-			return nil, fmt.Errorf("invalid name %q: NUL byte", s)
-		default:
-			cur.WriteRune(r)
-		}
-	}
-	if quoted {
-		return nil, fmt.Errorf("invalid name %q: unterminated quote", s)
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	if len(parts) > 2 {
-		return nil, fmt.Errorf("invalid name %q: want table or schema.table", s)
-	}
-	return parts, nil
-}
-
 // InUse reports whether a drop failed only because something else holds the object: its
 // lock_timeout expired (55P03), the object is in use (55006: an active replication slot), or
 // it lost a deadlock (40P01). Such drops are retried once the object is free.
@@ -401,27 +344,4 @@ func resolveTables(ctx context.Context, conn *pgx.Conn, searchPath string, names
 		return nil, Permanent(fmt.Errorf("table %s does not exist; nothing was dropped", strings.Join(missing, ", ")))
 	}
 	return out, nil
-}
-
-// RelationInfo is a relation found by oid.
-type RelationInfo struct {
-	Name pgx.Identifier // schema, relation
-	Kind string         // pg_class.relkind; empty when there is no such relation
-}
-
-// Relation reads a relation's schema-qualified name and kind by oid, in a session whose
-// search_path is SafeSearchPath.
-func Relation(ctx context.Context, conn *pgx.Conn, oid uint32) (RelationInfo, error) {
-	var schema, rel, kind string
-	err := conn.QueryRow(ctx, `
-		SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, c.relkind::pg_catalog.text
-		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = $1::pg_catalog.oid`, oid).Scan(&schema, &rel, &kind)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return RelationInfo{}, nil
-	}
-	if err != nil {
-		return RelationInfo{}, err
-	}
-	return RelationInfo{Name: pgx.Identifier{schema, rel}, Kind: kind}, nil
 }

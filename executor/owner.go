@@ -26,6 +26,9 @@ type Owner struct {
 // not act as the owner on the node: nothing was done, and retrying cannot help.
 var ErrRefused = errors.New("permission denied")
 
+// Refused reports whether err says the submitter may not act as the owner on the node.
+func Refused(err error) bool { return errors.Is(err, ErrRefused) }
+
 // OwnerConn acquires a pooled session on the node connected as o.Role and checks, on the node
 // itself, that o.Submitter is a member of that role. Only a session that passed the check is
 // returned, with its search_path SafeSearchPath; the caller hands it back with Release.

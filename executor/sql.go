@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -96,6 +95,3 @@ func Probe(ctx context.Context, pools *Pools, dsn string) (role, lsn string, err
 	}
 	return "primary", lsn, nil
 }
-
-// Refused reports whether err says the submitter may not act as the owner on the node.
-func Refused(err error) bool { return errors.Is(err, ErrRefused) }
