@@ -52,3 +52,28 @@ func TestForgedOrphanIsNotTerminated(t *testing.T) {
 		t.Error("the orphaned backend was terminated in a session whose owner check failed")
 	}
 }
+
+// Settings deckhand sets itself are refused at submission; a job row forged to carry one (a
+// search_path that would put the owner's schemas before pg_catalog for deckhand's own
+// statements) is refused by the worker before anything runs.
+func TestForgedReservedSettingIsRefused(t *testing.T) {
+	e := testenv.New(t)
+	db := e.AddNode("n1", 4)
+	id := submit(t, e, &spec.Job{Settings: map[string]string{"work_mem": "8MB"},
+		Tasks: []spec.Task{{Name: "t", Node: "n1", SQL: "CREATE TABLE should_not_exist (x int)", MaxAttempts: 1}}})
+	e.Exec(e.DB, `ALTER TABLE deckhand.job DISABLE TRIGGER job_identity`)
+	e.Exec(e.DB, `UPDATE deckhand.job SET settings = settings || '{"search_path": "public, pg_catalog"}' WHERE id = $1`, id)
+	e.Exec(e.DB, `ALTER TABLE deckhand.job ENABLE TRIGGER job_identity`)
+	e.Worker(engine.Config{})
+	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFailed {
+		t.Fatalf("job %s: %s", job.State, explain(detail(t, e, id)))
+	}
+	d := detail(t, e, id)
+	if d.Tasks[0].LastError == nil || !strings.Contains(d.Tasks[0].LastError.Message, `setting "search_path" is not one a job may choose`) {
+		t.Errorf("task error %+v: want the forged setting refused", d.Tasks[0].LastError)
+	}
+	var exists bool
+	if err := e.Pool(db).QueryRow(ctx, `SELECT to_regclass('public.should_not_exist') IS NOT NULL`).Scan(&exists); err != nil || exists {
+		t.Errorf("the task ran (table exists: %v, %v)", exists, err)
+	}
+}
