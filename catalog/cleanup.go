@@ -511,14 +511,16 @@ func nonNil(ids []int64) []int64 {
 // WaitingRecord is a due record that found its resource in use and waits for its next
 // attempt; the cleaner probes its node and retries it early once nothing holds it.
 type WaitingRecord struct {
-	ID       int64   `db:"id"`
-	Type     string  `db:"resource_type"`
-	Node     string  `db:"node"`
-	NodeDSN  string  `db:"node_dsn"`
-	Owner    string  `db:"owner"`
-	Location string  `db:"location"`
-	Name     string  `db:"name"`
-	NextAt   float64 `db:"next_in"` // seconds until its next attempt
+	ID      int64  `db:"id"`
+	Type    string `db:"resource_type"`
+	Node    string `db:"node"`
+	NodeDSN string `db:"node_dsn"`
+	Owner   string `db:"owner"`
+	// SubmittedBy is the job's submitter, who must be a member of Owner on the node.
+	SubmittedBy string  `db:"submitted_by"`
+	Location    string  `db:"location"`
+	Name        string  `db:"name"`
+	NextAt      float64 `db:"next_in"` // seconds until its next attempt
 }
 
 // WaitingInUse lists the due records that wait because their resource was in use, on nodes
@@ -526,7 +528,7 @@ type WaitingRecord struct {
 // opID 0 means every operation.
 func (c *Catalog) WaitingInUse(ctx context.Context, opID int64) ([]WaitingRecord, error) {
 	rows, _ := c.Pool.Query(ctx, `
-		SELECT r.id, r.resource_type, r.node, n.dsn AS node_dsn, o.owner, r.location, r.name,
+		SELECT r.id, r.resource_type, r.node, n.dsn AS node_dsn, o.owner, coalesce(o.submitted_by, '') AS submitted_by, r.location, r.name,
 			extract(epoch FROM r.next_attempt_at - coalesce($1, now()))::float8 AS next_in
 		FROM deckhand.cleanup_record r
 		JOIN deckhand.operation o ON o.id = r.operation_id

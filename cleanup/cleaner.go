@@ -375,23 +375,19 @@ func (c *Cleaner) listenOnce(ctx context.Context, wake func()) error {
 // probe returns the waiting records whose resource nothing holds any more: relations that no
 // session locks, slots that no walsender uses. Other types wait for their backoff.
 func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []int64 {
-	type key struct{ dsn, owner string }
-	groups := map[key][]catalog.WaitingRecord{}
+	groups := map[executor.Owner][]catalog.WaitingRecord{}
 	for _, w := range waiting {
 		switch w.Type {
 		case catalog.ResourceTable, catalog.ResourceIndex, catalog.ResourceReplicationSlot:
-			k := key{w.NodeDSN, w.Owner}
+			k := executor.Owner{Node: w.Node, DSN: w.NodeDSN, Role: w.Owner, Submitter: w.SubmittedBy}
 			groups[k] = append(groups[k], w)
 		}
 	}
 	var free []int64
-	for k, recs := range groups {
-		pool, err := c.Pools.Get(ctx, k.dsn, k.owner)
-		if err != nil {
-			continue
-		}
+	for o, recs := range groups {
+		// A refused owner check leaves the records to their removal attempt, which fails them.
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := pool.Acquire(actx)
+		conn, err := c.Pools.OwnerConn(actx, o)
 		cancel()
 		if err != nil {
 			continue
@@ -400,7 +396,7 @@ func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []
 			var busy bool
 			var err error
 			if w.Type == catalog.ResourceReplicationSlot {
-				err = conn.QueryRow(ctx, `SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false)`, w.Name).Scan(&busy)
+				busy, err = slotActive(ctx, conn.Conn(), w.Name)
 			} else {
 				busy, err = executor.RelationBusy(ctx, conn.Conn(), []string{pgx.Identifier{w.Location, w.Name}.Sanitize()})
 			}
@@ -412,7 +408,7 @@ func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []
 				free = append(free, w.ID)
 			}
 		}
-		conn.Release()
+		executor.Release(ctx, conn)
 	}
 	return free
 }

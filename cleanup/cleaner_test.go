@@ -25,7 +25,7 @@ import (
 // attempt and hands it to the body.
 const kindOp = "cleanuptest_op"
 
-func init() { spec.RegisterKind(kindOp, false) }
+func init() { spec.RegisterKind(kindOp, false, func(json.RawMessage) error { return nil }) }
 
 type opBody func(ctx context.Context, op *cleanup.Operation) error
 

@@ -7,23 +7,27 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
 // KindMoveTable moves a table to another node through logical replication.
 const KindMoveTable = "move_table"
 
-func init() { spec.RegisterKind(KindMoveTable, true) }
+func init() {
+	spec.RegisterKind(KindMoveTable, true, func(raw json.RawMessage) error {
+		_, err := ParseMovePayload(raw)
+		return err
+	})
+}
 
 // The steps of a move, in order. Each registers what it is about to create first.
 const (
@@ -76,13 +80,8 @@ type MoveTable struct {
 // ParseMovePayload reads and checks a move_table payload.
 func ParseMovePayload(raw json.RawMessage) (MovePayload, error) {
 	var p MovePayload
-	if len(raw) == 0 || string(raw) == "null" {
-		return p, errors.New(`move_table: payload is required: {"table": "schema.table", "to": "node"}`)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return p, fmt.Errorf("move_table: payload: %w", err)
+	if err := executor.DecodePayload(KindMoveTable, raw, &p, `{"table": "schema.table", "to": "node"}`); err != nil {
+		return p, err
 	}
 	if p.Table == "" || p.To == "" {
 		return p, errors.New("move_table: payload needs table and to")
@@ -90,27 +89,23 @@ func ParseMovePayload(raw json.RawMessage) (MovePayload, error) {
 	if _, err := executor.ParseQualifiedName(p.Table); err != nil {
 		return p, fmt.Errorf("move_table: %w", err)
 	}
-	if hasPassword(p.SourceConninfo) {
-		return p, errors.New("move_table: source_conninfo must not contain a password")
+	// Zero means the default; anything else must be a timeout PostgreSQL takes.
+	for _, d := range []struct {
+		field string
+		v     spec.Duration
+	}{{"lock_timeout", p.LockTimeout}, {"catch_up_timeout", p.CatchUpTimeout}} {
+		if d.v != 0 {
+			if err := spec.CheckTimeout(d.field, d.v); err != nil {
+				return p, fmt.Errorf("move_table: %w", err)
+			}
+		}
+	}
+	if p.SourceConninfo != "" {
+		if err := conninfo.Check(p.SourceConninfo); err != nil {
+			return p, fmt.Errorf("move_table: source_conninfo: %w", err)
+		}
 	}
 	return p, nil
-}
-
-func hasPassword(dsn string) bool {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return true // unreadable: refuse rather than store what might be a secret
-		}
-		_, has := u.User.Password()
-		return has || u.Query().Has("password")
-	}
-	for _, f := range strings.Fields(dsn) {
-		if k, _, _ := strings.Cut(f, "="); strings.TrimSpace(k) == "password" {
-			return true
-		}
-	}
-	return false
 }
 
 type tableDef struct {
@@ -129,40 +124,6 @@ func (d tableDef) createSQL() string {
 	}
 	cols = append(cols, "PRIMARY KEY ("+strings.Join(pk, ", ")+")")
 	return "CREATE TABLE " + d.ident() + " (" + strings.Join(cols, ", ") + ")"
-}
-
-// nodeConn is a pooled connection to a node prepared for the task attempt.
-type nodeConn struct {
-	*pgxpool.Conn
-}
-
-func (n nodeConn) release(ctx context.Context) {
-	c := n.Conn.Conn()
-	if c.PgConn().TxStatus() == 'I' && !c.IsClosed() && ctx.Err() == nil {
-		if _, err := c.Exec(ctx, "DISCARD ALL"); err != nil {
-			c.Close(context.Background()) //nolint:errcheck
-		}
-	} else {
-		c.Close(context.Background()) //nolint:errcheck
-	}
-	n.Conn.Release()
-}
-
-func (m MoveTable) connect(ctx context.Context, t *catalog.ClaimedTask) (nodeConn, error) {
-	pool, err := m.Cleaner.Pools.Get(ctx, *t.NodeDSN, t.Owner)
-	if err != nil {
-		return nodeConn{}, err
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return nodeConn{}, fmt.Errorf("connect to node %s as %s: %w", *t.Node, t.Owner, err)
-	}
-	nc := nodeConn{conn}
-	if err := executor.PrepareSession(ctx, conn.Conn(), t); err != nil {
-		nc.release(ctx)
-		return nodeConn{}, err
-	}
-	return nc, nil
 }
 
 // Run moves the table; see MoveTable.
@@ -208,20 +169,24 @@ func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) 
 		catchUp = 30 * time.Second
 	}
 
-	src, err := m.connect(ctx, t)
+	// Both sessions are the owner's, each checked on its own node.
+	srcOwner, err := executor.TaskOwner(t)
 	if err != nil {
 		return err
 	}
-	defer src.release(ctx)
-	onTarget := *t
-	onTarget.Node, onTarget.NodeDSN = &target.Name, &target.DSN
-	dst, err := m.connect(ctx, &onTarget)
+	srcConn, releaseSrc, err := c.Pools.Session(ctx, srcOwner, t)
 	if err != nil {
 		return err
 	}
-	defer dst.release(ctx)
+	defer releaseSrc()
+	dstOwner := executor.Owner{Node: target.Name, DSN: target.DSN, Role: t.Owner, Submitter: t.SubmittedBy}
+	dstConn, releaseDst, err := c.Pools.Session(ctx, dstOwner, t)
+	if err != nil {
+		return err
+	}
+	defer releaseDst()
 
-	def, err := readTableDef(ctx, src.Conn.Conn(), p.Table)
+	def, err := readTableDef(ctx, srcConn, t.SearchPath, p.Table)
 	if err != nil {
 		return err
 	}
@@ -261,7 +226,6 @@ func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) 
 	// Slots are per server, and a server may hold several nodes or serve several catalogs: the
 	// random part keeps names of different catalogs' operations apart.
 	name := fmt.Sprintf("deckhand_move_%d_%08x", op.ID(), rand.Uint32())
-	srcConn, dstConn := src.Conn.Conn(), dst.Conn.Conn()
 
 	if err := step(StepCreateTable, m.createTable(ctx, op, dstConn, p.To, def)); err != nil {
 		return err
@@ -273,7 +237,7 @@ func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) 
 	if _, err := op.Register(ctx, ReplicationSlot(source, name), Always); err != nil {
 		return err
 	}
-	repl, snapshot, err := createSlot(ctx, *t.NodeDSN, t, name)
+	repl, snapshot, err := createSlot(ctx, srcOwner, t, name)
 	if err != nil {
 		return step(StepCreateSlot, err)
 	}
@@ -328,7 +292,9 @@ func createIn(ctx context.Context, op *Operation, conn *pgx.Conn, r Resource, st
 // to be free first: a record naming something that was already there would remove it.
 func (m MoveTable) createTable(ctx context.Context, op *Operation, conn *pgx.Conn, node string, def tableDef) error {
 	var schemaExists, tableExists bool
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1), to_regclass($2) IS NOT NULL`,
+	err := conn.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1::pg_catalog.text),
+		       pg_catalog.to_regclass($2::pg_catalog.text) IS NOT NULL`,
 		def.schema, def.ident()).Scan(&schemaExists, &tableExists)
 	if err != nil {
 		return err
@@ -369,31 +335,34 @@ func (m MoveTable) createTable(ctx context.Context, op *Operation, conn *pgx.Con
 	return nil
 }
 
-// readTableDef reads what the target table needs from the source.
-func readTableDef(ctx context.Context, conn *pgx.Conn, table string) (tableDef, error) {
+// readTableDef reads what the target table needs from the source; the table's name is
+// resolved with the job's search_path.
+func readTableDef(ctx context.Context, conn *pgx.Conn, searchPath, table string) (tableDef, error) {
 	id, err := executor.ParseQualifiedName(table)
 	if err != nil {
 		return tableDef{}, executor.Permanent(err)
 	}
-	var d tableDef
-	var oid uint32
-	var kind string
-	err = conn.QueryRow(ctx, `
-		SELECT c.oid, n.nspname, c.relname, c.relkind::text
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`,
-		id.Sanitize()).Scan(&oid, &d.schema, &d.name, &kind)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return d, executor.Permanent(fmt.Errorf("table %s does not exist", id.Sanitize()))
-	}
+	oids, err := executor.ResolveNames(ctx, conn, searchPath, []pgx.Identifier{id})
 	if err != nil {
-		return d, err
+		return tableDef{}, err
 	}
-	if kind != "r" {
-		return d, executor.Permanent(fmt.Errorf("%s is not a plain table (relkind %s)", id.Sanitize(), kind))
+	oid := oids[0]
+	rel, err := executor.Relation(ctx, conn, oid)
+	if err != nil {
+		return tableDef{}, err
 	}
+	if rel.Kind == "" {
+		return tableDef{}, executor.Permanent(fmt.Errorf("table %s does not exist", id.Sanitize()))
+	}
+	if rel.Kind != "r" {
+		return tableDef{}, executor.Permanent(fmt.Errorf("%s is not a plain table (relkind %s)", id.Sanitize(), rel.Kind))
+	}
+	d := tableDef{schema: rel.Name[0], name: rel.Name[1]}
+	// The session's search_path is pg_catalog's alone: operators here are pg_catalog's.
 	rows, _ := conn.Query(ctx, `
-		SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated <> ''
-		FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
+		SELECT a.attname::pg_catalog.text, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated <> ''
+		FROM pg_catalog.pg_attribute a
+		WHERE a.attrelid = $1::pg_catalog.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
 	var colName, colType string
 	var notNull, generated bool
 	_, err = pgx.ForEachRow(rows, []any{&colName, &colType, &notNull, &generated}, func() error {
@@ -411,10 +380,10 @@ func readTableDef(ctx context.Context, conn *pgx.Conn, table string) (tableDef, 
 		return d, err
 	}
 	err = conn.QueryRow(ctx, `
-		SELECT coalesce(array_agg(a.attname ORDER BY k.ord), '{}')
-		FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-		WHERE i.indrelid = $1 AND i.indisprimary`, oid).Scan(&d.primaryKey)
+		SELECT coalesce(pg_catalog.array_agg(a.attname::pg_catalog.text ORDER BY k.ord), '{}')
+		FROM pg_catalog.pg_index i CROSS JOIN LATERAL pg_catalog.unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		WHERE i.indrelid = $1::pg_catalog.oid AND i.indisprimary`, oid).Scan(&d.primaryKey)
 	if err != nil {
 		return d, err
 	}
@@ -426,18 +395,20 @@ func readTableDef(ctx context.Context, conn *pgx.Conn, table string) (tableDef, 
 
 // createSlot creates the logical slot on a replication connection that exports a snapshot:
 // the copy reads exactly the rows the slot's changes start after. The connection must stay
-// open and idle until the copy has started.
-func createSlot(ctx context.Context, dsn string, t *catalog.ClaimedTask, name string) (*pgconn.PgConn, string, error) {
-	cfg, err := pgconn.ParseConfig(dsn)
-	if err != nil {
-		return nil, "", executor.Permanent(fmt.Errorf("node conninfo: %w", err))
+// open and idle until the copy has started. A replication connection cannot be pooled; it is
+// the owner's on the node whose owner session (of the same attempt) passed OwnerConn's check,
+// and it runs nothing but CREATE_REPLICATION_SLOT.
+func createSlot(ctx context.Context, o executor.Owner, t *catalog.ClaimedTask, name string) (*pgconn.PgConn, string, error) {
+	cfg, err := pgconn.ParseConfig(conninfo.WithUser(o.DSN, o.Role))
+	if err != nil || cfg.User != o.Role {
+		return nil, "", executor.Permanent(errors.New("node conninfo cannot be parsed"))
 	}
-	cfg.User = t.Owner
 	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["search_path"] = executor.SafeSearchPath
 	cfg.RuntimeParams["application_name"] = executor.ApplicationName(t.ID, t.Token)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("replication connection to node %s as %s: %w", *t.Node, t.Owner, err)
+		return nil, "", fmt.Errorf("replication connection to node %s as %s: %w", o.Node, o.Role, err)
 	}
 	res, err := conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+pgx.Identifier{name}.Sanitize()+" LOGICAL pgoutput EXPORT_SNAPSHOT").ReadAll()
 	if err == nil && (len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 3) {
@@ -504,7 +475,7 @@ func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", max(lockTimeout.Milliseconds(), 1)))
+		err = executor.SetLockTimeout(ctx, tx, lockTimeout)
 		if err == nil {
 			_, err = tx.Exec(ctx, "LOCK TABLE "+def.ident()+" IN EXCLUSIVE MODE")
 		}
@@ -539,7 +510,7 @@ func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.
 
 func waitCaughtUp(ctx context.Context, src, dst *pgx.Conn, sub string, timeout time.Duration) error {
 	var lsn string
-	if err := src.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
+	if err := src.QueryRow(ctx, `SELECT pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text`).Scan(&lsn); err != nil {
 		return err
 	}
 	return waitLSN(ctx, dst, sub, lsn, timeout)
@@ -549,7 +520,7 @@ func waitCaughtUpTx(ctx context.Context, tx pgx.Tx, dst *pgx.Conn, sub string, t
 	var lsn string
 	// The insert position, not the write position: commits made with synchronous_commit off
 	// may not be written yet, and must be waited for too.
-	if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text`).Scan(&lsn); err != nil {
 		return err
 	}
 	return waitLSN(ctx, dst, sub, lsn, timeout)
@@ -562,10 +533,11 @@ func waitLSN(ctx context.Context, dst *pgx.Conn, sub, lsn string, timeout time.D
 	for {
 		var done bool
 		err := dst.QueryRow(ctx, `
-			SELECT coalesce((SELECT s.latest_end_lsn >= $2::pg_lsn FROM pg_stat_subscription s
-			                 JOIN pg_subscription p ON p.oid = s.subid
-			                 WHERE p.subname = $1 AND s.relid IS NULL
-			                   AND p.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())), false)`,
+			SELECT coalesce((SELECT s.latest_end_lsn >= $2::pg_catalog.pg_lsn FROM pg_catalog.pg_stat_subscription s
+			                 JOIN pg_catalog.pg_subscription p ON p.oid = s.subid
+			                 WHERE p.subname = $1::pg_catalog.text AND s.relid IS NULL
+			                   AND p.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d
+			                                    WHERE d.datname = pg_catalog.current_database())), false)`,
 			sub, lsn).Scan(&done)
 		if err != nil || done {
 			return err

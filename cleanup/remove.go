@@ -73,24 +73,22 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 	case catalog.ResourceObject, catalog.ResourcePrefix:
 		return removeBlob(ctx, rec.Type, rec.Location, rec.Name)
 	}
-	pool, err := c.Pools.Get(ctx, *rec.NodeDSN, rec.Owner)
-	if err != nil {
-		return err
+	if rec.SubmittedBy == "" {
+		// Only an operation written before submitters were recorded, or a forged one, lacks
+		// it; nobody may then act as its owner.
+		return executor.Permanent(fmt.Errorf("its operation has no recorded submitter, so nothing may act as %q for it "+
+			"(remove the %s by hand, then `deckhand cleanup forget %d`): %w", rec.Owner, rec.Type, rec.ID, executor.ErrRefused))
 	}
+	o := executor.Owner{Node: *rec.Node, DSN: *rec.NodeDSN, Role: rec.Owner, Submitter: rec.SubmittedBy}
 	// An unreachable node must not hold up the records of every other node for the length
 	// of a TCP timeout: the record is retried later.
 	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	conn, err := pool.Acquire(actx)
+	conn, err := c.Pools.OwnerConn(actx, o)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("connect to node %s as %s: %w", *rec.Node, rec.Owner, err)
+		return err
 	}
-	defer func() {
-		if conn.Conn().PgConn().TxStatus() != 'I' || ctx.Err() != nil {
-			conn.Conn().Close(context.Background()) //nolint:errcheck
-		}
-		conn.Release()
-	}()
+	defer executor.Release(ctx, conn)
 	r := rec.Resource()
 	if rec.Attempts == 0 && (r.Type == catalog.ResourceTable || r.Type == catalog.ResourceIndex) {
 		// Later attempts come when the probe sees it free or the backoff expires (for a
@@ -134,9 +132,11 @@ func RemoveOnNode(ctx context.Context, conn *pgx.Conn, r Resource, lockTimeout t
 func dropSubscription(ctx context.Context, conn *pgx.Conn, name string, lockTimeout time.Duration) error {
 	var enabled bool
 	var slot *string
+	// Owner sessions have the search_path SafeSearchPath: operators are pg_catalog's.
 	err := conn.QueryRow(ctx, `
-		SELECT subenabled, subslotname::text FROM pg_subscription
-		WHERE subdbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND subname = $1`, name).Scan(&enabled, &slot)
+		SELECT s.subenabled, s.subslotname::pg_catalog.text FROM pg_catalog.pg_subscription s
+		WHERE s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+		  AND s.subname = $1::pg_catalog.text`, name).Scan(&enabled, &slot)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -169,7 +169,9 @@ func dropSubscription(ctx context.Context, conn *pgx.Conn, name string, lockTime
 func dropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
 	var active bool
 	var pid *int32
-	err := conn.QueryRow(ctx, `SELECT active, active_pid FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&active, &pid)
+	err := conn.QueryRow(ctx, `
+		SELECT s.active, s.active_pid FROM pg_catalog.pg_replication_slots s
+		WHERE s.slot_name = $1::pg_catalog.text`, name).Scan(&active, &pid)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -182,12 +184,21 @@ func dropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
 		}
 		return errSlotActive
 	}
-	_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name)
+	_, err = conn.Exec(ctx, `SELECT pg_catalog.pg_drop_replication_slot($1::pg_catalog.name)`, name)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42704" {
 		return nil
 	}
 	return err
+}
+
+// slotActive reports whether a walsender uses the replication slot; a missing slot is not.
+func slotActive(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
+	var active bool
+	err := conn.QueryRow(ctx, `
+		SELECT coalesce((SELECT s.active FROM pg_catalog.pg_replication_slots s
+		                 WHERE s.slot_name = $1::pg_catalog.text), false)`, name).Scan(&active)
+	return active, err
 }
 
 // removeBlob deletes one object, or every object under a prefix.

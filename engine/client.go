@@ -6,16 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -132,22 +131,13 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 		}
 		conn := conns[t.Node]
 		if conn == nil {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			conn, err = pgx.Connect(cctx, node.DSN)
-			cancel()
-			if err != nil {
+			if conn, err = connectToCheck(ctx, node.DSN); err != nil {
 				return fmt.Errorf("task %q: connect to node %s to check the owner: %w", t.Name, t.Node, err)
 			}
 			conns[t.Node] = conn
 		}
 		var ownerExists, submitterExists, member bool
-		err := conn.QueryRow(ctx, `
-			SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $2),
-			       EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1),
-			       CASE WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)
-			             AND EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $2)
-			            THEN pg_has_role($1, $2, 'MEMBER') ELSE false END`,
-			submitter, owner).Scan(&ownerExists, &submitterExists, &member)
+		err := conn.QueryRow(ctx, checkOwnerSQL, submitter, owner).Scan(&ownerExists, &submitterExists, &member)
 		if err != nil {
 			return fmt.Errorf("task %q: check owner on node %s: %w", t.Name, t.Node, err)
 		}
@@ -162,6 +152,28 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 		checked[pair{t.Node, owner}] = true
 	}
 	return nil
+}
+
+// checkOwnerSQL runs on a node as the node's registered user, where other roles may have
+// created functions and operators: every name is pg_catalog's, with exact argument types.
+const checkOwnerSQL = `
+	SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $2::pg_catalog.name),
+	       EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1::pg_catalog.name),
+	       CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1::pg_catalog.name)
+	             AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $2::pg_catalog.name)
+	            THEN pg_catalog.pg_has_role($1::pg_catalog.name, $2::pg_catalog.name, 'MEMBER'::pg_catalog.text) ELSE false END`
+
+// connectToCheck connects to a node for the submission checks, with only pg_catalog on the
+// search_path.
+func connectToCheck(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, errors.New("node conninfo cannot be parsed")
+	}
+	cfg.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return pgx.ConnectConfig(cctx, cfg)
 }
 
 // Run submits a one-task SQL job.
@@ -275,43 +287,8 @@ func (c *Client) AddNode(ctx context.Context, n catalog.Node) error {
 	return c.Catalog.AddNode(ctx, n)
 }
 
-// checkConninfo refuses conninfo that is malformed or carries a password. Its errors never
-// quote the conninfo, which could hold a secret.
-func checkConninfo(dsn string) error {
-	if strings.TrimSpace(dsn) == "" {
-		return errors.New("conninfo is empty")
-	}
-	errPassword := errors.New("conninfo must not contain a password; use pgpass or PGPASSWORD on the workers")
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			var urlErr *url.Error
-			if errors.As(err, &urlErr) {
-				err = urlErr.Err
-			}
-			return fmt.Errorf("conninfo is not a valid URL: %v", err)
-		}
-		if _, has := u.User.Password(); has || u.Query().Has("password") {
-			return errPassword
-		}
-	} else if hasKeyword(dsn, "password") {
-		return errPassword
-	}
-	if _, err := pgconn.ParseConfig(dsn); err != nil {
-		return errors.New("conninfo cannot be parsed: check its keywords and values")
-	}
-	return nil
-}
-
-// hasKeyword reports whether a keyword/value conninfo sets key.
-func hasKeyword(dsn, key string) bool {
-	for _, f := range strings.Fields(dsn) {
-		k, _, _ := strings.Cut(f, "=")
-		if strings.TrimSpace(k) == key {
-			return true
-		}
-	}
-	return false
-}
+// checkConninfo refuses conninfo that is malformed or carries a secret, in either form and
+// any spelling (see conninfo.Check). Its errors never quote the conninfo.
+func checkConninfo(dsn string) error { return conninfo.Check(dsn) }
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,63}$`)

@@ -88,7 +88,15 @@ func (w *Worker) rescue(ctx context.Context) {
 	var results []catalog.Result
 	for _, o := range orphans {
 		if o.Node != nil && o.NodeDSN != nil {
-			if err := executor.TerminateAttempt(ctx, w.pools, *o.NodeDSN, o.Owner, o.TaskID, o.Token); err != nil {
+			owner := executor.Owner{Node: *o.Node, DSN: *o.NodeDSN, Role: o.Owner, Submitter: o.SubmittedBy}
+			err := executor.TerminateAttempt(ctx, w.pools, owner, o.TaskID, o.Token)
+			switch {
+			case executor.Refused(err):
+				// The submitter may not act as the owner there: no attempt can have run as it,
+				// so there is nothing to terminate. The task goes back and its next attempt
+				// is refused the same way.
+				w.log.Warn("orphaned task's owner refused on its node; nothing to terminate", "task", o.TaskID, "node", *o.Node, "err", err)
+			case err != nil:
 				w.log.Warn("could not terminate orphaned backend; will retry", "task", o.TaskID, "node", *o.Node, "err", err)
 				continue
 			}

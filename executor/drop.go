@@ -18,7 +18,12 @@ import (
 // KindDrop drops tables as soon as no query uses them.
 const KindDrop = "drop"
 
-func init() { spec.RegisterKind(KindDrop, true) }
+func init() {
+	spec.RegisterKind(KindDrop, true, func(raw json.RawMessage) error {
+		_, err := ParseDropPayload(raw)
+		return err
+	})
+}
 
 // DefaultLockTimeout bounds how long a drop may make other sessions queue behind its ACCESS
 // EXCLUSIVE lock request. The catalog setting cleanup_lock_timeout overrides it.
@@ -55,13 +60,8 @@ type DropPayload struct {
 // ParseDropPayload reads and checks a drop task's payload.
 func ParseDropPayload(raw json.RawMessage) (DropPayload, error) {
 	var p DropPayload
-	if len(raw) == 0 || string(raw) == "null" {
-		return p, errors.New(`drop: payload is required: {"tables": ["schema.table", ...]}`)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return p, fmt.Errorf("drop: payload: %w", err)
+	if err := DecodePayload(KindDrop, raw, &p, `{"tables": ["schema.table", ...]}`); err != nil {
+		return p, err
 	}
 	if len(p.Tables) == 0 {
 		return p, errors.New("drop: payload names no tables")
@@ -71,67 +71,12 @@ func ParseDropPayload(raw json.RawMessage) (DropPayload, error) {
 			return p, fmt.Errorf("drop: %w", err)
 		}
 	}
-	if p.LockTimeout < 0 {
-		return p, errors.New("drop: lock_timeout must not be negative")
+	if p.LockTimeout != 0 { // zero: the catalog's cleanup_lock_timeout
+		if err := spec.CheckTimeout("lock_timeout", p.LockTimeout); err != nil {
+			return p, fmt.Errorf("drop: %w", err)
+		}
 	}
 	return p, nil
-}
-
-// ParseQualifiedName splits "schema.name" or "name" the way PostgreSQL reads it: unquoted
-// parts are folded to lower case, double-quoted parts are taken as written ("" is a quote).
-// The result is one or two identifiers.
-func ParseQualifiedName(s string) (pgx.Identifier, error) {
-	var parts pgx.Identifier
-	var cur strings.Builder
-	quoted, wasQuoted := false, false
-	flush := func() error {
-		if cur.Len() == 0 {
-			return fmt.Errorf("invalid name %q: empty part", s)
-		}
-		if wasQuoted {
-			parts = append(parts, cur.String())
-		} else {
-			parts = append(parts, strings.ToLower(cur.String()))
-		}
-		cur.Reset()
-		wasQuoted = false
-		return nil
-	}
-	rs := []rune(strings.TrimSpace(s))
-	for i := 0; i < len(rs); i++ {
-		r := rs[i]
-		switch {
-		case quoted && r == '"' && i+1 < len(rs) && rs[i+1] == '"':
-			cur.WriteRune('"')
-			i++
-		case r == '"':
-			if !quoted && cur.Len() > 0 {
-				return nil, fmt.Errorf("invalid name %q: quote inside an identifier", s)
-			}
-			quoted = !quoted
-			wasQuoted = true
-		case !quoted && r == '.':
-			if err := flush(); err != nil {
-				return nil, err
-			}
-		case !quoted && (r == ' ' || r == '\t' || r == '\n' || r == ';' || r == ',' || r == '(' || r == ')'):
-			return nil, fmt.Errorf("invalid name %q: unexpected %q", s, r)
-		case r == 0:
-			return nil, fmt.Errorf("invalid name %q: NUL byte", s)
-		default:
-			cur.WriteRune(r)
-		}
-	}
-	if quoted {
-		return nil, fmt.Errorf("invalid name %q: unterminated quote", s)
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	if len(parts) > 2 {
-		return nil, fmt.Errorf("invalid name %q: want table or schema.table", s)
-	}
-	return parts, nil
 }
 
 // InUse reports whether a drop failed only because something else holds the object: its
@@ -153,12 +98,18 @@ func InUse(err error) bool {
 // arriving after it queue behind its lock request for at most that long.
 func DropInTx(ctx context.Context, conn *pgx.Conn, stmt string, lockTimeout time.Duration) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, millis(lockTimeout)); err != nil {
+		if err := SetLockTimeout(ctx, tx, lockTimeout); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, stmt)
 		return err
 	})
+}
+
+// SetLockTimeout sets lock_timeout for the rest of tx.
+func SetLockTimeout(ctx context.Context, tx pgx.Tx, d time.Duration) error {
+	_, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('lock_timeout'::pg_catalog.text, $1::pg_catalog.text, true)`, millis(d))
+	return err
 }
 
 func millis(d time.Duration) string {
@@ -170,17 +121,22 @@ func millis(d time.Duration) string {
 // pg_locks takes no lock on the relations, so probing never gets in anyone's way.
 func RelationBusy(ctx context.Context, conn *pgx.Conn, relations []string) (bool, error) {
 	var busy bool
-	err := conn.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM pg_locks l
-			WHERE l.locktype = 'relation'
-			  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-			  AND l.relation IN (SELECT to_regclass(r)::oid FROM unnest($1::text[]) AS r
-			                     UNION ALL
-			                     SELECT i.indrelid FROM pg_index i WHERE i.indexrelid IN (SELECT to_regclass(r) FROM unnest($1::text[]) AS r))
-			  AND l.pid IS DISTINCT FROM pg_backend_pid())`, relations).Scan(&busy)
+	err := conn.QueryRow(ctx, relationBusySQL, relations).Scan(&busy)
 	return busy, err
 }
+
+// relationBusySQL runs in owner sessions whose search_path is SafeSearchPath, so its operators
+// are pg_catalog's; its functions are named with their schema and argument types.
+const relationBusySQL = `
+	SELECT EXISTS (
+		SELECT 1 FROM pg_catalog.pg_locks l
+		WHERE l.locktype = 'relation'
+		  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+		  AND l.relation IN (SELECT pg_catalog.to_regclass(r)::pg_catalog.oid FROM pg_catalog.unnest($1::pg_catalog.text[]) AS r
+		                     UNION ALL
+		                     SELECT i.indrelid FROM pg_catalog.pg_index i
+		                     WHERE i.indexrelid IN (SELECT pg_catalog.to_regclass(r)::pg_catalog.oid FROM pg_catalog.unnest($1::pg_catalog.text[]) AS r))
+		  AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid())`
 
 // WaitFree waits until busy reports false or max has passed, probing every interval. It
 // returns ctx's error when ctx ends first.
@@ -223,8 +179,9 @@ type Drop struct {
 }
 
 func (d Drop) Run(ctx context.Context, t *catalog.ClaimedTask) error {
-	if t.Node == nil || t.NodeDSN == nil {
-		return Permanent(errors.New("the task's node is no longer registered"))
+	o, err := TaskOwner(t)
+	if err != nil {
+		return err
 	}
 	p, err := ParseDropPayload(t.Payload)
 	if err != nil {
@@ -248,13 +205,13 @@ func (d Drop) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 		maxBackoff = 30 * time.Second
 	}
 
-	conn, release, err := d.Pools.Session(ctx, t)
+	conn, release, err := d.Pools.Session(ctx, o, t)
 	if err != nil {
 		return err
 	}
 	defer release()
 
-	tables, err := resolveTables(ctx, conn, p.Tables, t.Run <= 1)
+	tables, err := resolveTables(ctx, conn, t.SearchPath, p.Tables, t.Run <= 1)
 	if err != nil {
 		return err
 	}
@@ -312,8 +269,10 @@ func checkOwnership(ctx context.Context, conn *pgx.Conn, tables []pgx.Identifier
 		names[i] = tb.Sanitize()
 	}
 	rows, _ := conn.Query(ctx, `
-		SELECT n FROM unnest($1::text[]) AS n
-		WHERE NOT pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = to_regclass(n)), 'USAGE')`, names)
+		SELECT n FROM pg_catalog.unnest($1::pg_catalog.text[]) AS n
+		WHERE NOT pg_catalog.pg_has_role(CURRENT_USER,
+			(SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(n)::pg_catalog.oid),
+			'USAGE'::pg_catalog.text)`, names)
 	refused, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return err
@@ -323,7 +282,7 @@ func checkOwnership(ctx context.Context, conn *pgx.Conn, tables []pgx.Identifier
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, millis(lockTimeout))
+		err = SetLockTimeout(ctx, tx, lockTimeout)
 		if err == nil {
 			_, err = tx.Exec(ctx, "DROP TABLE IF EXISTS "+name)
 		}
@@ -340,54 +299,49 @@ func checkOwnership(ctx context.Context, conn *pgx.Conn, tables []pgx.Identifier
 	return nil
 }
 
-// resolveTables turns names into schema-qualified tables. On the first run every table must
-// exist and be a table; on later runs a missing table was dropped by an earlier attempt.
-func resolveTables(ctx context.Context, conn *pgx.Conn, names []string, firstRun bool) ([]pgx.Identifier, error) {
-	var out []pgx.Identifier
-	var missing []string
-	seen := map[string]bool{}
-	for _, n := range names {
+// resolveTables turns names, resolved with the job's search_path, into schema-qualified
+// tables. On the first run every table must exist and be a table; on later runs a missing
+// table was dropped by an earlier attempt.
+func resolveTables(ctx context.Context, conn *pgx.Conn, searchPath string, names []string, firstRun bool) ([]pgx.Identifier, error) {
+	ids := make([]pgx.Identifier, len(names))
+	for i, n := range names {
 		id, err := ParseQualifiedName(n)
 		if err != nil {
 			return nil, Permanent(err)
 		}
-		var schema, rel, kind *string
-		err = conn.QueryRow(ctx, `
-			SELECT n.nspname, c.relname, c.relkind::text
-			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE c.oid = to_regclass($1)`, id.Sanitize()).Scan(&schema, &rel, &kind)
-		if errors.Is(err, pgx.ErrNoRows) {
-			missing = append(missing, id.Sanitize())
+		ids[i] = id
+	}
+	oids, err := ResolveNames(ctx, conn, searchPath, ids)
+	if err != nil {
+		return nil, err
+	}
+	var out []pgx.Identifier
+	var missing []string
+	seen := map[uint32]bool{}
+	for i, oid := range oids {
+		if oid == 0 {
+			missing = append(missing, ids[i].Sanitize())
 			continue
 		}
+		if seen[oid] {
+			continue
+		}
+		seen[oid] = true
+		rel, err := Relation(ctx, conn, oid)
 		if err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "3F000" { // schema does not exist
-				missing = append(missing, id.Sanitize())
-				continue
-			}
 			return nil, err
 		}
-		if *kind != "r" && *kind != "p" {
-			return nil, Permanent(fmt.Errorf("%s is not a table (relkind %s)", id.Sanitize(), *kind))
+		if rel.Kind == "" {
+			missing = append(missing, ids[i].Sanitize()) // dropped meanwhile
+			continue
 		}
-		q := pgx.Identifier{*schema, *rel}
-		if !seen[q.Sanitize()] {
-			seen[q.Sanitize()] = true
-			out = append(out, q)
+		if rel.Kind != "r" && rel.Kind != "p" {
+			return nil, Permanent(fmt.Errorf("%s is not a table (relkind %s)", ids[i].Sanitize(), rel.Kind))
 		}
+		out = append(out, rel.Name)
 	}
 	if len(missing) > 0 && firstRun {
 		return nil, Permanent(fmt.Errorf("table %s does not exist; nothing was dropped", strings.Join(missing, ", ")))
 	}
 	return out, nil
-}
-
-// PrepareSession readies a connection to a node for a task attempt, as the sql kind does: it
-// checks on the node that the submitter may act as the owner, and applies the submit-time
-// search_path and settings, the statement_timeout and the attempt's application_name (by
-// which the leader finds and terminates the backend should the worker die). Built-in kinds
-// that work on several nodes call it on each connection.
-func PrepareSession(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask) error {
-	return prepareSession(ctx, conn, t)
 }

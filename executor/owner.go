@@ -22,51 +22,79 @@ type Owner struct {
 	Submitter string // the job's submitter, fixed at submission
 }
 
+// ErrRefused is wrapped by the errors of OwnerConn and VerifyOwner that say the submitter may
+// not act as the owner on the node: nothing was done, and retrying cannot help.
+var ErrRefused = errors.New("permission denied")
+
+// Refused reports whether err says the submitter may not act as the owner on the node.
+func Refused(err error) bool { return errors.Is(err, ErrRefused) }
+
 // OwnerConn acquires a pooled session on the node connected as o.Role and checks, on the node
 // itself, that o.Submitter is a member of that role. Only a session that passed the check is
-// returned; the caller releases it.
+// returned, with its search_path SafeSearchPath; the caller hands it back with Release.
 func (p *Pools) OwnerConn(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
 	if o.Role == "" || o.Submitter == "" {
-		return nil, Permanent(errors.New("task has no owner or submitter"))
+		return nil, Permanent(fmt.Errorf("the task names no owner or no submitter on node %s: %w", o.Node, ErrRefused))
 	}
-	pool, err := p.Get(ctx, o.DSN, o.Role)
+	pool, err := p.get(ctx, o.DSN, o.Role)
 	if err != nil {
 		return nil, err
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("connect to node %s as %s: %w", o.Node, o.Role, err)
+		return nil, connectError(o, err)
 	}
 	if err := VerifyOwner(ctx, conn.Conn(), o); err != nil {
-		conn.Release()
+		Release(ctx, conn)
 		return nil, err
 	}
 	return conn, nil
 }
 
-// verifyOwnerSQL runs in the owner's own session, where the owner may have created functions
-// and operators of its own: every name is schema-qualified with exact argument types, so none
-// of theirs can stand in for pg_catalog's.
-const verifyOwnerSQL = `SELECT pg_catalog.pg_has_role($1::pg_catalog.name, CURRENT_USER, 'MEMBER'::pg_catalog.text)`
+// connectError says why a session as o.Role could not be opened. A refused login cannot get
+// better by retrying: the worker has no password (or certificate) for the role, or the role may
+// not log in; the message says where the password belongs, and PostgreSQL's own words.
+func connectError(o Owner, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000") {
+		return Permanent(fmt.Errorf("connect to node %s as %s: %v (a worker logs in as each owner role with that role's "+
+			"line in its pgpass file, or a client certificate)", o.Node, o.Role, err))
+	}
+	return fmt.Errorf("connect to node %s as %s: %w", o.Node, o.Role, err)
+}
 
-// VerifyOwner checks, on the node, that o.Submitter is a member of the session's role.
+// verifyOwnerSQL runs in the owner's own session, where the owner may have created functions
+// and operators of its own: every function is schema-qualified with exact argument types, so
+// none of theirs can stand in for pg_catalog's. It also puts the search_path back to
+// SafeSearchPath, whatever the session was left with, for the statements that follow.
+const verifyOwnerSQL = `SELECT
+	pg_catalog.set_config('search_path'::pg_catalog.text, $2::pg_catalog.text, false),
+	SESSION_USER,
+	pg_catalog.pg_has_role($1::pg_catalog.name, SESSION_USER, 'MEMBER'::pg_catalog.text)`
+
+// VerifyOwner checks, on the node, that the session is logged in as o.Role and that
+// o.Submitter is a member of it.
 func VerifyOwner(ctx context.Context, conn *pgx.Conn, o Owner) error {
+	var sessionUser string
 	var member bool
-	err := conn.QueryRow(ctx, verifyOwnerSQL, o.Submitter).Scan(&member)
+	err := conn.QueryRow(ctx, verifyOwnerSQL, o.Submitter, SafeSearchPath).Scan(nil, &sessionUser, &member)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42704" {
-		return Permanent(fmt.Errorf("submitter %q is not a role on node %s, so it cannot act as %q", o.Submitter, o.Node, o.Role))
+		return Permanent(fmt.Errorf("submitter %q is not a role on node %s, so it cannot act as %q: %w", o.Submitter, o.Node, o.Role, ErrRefused))
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("check the owner on node %s: %w", o.Node, err)
+	}
+	if sessionUser != o.Role {
+		return Permanent(fmt.Errorf("the session on node %s is %q, not the owner %q: %w", o.Node, sessionUser, o.Role, ErrRefused))
 	}
 	if !member {
-		return Permanent(fmt.Errorf("submitter %q is not a member of role %q on node %s: permission denied", o.Submitter, o.Role, o.Node))
+		return Permanent(fmt.Errorf("submitter %q is not a member of role %q on node %s: %w", o.Submitter, o.Role, o.Node, ErrRefused))
 	}
 	return nil
 }
 
-// TaskOwner is the owner session a claimed task runs in.
+// TaskOwner is the owner session a claimed task runs in, on the task's node.
 func TaskOwner(t *catalog.ClaimedTask) (Owner, error) {
 	if t.Node == nil || t.NodeDSN == nil {
 		return Owner{}, Permanent(errors.New("the task's node is no longer registered"))

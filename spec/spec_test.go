@@ -3,6 +3,7 @@ package spec
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,8 +11,19 @@ import (
 )
 
 func init() {
-	RegisterKind("testdrop", true)
-	RegisterKind("testexport", false)
+	RegisterKind("testdrop", true, func(p json.RawMessage) error {
+		if p == nil {
+			return errors.New(`testdrop: payload is required: {"table": "t"}`)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(p)))
+		dec.DisallowUnknownFields()
+		var v struct{ Table string }
+		if err := dec.Decode(&v); err != nil {
+			return fmt.Errorf("testdrop: payload: %w", err)
+		}
+		return nil
+	})
+	RegisterKind("testexport", false, func(json.RawMessage) error { return nil })
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -104,10 +116,12 @@ func TestParse(t *testing.T) {
 			if !reflect.DeepEqual(gp, wp) {
 				t.Errorf("payload = %s, want %s", got.Tasks[2].Payload, want.Tasks[2].Payload)
 			}
+			payload := got.Tasks[2].Payload
 			got.Tasks[2].Payload, want.Tasks[2].Payload = nil, nil
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
 			}
+			got.Tasks[2].Payload = payload
 			if err := got.Validate(); err != nil {
 				t.Errorf("Validate: %v", err)
 			}
@@ -216,7 +230,23 @@ func TestValidateErrors(t *testing.T) {
 		{"max_attempts too big", &Job{Tasks: []Task{{Name: "x", Node: "n1", SQL: "s", MaxAttempts: 1001}}},
 			`task "x": max_attempts must be between 1 and 1000 (0 means the default, 3), got 1001`},
 		{"timeout negative", &Job{Tasks: []Task{{Name: "x", Node: "n1", SQL: "s", Timeout: Duration(-5 * time.Second)}}},
-			`task "x": timeout must not be negative, got -5s`},
+			`task "x": timeout must be positive, got -5s`},
+		{"timeout under a millisecond", &Job{Tasks: []Task{{Name: "x", Node: "n1", SQL: "s", Timeout: Duration(time.Microsecond)}}},
+			`task "x": timeout must be at least 1ms, got 1µs`},
+		{"timeout beyond statement_timeout", &Job{Tasks: []Task{{Name: "x", Node: "n1", SQL: "s", Timeout: Duration(MaxTimeout + time.Millisecond)}}},
+			`task "x": timeout must be at most 596h31m23.647s (PostgreSQL's longest, 2147483647ms), got 596h31m23.648s`},
+		{"noop with payload", &Job{Tasks: []Task{{Name: "x", Kind: KindNoop, Payload: json.RawMessage(`{"a": 1}`)}}},
+			`task "x": kind "noop" does not take a payload`},
+		{"registered kind without payload", &Job{Tasks: []Task{{Name: "x", Kind: "testdrop", Node: "n1"}}},
+			`task "x": testdrop: payload is required: {"table": "t"}`},
+		{"registered kind with null payload", &Job{Tasks: []Task{{Name: "x", Kind: "testdrop", Node: "n1", Payload: json.RawMessage(` null `)}}},
+			`task "x": testdrop: payload is required: {"table": "t"}`},
+		{"registered kind, payload refused", &Job{Tasks: []Task{{Name: "x", Kind: "testdrop", Node: "n1", Payload: json.RawMessage(`{"table": "t", "cascade": true}`)}}},
+			`task "x": testdrop: payload: json: unknown field "cascade"`},
+		{"reserved setting", &Job{Settings: map[string]string{"Search_Path": "public"}, Tasks: []Task{sqlTask("a")}},
+			`settings: "Search_Path" is set by deckhand for every task (a job names its search_path, timeout and owner in their own fields)`},
+		{"role setting", &Job{Settings: map[string]string{"role": "postgres"}, Tasks: []Task{sqlTask("a")}},
+			`settings: "role" is set by deckhand for every task (a job names its search_path, timeout and owner in their own fields)`},
 		{"unknown dependency", &Job{Tasks: []Task{sqlTask("a"), sqlTask("b", "a", "z")}}, `task "b": depends on unknown task "z"`},
 		{"self dependency", &Job{Tasks: []Task{sqlTask("a", "a")}}, `task "a": depends on itself`},
 		{"duplicate dependency", &Job{Tasks: []Task{sqlTask("a"), sqlTask("b", "a", "a")}}, `task "b": depends_on lists "a" twice`},
@@ -369,7 +399,7 @@ func TestRegisterKind(t *testing.T) {
 					t.Errorf("RegisterKind(%q) did not panic", name)
 				}
 			}()
-			RegisterKind(name, false)
+			RegisterKind(name, false, nil)
 		}()
 	}
 }

@@ -1,7 +1,9 @@
 package spec
 
 import (
+	"bytes"
 	"container/heap"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"regexp"
@@ -18,19 +20,31 @@ const MaxNameLen = 63
 // MaxMaxAttempts bounds Task.MaxAttempts.
 const MaxMaxAttempts = 1000
 
-// kinds maps each known task kind to whether it needs a node.
+// PayloadValidator checks a task's payload at submission, without a database; its error is
+// the reason, shown after the task's name. An empty payload reaches it as nil.
+type PayloadValidator func(payload json.RawMessage) error
+
+// kind is what Validate knows of a task kind.
+type kind struct {
+	needsNode bool
+	validate  PayloadValidator // nil: the kind takes no payload
+}
+
+// kinds maps each known task kind to what Validate knows of it.
 var kinds = struct {
 	sync.RWMutex
-	m map[string]bool
-}{m: map[string]bool{KindSQL: true, KindNoop: false}}
+	m map[string]kind
+}{m: map[string]kind{KindSQL: {needsNode: true}, KindNoop: {}}}
 
 var kindNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // RegisterKind makes a task kind known to Validate; packages that implement a kind
-// (executor: drop, export, ...) call it from init. needsNode says whether a task of the kind
-// must name a node. Tasks of registered kinds take their arguments in Payload, never in SQL.
+// (executor: drop, cleanup: move_table, ...) call it from init. needsNode says whether a task
+// of the kind must name a node; validate checks its payload at submission, so that a payload
+// the kind's executor would refuse is refused before anything is written (nil: the kind takes
+// no payload). Tasks of registered kinds take their arguments in Payload, never in SQL.
 // It panics if name is not a lower-case identifier or is already registered.
-func RegisterKind(name string, needsNode bool) {
+func RegisterKind(name string, needsNode bool, validate PayloadValidator) {
 	if !kindNameRE.MatchString(name) {
 		panic(fmt.Sprintf("spec: RegisterKind: invalid kind name %q", name))
 	}
@@ -39,7 +53,7 @@ func RegisterKind(name string, needsNode bool) {
 	if _, dup := kinds.m[name]; dup {
 		panic(fmt.Sprintf("spec: RegisterKind: kind %q registered twice", name))
 	}
-	kinds.m[name] = needsNode
+	kinds.m[name] = kind{needsNode: needsNode, validate: validate}
 }
 
 // Kinds returns the known task kinds, sorted.
@@ -50,11 +64,34 @@ func Kinds() []string {
 }
 
 // LookupKind reports whether kind is known and, if so, whether its tasks need a node.
-func LookupKind(kind string) (needsNode, ok bool) {
+func LookupKind(name string) (needsNode, ok bool) {
+	k, ok := lookupKind(name)
+	return k.needsNode, ok
+}
+
+func lookupKind(name string) (kind, bool) {
 	kinds.RLock()
 	defer kinds.RUnlock()
-	needsNode, ok = kinds.m[kind]
-	return needsNode, ok
+	k, ok := kinds.m[name]
+	return k, ok
+}
+
+// MaxTimeout is the longest statement_timeout or lock_timeout PostgreSQL takes: 2147483647 ms,
+// about 24.8 days.
+const MaxTimeout = 2147483647 * time.Millisecond
+
+// CheckTimeout refuses a timeout PostgreSQL cannot enforce as given: not positive, shorter than
+// its unit (a millisecond), or longer than MaxTimeout. field names it in the reason.
+func CheckTimeout(field string, d Duration) error {
+	switch v := time.Duration(d); {
+	case v <= 0:
+		return fmt.Errorf("%s must be positive, got %s", field, v)
+	case v < time.Millisecond:
+		return fmt.Errorf("%s must be at least 1ms, got %s", field, v)
+	case v > MaxTimeout:
+		return fmt.Errorf("%s must be at most %s (PostgreSQL's longest, 2147483647ms), got %s", field, MaxTimeout, v)
+	}
+	return nil
 }
 
 // Attempts is the task's maximum number of attempts, DefaultMaxAttempts when unset.
@@ -76,6 +113,15 @@ func (t Task) TimeoutOrDefault() time.Duration {
 // gucNameRE matches setting names such as work_mem or myext.some_setting.
 var gucNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
+// reservedSettings are the settings deckhand sets in a task's session itself, or that would
+// change who the session is.
+var reservedSettings = []string{"search_path", "statement_timeout", "application_name", "role", "session_authorization"}
+
+// ReservedSetting reports whether a job may not choose setting name, in any case.
+func ReservedSetting(name string) bool {
+	return slices.Contains(reservedSettings, strings.ToLower(name))
+}
+
 // Validate checks the job without a database and returns the first problem as a one-line
 // *Error naming the task concerned. Checks that need the catalog (that nodes and roles exist,
 // that the submitter may act as the owner) belong to the engine.
@@ -95,6 +141,9 @@ func (j *Job) Validate() error {
 	for _, name := range slices.Sorted(maps.Keys(j.Settings)) {
 		if !gucNameRE.MatchString(name) {
 			return invalidf("settings: %q is not a valid setting name", name)
+		}
+		if ReservedSetting(name) {
+			return invalidf("settings: %q is set by deckhand for every task (a job names its search_path, timeout and owner in their own fields)", name)
 		}
 		if strings.ContainsRune(j.Settings[name], 0) {
 			return invalidf("settings: value of %q contains a NUL byte", name)
@@ -152,7 +201,7 @@ func (t Task) validate(index map[string]int) (string, error) {
 		}
 		kind = KindSQL
 	}
-	needsNode, ok := LookupKind(kind)
+	k, ok := lookupKind(kind)
 	if !ok {
 		return "", invalidf("task %q: unknown kind %q (known kinds: %s)", t.Name, kind, strings.Join(Kinds(), ", "))
 	}
@@ -163,18 +212,30 @@ func (t Task) validate(index map[string]int) (string, error) {
 	} else if t.SQL != "" {
 		return "", invalidf("task %q: kind %q does not take sql", t.Name, kind)
 	}
-	if (kind == KindSQL || kind == KindNoop) && len(t.Payload) > 0 && string(t.Payload) != "null" {
+	payload := t.Payload
+	if p := bytes.TrimSpace(payload); len(p) == 0 || bytes.Equal(p, []byte("null")) {
+		payload = nil
+	}
+	if k.validate == nil && payload != nil {
 		return "", invalidf("task %q: kind %q does not take a payload", t.Name, kind)
 	}
-	if needsNode && t.Node == "" {
+	if k.needsNode && t.Node == "" {
 		return "", invalidf("task %q: node is required for kind %q", t.Name, kind)
+	}
+	if k.validate != nil {
+		if err := k.validate(payload); err != nil {
+			return "", invalidf("task %q: %s", t.Name, oneLine(err.Error()))
+		}
 	}
 	if t.MaxAttempts < 0 || t.MaxAttempts > MaxMaxAttempts {
 		return "", invalidf("task %q: max_attempts must be between 1 and %d (0 means the default, %d), got %d",
 			t.Name, MaxMaxAttempts, DefaultMaxAttempts, t.MaxAttempts)
 	}
-	if t.Timeout < 0 {
-		return "", invalidf("task %q: timeout must not be negative, got %s", t.Name, time.Duration(t.Timeout))
+	// Zero is the default; anything else must be a statement_timeout PostgreSQL takes.
+	if t.Timeout != 0 {
+		if err := CheckTimeout("timeout", t.Timeout); err != nil {
+			return "", invalidf("task %q: %v", t.Name, err)
+		}
 	}
 	seen := make(map[string]bool, len(t.DependsOn))
 	for _, dep := range t.DependsOn {
@@ -190,6 +251,11 @@ func (t Task) validate(index map[string]int) (string, error) {
 		seen[dep] = true
 	}
 	return kind, nil
+}
+
+// oneLine keeps a reason to one line, as errors reach users.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }
 
 // findCycle returns a dependency cycle as task names, first name repeated at the end

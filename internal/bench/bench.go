@@ -25,6 +25,7 @@ import (
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -197,7 +198,8 @@ func (r *Result) Line() string {
 	return strings.Join(parts, " ")
 }
 
-func withDB(dsn, db string) string { return dsn + " dbname=" + db }
+// withDB is dsn connecting to database db, in either conninfo form.
+func withDB(dsn, db string) string { return conninfo.WithDBName(dsn, db) }
 
 func scratchDB(ctx context.Context, admin *pgx.Conn, prefix string) (string, func(), error) {
 	name := fmt.Sprintf("%s_%d", prefix, rand.Uint32())

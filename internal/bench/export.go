@@ -104,7 +104,8 @@ func RunExport(ctx context.Context, o ExportOptions, out io.Writer) (*ExportResu
 	defer os.RemoveAll(dir)
 	partSize := max(res.HeapBytes/int64(o.Parts)+8192, 8192)
 	began = time.Now()
-	e, err := client.Export(ctx, export.Request{Table: "bench_events", Group: "bench", To: "file://" + dir, PartSize: partSize})
+	// Schema-qualified: what a name means must not depend on any session's search_path.
+	e, err := client.Export(ctx, export.Request{Table: "public.bench_events", Group: "bench", To: "file://" + dir, PartSize: partSize})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -311,7 +312,7 @@ func (r *runner) loadNodes(ctx context.Context, client *engine.Client) error {
 			strings.Join(missing, ", "), catalog.ErrNotFound)
 	}
 	if r.opts.CatalogDSN != "" {
-		r.printf("  catalog   %s (configured; the demo's tables go to schema %s on each node)\n", redact(r.catalogDSN), Schema)
+		r.printf("  catalog   %s (configured; the demo's tables go to schema %s on each node)\n", conninfo.Redact(r.catalogDSN), Schema)
 		r.printf("  owner     role %s\n", r.opts.Owner)
 	}
 	r.printf("  nodes     %s\n", strings.Join(shown, "; "))
@@ -324,15 +325,6 @@ func dbName(dsn string) string {
 		return cfg.Database
 	}
 	return "?"
-}
-
-// redact keeps only host, port and database of a conninfo, for display.
-func redact(dsn string) string {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return "(catalog)"
-	}
-	return fmt.Sprintf("host=%s port=%d dbname=%s", cfg.Host, cfg.Port, cfg.Database)
 }
 
 type workers struct {

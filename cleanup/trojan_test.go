@@ -1,0 +1,60 @@
+package cleanup_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+)
+
+// A move owned by the superuser, its table named on a search_path that lists public (where a
+// low-privilege role planted look-alikes of pg_catalog's functions and operators) before
+// pg_catalog: the name is resolved, the table read, created, copied and switched, and the
+// replication scaffolding and the source table removed, without calling any of them.
+func TestMoveUnderTrojans(t *testing.T) {
+	t.Parallel()
+	e := newMoveEnv(t)
+	intruder := fmt.Sprintf("intruder_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if err := e.cluster.CreateRole(ctx, intruder, "LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, db := range []string{e.src, e.dst} {
+			_ = e.cluster.Exec(context.Background(), db, "DROP OWNED BY "+pgx.Identifier{intruder}.Sanitize())
+		}
+		_ = e.cluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{intruder}.Sanitize())
+	})
+	for _, db := range []string{e.src, e.dst} {
+		testenv.PlantTrojans(t, e.cluster, db, intruder)
+	}
+	e.worker(executor.Registry{cleanup.KindMoveTable: cleanup.MoveTable{Cleaner: e.cleaner()}})
+
+	job := e.moveJob()
+	job.SearchPath = "public, app, pg_catalog"
+	job.Tasks[0].Payload = payload(t, cleanup.MovePayload{Table: "orders", To: "dst", SourceConninfo: e.cluster.DSN(e.src, "postgres")})
+	id := e.submit(job)
+	if got := e.Wait(id, time.Minute); got.State != catalog.JobFinished {
+		d, _ := e.Client.Job(ctx, id)
+		t.Fatalf("move %s: %+v", got.State, d.Tasks[0].LastError)
+	}
+	e.run("cleanup", "run", "--wait", "20s")
+	for _, r := range e.records(id) {
+		if r.State != catalog.CleanupRemoved && r.State != catalog.CleanupForgotten {
+			t.Errorf("record %s %s.%s: %s %v", r.Type, r.Location, r.Name, r.State, r.LastError)
+		}
+	}
+	if e.tableExists(e.src, "app.orders") || !e.tableExists(e.dst, "app.orders") {
+		t.Errorf("after the move: on the source %v, on the target %v", e.tableExists(e.src, "app.orders"), e.tableExists(e.dst, "app.orders"))
+	}
+	for _, db := range []string{e.src, e.dst} {
+		testenv.NoTrojanRan(t, e.cluster, db, intruder)
+	}
+}
