@@ -339,23 +339,6 @@ func TestNodesNeverShowPasswords(t *testing.T) {
 	}
 }
 
-func TestRedactConninfo(t *testing.T) {
-	for in, want := range map[string]string{
-		"host=a password=x dbname=b":              "host=a password=REDACTED dbname=b",
-		"host=a password = 'x y' dbname=b":        "host=a password=REDACTED dbname=b",
-		"host=a PASSWORD='it\\'s' dbname=b":       "host=a PASSWORD=REDACTED dbname=b",
-		"host=a sslpassword=x":                    "host=a sslpassword=REDACTED",
-		"postgres://u:p@h/db":                     "postgres://u:REDACTED@h/db",
-		"postgres://u@h/db?password=p&sslmode=no": "postgres://u@h/db?password=REDACTED&sslmode=no",
-		"dial postgres://u:p@h/db: refused":       "dial postgres://u:REDACTED@h/db: refused",
-		"host=a dbname=b":                         "host=a dbname=b",
-	} {
-		if got := api.RedactConninfo(in); got != want {
-			t.Errorf("RedactConninfo(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestWorkersShowTheLeader(t *testing.T) {
 	h := newHarness(t)
 	w := h.worker()

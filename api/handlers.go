@@ -14,6 +14,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -222,9 +223,9 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 		nodes = []catalog.Node{}
 	}
 	for i := range nodes {
-		nodes[i].DSN = RedactConninfo(nodes[i].DSN)
+		nodes[i].DSN = conninfo.Redact(nodes[i].DSN)
 		if nodes[i].LastError != nil {
-			e := RedactConninfo(*nodes[i].LastError)
+			e := conninfo.Redact(*nodes[i].LastError)
 			nodes[i].LastError = &e
 		}
 	}
@@ -300,7 +301,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	leader, err := s.client.Catalog.Leader(ctx)
 	switch {
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: RedactConninfo(oneLine(err))})
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: conninfo.Redact(oneLine(err))})
 	case leader == 0:
 		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "no_leader", Error: "no worker holds the leader lease"})
 	default:

@@ -195,3 +195,21 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+// Redact hides conninfo secrets quoted inside other text too, such as an error message.
+func TestRedactInText(t *testing.T) {
+	for in, want := range map[string]string{
+		"host=a password=x dbname=b":              "host=a password=REDACTED dbname=b",
+		"host=a password = 'x y' dbname=b":        "host=a password = REDACTED dbname=b",
+		"host=a PASSWORD='it\\'s' dbname=b":       "host=a PASSWORD=REDACTED dbname=b",
+		"host=a sslpassword=x":                    "host=a sslpassword=REDACTED",
+		"postgres://u:p@h/db":                     "postgres://u:REDACTED@h/db",
+		"postgres://u@h/db?password=p&sslmode=no": "postgres://u@h/db?password=REDACTED&sslmode=no",
+		"dial postgres://u:p@h/db: refused":       "dial postgres://u:REDACTED@h/db: refused",
+		"host=a dbname=b":                         "host=a dbname=b",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
