@@ -11,15 +11,22 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
-	ctx := context.Background()
+// emptyCatalog opens a new database of the shared cluster as the superuser, with no schema yet.
+func emptyCatalog(t *testing.T) (*catalog.Catalog, *pgtest.Cluster, string) {
+	t.Helper()
 	cl := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
-	cat, err := catalog.Open(ctx, cl.DSN(db, pgtest.Superuser))
+	cat, err := catalog.Open(context.Background(), cl.DSN(db, pgtest.Superuser))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cat.Close()
+	t.Cleanup(cat.Close)
+	return cat, cl, db
+}
+
+func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
+	ctx := context.Background()
+	cat, _, _ := emptyCatalog(t)
 
 	if err := cat.CheckSchema(ctx); err == nil || !strings.Contains(err.Error(), "deckhand init") {
 		t.Fatalf("uninitialised catalog: err = %v, want advice to run deckhand init", err)

@@ -17,13 +17,7 @@ import (
 // executable by PUBLIC; every SECURITY DEFINER function pins its search_path.
 func TestCatalogPrivilegesKeepToTheTrustModel(t *testing.T) {
 	ctx := context.Background()
-	cl := pgtest.Shared(t)
-	db := pgtest.NewDatabase(t)
-	cat, err := catalog.Open(ctx, cl.DSN(db, pgtest.Superuser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
+	cat, _, _ := emptyCatalog(t)
 	if _, err := cat.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -122,13 +116,7 @@ func TestInitCreatesRolesOnceAndConcurrently(t *testing.T) {
 // the upgrade takes them back, so that nobody reads around the views or writes past the functions.
 func TestUpgradeRevokesDirectTablePrivileges(t *testing.T) {
 	ctx := context.Background()
-	cl := pgtest.Shared(t)
-	db := pgtest.NewDatabase(t)
-	cat, err := catalog.Open(ctx, cl.DSN(db, pgtest.Superuser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
+	cat, cl, db := emptyCatalog(t)
 	if _, err := cat.MigrateTo(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +135,10 @@ func TestUpgradeRevokesDirectTablePrivileges(t *testing.T) {
 	if _, err := cat.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var left []string
 	rows, _ := cat.Pool.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'deckhand' AND c.relkind IN ('r', 'v', 'S')
 		  AND (has_table_privilege($1, c.oid, 'SELECT') OR (c.relkind <> 'S' AND has_table_privilege($1, c.oid, 'INSERT')))`, role)
-	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil || len(left) != 0 {
 		t.Errorf("after the upgrade %s still reaches %v (%v)", role, left, err)
 	}
