@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/api"
-	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 

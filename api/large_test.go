@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/api"
-	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // A catalog of 100,000 jobs and 300,000 tasks: every page of the API and the dashboard's

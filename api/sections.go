@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // The exports and the cleanup queue are pages like any other registered with AddPage;

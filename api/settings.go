@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // intSetting is an integer setting of the catalog table deckhand.setting, read through the

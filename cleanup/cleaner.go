@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Cleaner removes the resources of ended operations. As an engine.Service it runs on the

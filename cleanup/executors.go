@@ -1,8 +1,8 @@
 package cleanup
 
 import (
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Executors returns the built-in task kinds that create or drop resources — drop and

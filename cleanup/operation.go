@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Operation is the scope of cleanup records: what it registers is removed according to each

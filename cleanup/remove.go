@@ -14,8 +14,8 @@ import (
 	_ "gocloud.dev/blob/s3blob"   // s3:// buckets, any S3-compatible server
 	"gocloud.dev/gcerrors"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // errRelationBusy reports a table or index that pg_locks shows in use before its first

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Policy says when a registered resource is removed.

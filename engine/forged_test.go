@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )

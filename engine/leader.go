@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // lead stands for election every MaintenanceInterval and, while leading, does maintenance:

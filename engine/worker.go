@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Reasons a running task's context is cancelled by the worker itself.

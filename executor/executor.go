@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Executor runs one attempt of a task. It must return promptly once ctx is done.

@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gocloud.dev/blob"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Coordinator runs the "export" task: plan, hold the consistency point, commit.

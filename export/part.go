@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gocloud.dev/blob"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Part runs the "export_part" task: one page range to one Parquet file, on whichever member

@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/parquet-go/parquet-go"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 

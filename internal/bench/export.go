@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // ExportOptions choose the export benchmark's size and parallelism.

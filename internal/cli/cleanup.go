@@ -10,10 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/deckhandhq/deckhand/catalog"
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/bench"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 func (a *app) cleanupCommand() *cobra.Command {

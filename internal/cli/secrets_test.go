@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // leakyConninfo puts the secret "s3cr3t" in a conninfo in every spelling libpq or pgx would

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deckhandhq/deckhand/catalog"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
