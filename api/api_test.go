@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/api"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -78,7 +79,7 @@ func TestJobsArePagedNewestFirst(t *testing.T) {
 		t.Fatalf("cancelled, first page: %+v", l)
 	}
 	h.mustGet(fmt.Sprintf("/api/jobs?state=cancelled&limit=3&before=%d", *l.NextBefore), &l)
-	if len(l.Jobs) != 1 || l.Jobs[0].ID != ids[0] || l.Jobs[0].State != catalog.JobCancelled {
+	if len(l.Jobs) != 1 || l.Jobs[0].ID != ids[0] || l.Jobs[0].State != deckhandtype.JobCancelled {
 		t.Fatalf("cancelled, second page: %+v", l)
 	}
 
@@ -133,7 +134,7 @@ tasks:
 	h.Wait(created.ID, 30*time.Second)
 	var d api.JobDetail
 	h.mustGet(fmt.Sprintf("/api/jobs/%d", created.ID), &d)
-	if d.State != catalog.JobFinished || len(d.Tasks) != 2 || len(d.Attempts) != 2 || d.Tasks[1].DependsOn[0] != "a" {
+	if d.State != deckhandtype.JobFinished || len(d.Tasks) != 2 || len(d.Attempts) != 2 || d.Tasks[1].DependsOn[0] != "a" {
 		t.Fatalf("job detail: %+v", d)
 	}
 	if r := h.get("/api/jobs/999999"); r.code != http.StatusNotFound {
@@ -152,15 +153,15 @@ func TestCancelAndRetry(t *testing.T) {
 	id := h.submit(sqlJob("sleeps", "n1", "SELECT pg_sleep(60)", "SELECT 1"))
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		j, err := h.Client.Catalog.Job(ctx, id)
-		return err == nil && j.State == catalog.JobRunning
+		return err == nil && j.State == deckhandtype.JobRunning
 	}, "the job runs")
 	r := h.do("POST", fmt.Sprintf("/api/jobs/%d/cancel", id), "")
 	var sc api.StateChange
 	r.json(t, &sc)
-	if r.code != http.StatusOK || sc.ID != id || (sc.State != catalog.JobCancelling && sc.State != catalog.JobCancelled) {
+	if r.code != http.StatusOK || sc.ID != id || (sc.State != deckhandtype.JobCancelling && sc.State != deckhandtype.JobCancelled) {
 		t.Fatalf("cancel: %d %s", r.code, r.body)
 	}
-	if j := h.Wait(id, 20*time.Second); j.State != catalog.JobCancelled {
+	if j := h.Wait(id, 20*time.Second); j.State != deckhandtype.JobCancelled {
 		t.Fatalf("after cancel: %s", j.State)
 	}
 	if r := h.do("POST", fmt.Sprintf("/api/jobs/%d/cancel", id), ""); r.code != http.StatusConflict || !strings.Contains(r.body, "already cancelled") {
@@ -168,7 +169,7 @@ func TestCancelAndRetry(t *testing.T) {
 	}
 
 	bad := h.submit(sqlJob("fails", "n1", "SELECT * FROM no_such_table"))
-	if j := h.Wait(bad, 20*time.Second); j.State != catalog.JobFailed {
+	if j := h.Wait(bad, 20*time.Second); j.State != deckhandtype.JobFailed {
 		t.Fatalf("job %d: %s, want failed", bad, j.State)
 	}
 	h.Exec(db, "CREATE TABLE no_such_table (x int); GRANT SELECT ON no_such_table TO PUBLIC")
@@ -176,7 +177,7 @@ func TestCancelAndRetry(t *testing.T) {
 	if r.code != http.StatusOK {
 		t.Fatalf("retry: %d %s", r.code, r.body)
 	}
-	if j := h.Wait(bad, 20*time.Second); j.State != catalog.JobFinished {
+	if j := h.Wait(bad, 20*time.Second); j.State != deckhandtype.JobFinished {
 		t.Fatalf("after retry: %s", j.State)
 	}
 	if r := h.do("POST", fmt.Sprintf("/api/jobs/%d/retry", bad), ""); r.code != http.StatusConflict || !strings.Contains(r.body, "only failed or cancelled") {
@@ -248,7 +249,7 @@ func TestSummaryCountsMatchTaskRows(t *testing.T) {
 	}
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		j, err := h.Client.Catalog.Job(ctx, running)
-		return err == nil && j.State == catalog.JobRunning
+		return err == nil && j.State == deckhandtype.JobRunning
 	}, "a task runs")
 	_ = queued
 	count := func(table string) map[string]int64 {
@@ -268,18 +269,18 @@ func TestSummaryCountsMatchTaskRows(t *testing.T) {
 		return out
 	}
 	// Tasks move between the two reads; compare until they agree.
-	var got catalog.Stats
+	var got deckhandtype.Stats
 	var tasks, jobs map[string]int64
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		h.mustGet("/api/summary", &got)
 		tasks, jobs = count("task"), count("job")
 		agree := true
-		for _, st := range catalog.TaskStates {
-			agree = agree && got.Tasks[st] == tasks[st]
+		for _, st := range deckhandtype.TaskStates {
+			agree = agree && got.Tasks[st] == tasks[string(st)]
 		}
-		for _, st := range catalog.JobStates {
-			agree = agree && got.Jobs[st] == jobs[st]
+		for _, st := range deckhandtype.JobStates {
+			agree = agree && got.Jobs[st] == jobs[string(st)]
 		}
 		if agree {
 			break
@@ -289,7 +290,7 @@ func TestSummaryCountsMatchTaskRows(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if tasks[catalog.TaskBlocked] == 0 || tasks[catalog.TaskRunning] == 0 || tasks[catalog.TaskUnscheduled] == 0 || tasks[catalog.TaskDone] == 0 {
+	if tasks[string(deckhandtype.TaskBlocked)] == 0 || tasks[string(deckhandtype.TaskRunning)] == 0 || tasks[string(deckhandtype.TaskUnscheduled)] == 0 || tasks[string(deckhandtype.TaskDone)] == 0 {
 		t.Errorf("the test should cover blocked, running, unscheduled and done tasks: %v", tasks)
 	}
 	if got.WorkersAlive != 1 || got.LeaderID == 0 {
@@ -323,7 +324,7 @@ func TestNodesNeverShowPasswords(t *testing.T) {
 	h.Exec(h.DB, `INSERT INTO deckhand.node (name, dsn, node_group, last_error) VALUES
 		('kv', 'host=db1 user=app password=hunter2 dbname=x', 'g', 'connect to postgres://app:hunter3@db1/x failed'),
 		('url', 'postgresql://app:hunter4@db2:5432/x?sslpassword=hunter5', 'g', NULL)`)
-	var res struct{ Nodes []catalog.Node }
+	var res struct{ Nodes []deckhandtype.Node }
 	r := h.get("/api/nodes")
 	r.json(t, &res)
 	if len(res.Nodes) != 3 {
@@ -414,7 +415,7 @@ func TestDashboardIsServedWithAStrictPolicy(t *testing.T) {
 func TestExportsAndCleanupAreListed(t *testing.T) {
 	h := newHarness(t)
 	cat := h.Client.Catalog
-	if err := cat.AddNode(ctx, catalog.Node{Name: "eu1", DSN: "host=eu1.invalid", Group: "eu", MaxTasks: 1}); err != nil {
+	if err := cat.AddNode(ctx, deckhandtype.Node{Name: "eu1", DSN: "host=eu1.invalid", Group: "eu", MaxTasks: 1}); err != nil {
 		t.Fatal(err)
 	}
 	exportID, jobID, err := cat.CreateExport(ctx, catalog.NewExport{SourceTable: "orders", Partition: "orders_2024_q1", Group: "eu",
@@ -427,7 +428,7 @@ func TestExportsAndCleanupAreListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recID, err := cat.RegisterCleanup(ctx, opID, catalog.CleanupResource{Type: "prefix", Location: "file:///tmp/deckhand-api-test", Name: "orders_2024_q1/"}, catalog.PolicyOnFailure)
+	recID, err := cat.RegisterCleanup(ctx, opID, deckhandtype.CleanupResource{Type: "prefix", Location: "file:///tmp/deckhand-api-test", Name: "orders_2024_q1/"}, deckhandtype.PolicyOnFailure)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,9 +438,9 @@ func TestExportsAndCleanupAreListed(t *testing.T) {
 	if len(exports.Items) != 1 || exports.Items[0].ID != exportID || exports.Items[0].JobID != jobID || exports.Items[0].Partition != "orders_2024_q1" {
 		t.Fatalf("exports: %+v", exports)
 	}
-	var cleanup struct{ Items []catalog.CleanupRecord }
+	var cleanup struct{ Items []deckhandtype.CleanupRecord }
 	h.mustGet(fmt.Sprintf("/api/cleanup?job=%d", jobID), &cleanup)
-	if len(cleanup.Items) != 1 || cleanup.Items[0].ID != recID || cleanup.Items[0].Policy != catalog.PolicyOnFailure {
+	if len(cleanup.Items) != 1 || cleanup.Items[0].ID != recID || cleanup.Items[0].Policy != deckhandtype.PolicyOnFailure {
 		t.Fatalf("cleanup: %+v", cleanup)
 	}
 	for _, q := range []string{"/api/exports?limit=0", "/api/cleanup?job=x", "/api/cleanup?limit=9999"} {

@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -159,7 +159,7 @@ func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	b.waitJS("a Retry button replaces Cancel", `document.querySelector('button[data-action="retry"]') !== null && !document.querySelector('button[data-action="cancel"]')`, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		j, err := h.Client.Catalog.Job(ctx, slow)
-		return err == nil && j.State == catalog.JobCancelled
+		return err == nil && j.State == deckhandtype.JobCancelled
 	}, "the catalog has the job cancelled")
 
 	b.do("open the nodes page", chromedp.Navigate(h.http.URL+"/#/nodes"))

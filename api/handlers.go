@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/conninfo"
@@ -27,15 +28,15 @@ const maxSpecBytes = 8 << 20
 // JobList is the answer to GET /api/jobs. NextBefore, when set, is the ?before= of the next
 // (older) page.
 type JobList struct {
-	Jobs       []catalog.Job `json:"jobs"`
-	NextBefore *int64        `json:"next_before"`
+	Jobs       []deckhandtype.Job `json:"jobs"`
+	NextBefore *int64             `json:"next_before"`
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := catalog.JobFilter{State: q.Get("state"), Limit: 50}
-	if f.State != "" && !slices.Contains(catalog.JobStates, f.State) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("state: unknown job state %q (want one of %s)", f.State, strings.Join(catalog.JobStates, ", ")))
+	f := catalog.JobFilter{State: deckhandtype.JobState(q.Get("state")), Limit: 50}
+	if f.State != "" && !slices.Contains(deckhandtype.JobStates, f.State) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("state: unknown job state %q (want one of %v)", f.State, deckhandtype.JobStates))
 		return
 	}
 	if v := q.Get("before"); v != "" {
@@ -61,7 +62,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	out := JobList{Jobs: jobs}
 	if out.Jobs == nil {
-		out.Jobs = []catalog.Job{}
+		out.Jobs = []deckhandtype.Job{}
 	}
 	if len(jobs) == f.Limit {
 		last := jobs[len(jobs)-1].ID
@@ -92,10 +93,10 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.Tasks == nil {
-		d.Tasks = []catalog.Task{}
+		d.Tasks = []deckhandtype.Task{}
 	}
 	if d.Attempts == nil {
-		d.Attempts = []catalog.Attempt{}
+		d.Attempts = []deckhandtype.Attempt{}
 	}
 	writeJSON(w, http.StatusOK, JobDetail{JobDetail: d, ServerTime: time.Now()})
 }
@@ -142,8 +143,8 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 
 // StateChange is the answer to cancel and retry.
 type StateChange struct {
-	ID    int64  `json:"id"`
-	State string `json:"state"`
+	ID    int64                 `json:"id"`
+	State deckhandtype.JobState `json:"state"`
 }
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
@@ -194,9 +195,9 @@ func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, 
 		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d not found", id))
 	case rerr != nil:
 		s.serverError(w, r, err)
-	case action == "cancel" && catalog.JobTerminal(job.State):
+	case action == "cancel" && job.State.Terminal():
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is already %s", id, job.State))
-	case action == "retry" && job.State != catalog.JobFailed && job.State != catalog.JobCancelled:
+	case action == "retry" && job.State != deckhandtype.JobFailed && job.State != deckhandtype.JobCancelled:
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is %s: only failed or cancelled jobs can be retried", id, job.State))
 	default:
 		s.serverError(w, r, err)
@@ -220,7 +221,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if nodes == nil {
-		nodes = []catalog.Node{}
+		nodes = []deckhandtype.Node{}
 	}
 	for i := range nodes {
 		nodes[i].DSN = conninfo.Redact(nodes[i].DSN)
@@ -234,8 +235,8 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 
 // WorkerList is the answer to GET /api/workers.
 type WorkerList struct {
-	LeaderID *int64           `json:"leader_id"`
-	Workers  []catalog.Worker `json:"workers"`
+	LeaderID *int64                `json:"leader_id"`
+	Workers  []deckhandtype.Worker `json:"workers"`
 }
 
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
@@ -252,7 +253,7 @@ func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	}
 	out := WorkerList{Workers: workers}
 	if out.Workers == nil {
-		out.Workers = []catalog.Worker{}
+		out.Workers = []deckhandtype.Worker{}
 	}
 	if leader != 0 {
 		out.LeaderID = &leader
@@ -271,11 +272,11 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 
 // Meta is the answer to GET /api/meta: what the dashboard needs to draw its frame.
 type Meta struct {
-	SchemaVersion int      `json:"schema_version"`
-	User          string   `json:"user"` // the catalog role the caller acts as
-	JobStates     []string `json:"job_states"`
-	TaskStates    []string `json:"task_states"`
-	Pages         []Page   `json:"pages"`
+	SchemaVersion int                      `json:"schema_version"`
+	User          string                   `json:"user"` // the catalog role the caller acts as
+	JobStates     []deckhandtype.JobState  `json:"job_states"`
+	TaskStates    []deckhandtype.TaskState `json:"task_states"`
+	Pages         []Page                   `json:"pages"`
 }
 
 func (s *Server) meta(w http.ResponseWriter, r *http.Request) {
@@ -283,7 +284,7 @@ func (s *Server) meta(w http.ResponseWriter, r *http.Request) {
 	pages := append([]Page{}, s.pages...)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, Meta{SchemaVersion: catalog.SchemaVersion(), User: CallerRole(r),
-		JobStates: catalog.JobStates, TaskStates: catalog.TaskStates, Pages: pages})
+		JobStates: deckhandtype.JobStates, TaskStates: deckhandtype.TaskStates, Pages: pages})
 }
 
 // Health is the answer to GET /healthz.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/api"
-	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 )
 
 // A catalog of 100,000 jobs and 300,000 tasks: every page of the API and the dashboard's
@@ -83,7 +83,7 @@ func TestLargeCatalogStaysFast(t *testing.T) {
 		}
 	}
 	var took []time.Duration
-	var st catalog.Stats
+	var st deckhandtype.Stats
 	for range 5 {
 		var err error
 		if st, err = h.Client.Catalog.Stats(ctx); err != nil {

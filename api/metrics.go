@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
@@ -20,11 +21,11 @@ type statsCache struct {
 	minAge time.Duration
 
 	mu   sync.Mutex // held while reading, so concurrent callers share one query
-	last catalog.Stats
+	last deckhandtype.Stats
 	at   time.Time
 }
 
-func (c *statsCache) get(ctx context.Context) (catalog.Stats, error) {
+func (c *statsCache) get(ctx context.Context) (deckhandtype.Stats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.at.IsZero() && time.Since(c.at) < max(c.minAge, 20*c.last.Took) {
@@ -76,7 +77,7 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := c.stats.get(ctx)
-	var nodes []catalog.Node
+	var nodes []deckhandtype.Node
 	if err == nil {
 		nodes, err = c.cat.Nodes(ctx)
 	}
@@ -86,15 +87,15 @@ func (c *catalogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	ch <- prometheus.MustNewConstMetric(c.took, prometheus.GaugeValue, s.Took.Seconds())
-	for _, st := range catalog.JobStates {
-		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(s.Jobs[st]), st)
+	for _, st := range deckhandtype.JobStates {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(s.Jobs[st]), string(st))
 	}
-	for _, st := range catalog.TaskStates {
-		ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(s.Tasks[st]), st)
+	for _, st := range deckhandtype.TaskStates {
+		ch <- prometheus.MustNewConstMetric(c.tasks, prometheus.GaugeValue, float64(s.Tasks[st]), string(st))
 	}
 	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(s.WorkersAlive))
 	for state, n := range s.CleanupBacklog {
-		ch <- prometheus.MustNewConstMetric(c.cleanup, prometheus.GaugeValue, float64(n), state)
+		ch <- prometheus.MustNewConstMetric(c.cleanup, prometheus.GaugeValue, float64(n), string(state))
 	}
 	ch <- prometheus.MustNewConstMetric(c.exportRows, prometheus.GaugeValue, float64(s.ExportRows))
 	ch <- prometheus.MustNewConstMetric(c.exportBytes, prometheus.GaugeValue, float64(s.ExportBytes))

@@ -10,9 +10,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -81,7 +81,7 @@ func TestScreenshots(t *testing.T) {
 	var failedID int64
 	for _, p := range past {
 		id := h.submit(p.job)
-		if j := h.Wait(id, 30*time.Second); j.State == catalog.JobFailed {
+		if j := h.Wait(id, 30*time.Second); j.State == deckhandtype.JobFailed {
 			failedID = id
 		}
 		backdate(t, h, id, p.ago)
@@ -112,7 +112,7 @@ func TestScreenshots(t *testing.T) {
 	}
 	cancelled := h.submit(&spec.Job{Description: "backfill customer_segments", Tasks: []spec.Task{
 		step("backfill", "us-east-1", sleep(60)), step("swap", "us-east-1", "SELECT 1", "backfill")}})
-	testenv.Eventually(t, 20*time.Second, func() bool { j, _ := h.Client.Catalog.Job(ctx, cancelled); return j.State == catalog.JobRunning }, "backfill runs")
+	testenv.Eventually(t, 20*time.Second, func() bool { j, _ := h.Client.Catalog.Job(ctx, cancelled); return j.State == deckhandtype.JobRunning }, "backfill runs")
 	time.Sleep(700 * time.Millisecond)
 	if _, err := h.Client.Cancel(ctx, cancelled); err != nil {
 		t.Fatal(err)
@@ -141,11 +141,11 @@ func TestScreenshots(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		state := map[string]string{}
+		state := map[string]deckhandtype.TaskState{}
 		for _, t := range d.Tasks {
 			state[t.Name] = t.State
 		}
-		return state["validate eu-central-2"] == catalog.TaskRunning && state["validate us-east-1"] == catalog.TaskRunning
+		return state["validate eu-central-2"] == deckhandtype.TaskRunning && state["validate us-east-1"] == deckhandtype.TaskRunning
 	}, "the main job reaches its validation tasks")
 	// us-east-1 runs one task at a time, so this one waits for a free slot.
 	queued := h.submit(&spec.Job{Description: "vacuum customers after rebuild", Tasks: []spec.Task{noTx(step("vacuum", "us-east-1", "VACUUM customers"))}})

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
@@ -57,7 +58,7 @@ func (s *Server) builtinPages() []Page {
 
 // ExportItem is an export with its progress rate, as GET /api/exports lists it.
 type ExportItem struct {
-	catalog.Export
+	deckhandtype.Export
 	ElapsedMS      int64   `json:"elapsed_ms"`
 	BytesPerSecond float64 `json:"bytes_per_second"`
 }
@@ -96,7 +97,7 @@ func (s *Server) listCleanup(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := catalog.CleanupFilter{State: r.URL.Query().Get("state"), Limit: limit}
+	f := catalog.CleanupFilter{State: deckhandtype.CleanupState(r.URL.Query().Get("state")), Limit: limit}
 	if v := r.URL.Query().Get("job"); v != "" {
 		if f.JobID, err = strconv.ParseInt(v, 10, 64); err != nil || f.JobID < 1 {
 			return nil, &BadRequest{Msg: fmt.Sprintf("job: want a job id, got %q", v)}
@@ -107,7 +108,7 @@ func (s *Server) listCleanup(r *http.Request) (any, error) {
 		return nil, err
 	}
 	if recs == nil {
-		recs = []catalog.CleanupRecord{}
+		recs = []deckhandtype.CleanupRecord{}
 	}
 	return recs, nil
 }

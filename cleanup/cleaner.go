@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
@@ -88,10 +89,10 @@ type Action struct {
 	Operation int64    `json:"operation"`
 	Job       int64    `json:"job"`
 	Resource  Resource `json:"resource"`
-	Policy    string   `json:"policy"`
+	Policy    Policy   `json:"policy"`
 	// Outcome is removed, in_use, retrying, pinned, failed or node_removed.
-	Outcome string `json:"outcome"`
-	Error   string `json:"error,omitempty"`
+	Outcome deckhandtype.CleanupState `json:"outcome"`
+	Error   string                    `json:"error,omitempty"`
 }
 
 func (a Action) String() string {
@@ -112,7 +113,7 @@ type Report struct {
 }
 
 // Count returns how many actions had the outcome.
-func (r *Report) Count(outcome string) int {
+func (r *Report) Count(outcome deckhandtype.CleanupState) int {
 	n := 0
 	for _, a := range r.Actions {
 		if a.Outcome == outcome {
@@ -125,7 +126,7 @@ func (r *Report) Count(outcome string) int {
 // Summary is a one-line account of the pass.
 func (r *Report) Summary() string {
 	parts := []string{fmt.Sprintf("%d operation(s) decided", len(r.Decided))}
-	for _, o := range []string{catalog.CleanupRemoved, catalog.CleanupInUse, catalog.CleanupRetrying, catalog.CleanupPinned, catalog.CleanupFailed, catalog.CleanupNodeRemoved} {
+	for _, o := range []deckhandtype.CleanupState{deckhandtype.CleanupRemoved, deckhandtype.CleanupInUse, deckhandtype.CleanupRetrying, deckhandtype.CleanupPinned, deckhandtype.CleanupFailed, deckhandtype.CleanupNodeRemoved} {
 		if n := r.Count(o); n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, o))
 		}
@@ -250,13 +251,13 @@ func (c *Cleaner) claim(ctx context.Context, sel catalog.CleanupClaim) (*catalog
 	if rec == nil || err != nil {
 		return rec, out, err
 	}
-	args := []any{"record", rec.ID, "operation", rec.OperationID, "job", rec.JobID, "resource", rec.Type + " " + rec.Resource().Display()}
+	args := []any{"record", rec.ID, "operation", rec.OperationID, "job", rec.JobID, "resource", string(rec.Type) + " " + rec.Resource().Display()}
 	switch out.State {
-	case catalog.CleanupRemoved:
+	case deckhandtype.CleanupRemoved:
 		c.log().Info("removed", args...)
-	case catalog.CleanupInUse, catalog.CleanupPinned:
+	case deckhandtype.CleanupInUse, deckhandtype.CleanupPinned:
 		c.log().Debug("cleanup waits", append(args, "reason", out.State, "err", out.Error, "retry_in", out.Backoff)...)
-	case catalog.CleanupRetrying:
+	case deckhandtype.CleanupRetrying:
 		c.log().Warn("cleanup failed; will retry", append(args, "err", out.Error, "retry_in", out.Backoff)...)
 	default:
 		c.log().Error("cleanup gave up; see `deckhand cleanup list`", append(args, "state", out.State, "err", out.Error)...)
@@ -364,7 +365,7 @@ func (c *Cleaner) listenOnce(ctx context.Context, wake func()) error {
 		if n.Channel == catalog.ChannelJob {
 			// Payload "<job id>:<state>": only an ending job can end operations.
 			_, state, _ := strings.Cut(n.Payload, ":")
-			if !catalog.JobTerminal(state) {
+			if !deckhandtype.JobState(state).Terminal() {
 				continue
 			}
 		}
@@ -378,7 +379,7 @@ func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []
 	groups := map[executor.Owner][]catalog.WaitingRecord{}
 	for _, w := range waiting {
 		switch w.Type {
-		case catalog.ResourceTable, catalog.ResourceIndex, catalog.ResourceReplicationSlot:
+		case deckhandtype.ResourceTable, deckhandtype.ResourceIndex, deckhandtype.ResourceReplicationSlot:
 			k := executor.Owner{Node: w.Node, DSN: w.NodeDSN, Role: w.Owner, Submitter: w.SubmittedBy}
 			groups[k] = append(groups[k], w)
 		}
@@ -395,7 +396,7 @@ func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []
 		for _, w := range recs {
 			var busy bool
 			var err error
-			if w.Type == catalog.ResourceReplicationSlot {
+			if w.Type == deckhandtype.ResourceReplicationSlot {
 				busy, err = slotActive(ctx, conn.Conn(), w.Name)
 			} else {
 				busy, err = executor.RelationBusy(ctx, conn.Conn(), []string{pgx.Identifier{w.Location, w.Name}.Sanitize()})

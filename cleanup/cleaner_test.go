@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -40,7 +41,7 @@ type opRunner struct {
 func (e *env) opRunner(services ...*cleanup.Cleaner) *opRunner {
 	r := &opRunner{e: e, cleaner: e.cleaner(), bodies: map[string]opBody{}}
 	execs := cleanup.Executors(e.Client.Catalog, pools(e.t))
-	execs[kindOp] = executor.Func(func(ctx context.Context, t *catalog.ClaimedTask) error {
+	execs[kindOp] = executor.Func(func(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 		var p struct{ Key string }
 		if err := json.Unmarshal(t.Payload, &p); err != nil {
 			return executor.Permanent(err)
@@ -86,13 +87,13 @@ func (e *env) tableExists(db, table string) bool {
 	return ok
 }
 
-func (e *env) listJSON(args ...string) []catalog.CleanupRecord {
+func (e *env) listJSON(args ...string) []deckhandtype.CleanupRecord {
 	e.t.Helper()
 	code, out, errOut := e.deckhand(append([]string{"cleanup", "list", "-o", "json"}, args...)...)
 	if code != 0 {
 		e.t.Fatalf("cleanup list: exit %d: %s", code, errOut)
 	}
-	var recs []catalog.CleanupRecord
+	var recs []deckhandtype.CleanupRecord
 	if err := json.Unmarshal([]byte(out), &recs); err != nil {
 		e.t.Fatalf("cleanup list -o json: %v\n%s", err, out)
 	}
@@ -142,7 +143,7 @@ func TestLiveOperationIsNeverTouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, rec := range e.listJSON("--job", strconv.FormatInt(id, 10)) {
-		if rec.State != catalog.CleanupPending || rec.Attempts != 0 {
+		if rec.State != deckhandtype.CleanupPending || rec.Attempts != 0 {
 			t.Errorf("record %d of a live operation is %s after %d attempts", rec.ID, rec.State, rec.Attempts)
 		}
 	}
@@ -153,7 +154,7 @@ func TestLiveOperationIsNeverTouched(t *testing.T) {
 	}
 
 	release <- errors.New("the operation gives up")
-	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFailed {
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFailed {
 		t.Fatalf("job %s", job.State)
 	}
 	if _, err := op.Register(ctx, cleanup.Table("n1", "public", "late"), cleanup.Always); !errors.Is(err, catalog.ErrOperationEnded) {
@@ -163,7 +164,7 @@ func TestLiveOperationIsNeverTouched(t *testing.T) {
 	if !strings.Contains(out, "the task attempt ended without finishing the operation") {
 		t.Errorf("cleanup run should say why it decided the operation:\n%s", out)
 	}
-	want := map[string]string{"live_a": catalog.CleanupRemoved, "live_b": catalog.CleanupRemoved, "live_c": catalog.CleanupForgotten}
+	want := map[string]deckhandtype.CleanupState{"live_a": deckhandtype.CleanupRemoved, "live_b": deckhandtype.CleanupRemoved, "live_c": deckhandtype.CleanupForgotten}
 	for _, rec := range e.records(id) {
 		if rec.State != want[rec.Name] {
 			t.Errorf("record %s is %s, want %s", rec.Name, rec.State, want[rec.Name])
@@ -189,12 +190,12 @@ func TestRecordsOnRemovedNode(t *testing.T) {
 		e.exec(db2, "CREATE TABLE scratch (id int)")
 		return op.Succeed(ctx)
 	})
-	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFinished {
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s", job.State)
 	}
 	e.run("node", "remove", "n2")
 	// The view says so at once, before any cleaner has looked.
-	recs := e.listJSON("--state", catalog.CleanupNodeRemoved)
+	recs := e.listJSON("--state", string(deckhandtype.CleanupNodeRemoved))
 	if len(recs) != 1 || recs[0].Name != "scratch" {
 		t.Fatalf("cleanup list --state node_removed = %+v", recs)
 	}
@@ -202,7 +203,7 @@ func TestRecordsOnRemovedNode(t *testing.T) {
 		e.run("cleanup", "run", "--wait", "0")
 	}
 	recs = e.listJSON("--job", strconv.FormatInt(id, 10))
-	if len(recs) != 1 || recs[0].State != catalog.CleanupNodeRemoved || recs[0].Attempts != 0 ||
+	if len(recs) != 1 || recs[0].State != deckhandtype.CleanupNodeRemoved || recs[0].Attempts != 0 ||
 		recs[0].LastError == nil || !strings.Contains(*recs[0].LastError, "no longer registered") {
 		t.Fatalf("record after runs: %+v", recs)
 	}
@@ -214,12 +215,12 @@ func TestRecordsOnRemovedNode(t *testing.T) {
 		t.Fatal("the table on the removed node was touched")
 	}
 
-	if err := e.Client.AddNode(ctx, catalog.Node{Name: "n2", DSN: e.proxy.DSN(db2, pgtest.Superuser)}); err != nil {
+	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "n2", DSN: e.proxy.DSN(db2, pgtest.Superuser)}); err != nil {
 		t.Fatal(err)
 	}
 	e.run("cleanup", "retry", strconv.FormatInt(recs[0].ID, 10))
 	e.run("cleanup", "run")
-	if recs := e.records(id); recs[0].State != catalog.CleanupRemoved || e.tableExists(db2, "scratch") {
+	if recs := e.records(id); recs[0].State != deckhandtype.CleanupRemoved || e.tableExists(db2, "scratch") {
 		t.Errorf("after re-adding the node and retrying: %s, table exists %v", recs[0].State, e.tableExists(db2, "scratch"))
 	}
 }
@@ -246,12 +247,12 @@ func TestPinnedResourcesAreKept(t *testing.T) {
 	})
 	e.Wait(id, 30*time.Second)
 	e.run("cleanup", "run", "--wait", "0")
-	if recs := e.records(id); recs[0].State != catalog.CleanupPinned || !e.tableExists(db, "keep_me") {
+	if recs := e.records(id); recs[0].State != deckhandtype.CleanupPinned || !e.tableExists(db, "keep_me") {
 		t.Fatalf("pinned record is %s; table exists %v", recs[0].State, e.tableExists(db, "keep_me"))
 	}
 	e.run("cleanup", "unpin", pin)
 	e.run("cleanup", "run")
-	if recs := e.records(id); recs[0].State != catalog.CleanupRemoved || e.tableExists(db, "keep_me") {
+	if recs := e.records(id); recs[0].State != deckhandtype.CleanupRemoved || e.tableExists(db, "keep_me") {
 		t.Errorf("after unpinning: record %s, table exists %v", recs[0].State, e.tableExists(db, "keep_me"))
 	}
 
@@ -317,7 +318,7 @@ func TestObjectStoreRecords(t *testing.T) {
 		}
 		return errors.New("the export failed")
 	})
-	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFailed {
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFailed {
 		t.Fatalf("job %s", job.State)
 	}
 	if d, _ := e.Client.Job(ctx, id); d.Tasks[0].LastError.Message != "the export failed" {
@@ -336,7 +337,7 @@ func TestObjectStoreRecords(t *testing.T) {
 		t.Errorf("files left: %v, want [expired/other keep/x]", left)
 	}
 	for _, rec := range e.records(id) {
-		if rec.State != catalog.CleanupRemoved {
+		if rec.State != deckhandtype.CleanupRemoved {
 			t.Errorf("record %s %s is %s", rec.Type, rec.Name, rec.State)
 		}
 	}
@@ -372,7 +373,7 @@ func TestJobWideOperation(t *testing.T) {
 	} else if busy := (*catalog.ResourceBusyError)(nil); !errors.As(err, &busy) || !busy.OperationLive {
 		t.Errorf("registering twice: %v", err)
 	}
-	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFinished {
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s", job.State)
 	}
 	e.run("cleanup", "run")

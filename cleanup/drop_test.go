@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -171,7 +171,7 @@ func TestDropWaitsForQueries(t *testing.T) {
 	})
 	tr.check(t, executor.DefaultLockTimeout)
 	job := e.Wait(id, 30*time.Second)
-	if job.State != catalog.JobFinished {
+	if job.State != deckhandtype.JobFinished {
 		t.Fatalf("drop job %s", job.State)
 	}
 	if d, _ := e.Client.Job(ctx, id); d.Tasks[0].Attempts != 1 {
@@ -206,11 +206,11 @@ func TestDeferredDropWaitsForQueries(t *testing.T) {
 	tr.check(t, 200*time.Millisecond)
 	// The table is gone on the node a moment before the cleaner records it in the catalog.
 	rec := e.records(id)[0]
-	for deadline := time.Now().Add(5 * time.Second); rec.State != catalog.CleanupRemoved && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); rec.State != deckhandtype.CleanupRemoved && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 		rec = e.records(id)[0]
 	}
-	if rec.State != catalog.CleanupRemoved || rec.Attempts < 2 {
+	if rec.State != deckhandtype.CleanupRemoved || rec.Attempts < 2 {
 		t.Errorf("record %s after %d attempts; want removed after at least one attempt found it in use", rec.State, rec.Attempts)
 	}
 }

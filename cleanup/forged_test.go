@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -46,7 +46,7 @@ func (e *env) failedWith(id int64, fragments ...string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if job.State != catalog.JobFailed || d.Tasks[0].LastError == nil {
+	if job.State != deckhandtype.JobFailed || d.Tasks[0].LastError == nil {
 		e.t.Fatalf("job %s, task error %+v: want refused", job.State, d.Tasks[0].LastError)
 	}
 	for _, f := range fragments {
@@ -141,7 +141,7 @@ func TestForgedRemovalIsRefused(t *testing.T) {
 		}))
 	}
 	for _, id := range jobs {
-		if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFinished {
+		if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFinished {
 			t.Fatalf("job %d %s", id, job.State)
 		}
 	}
@@ -154,7 +154,7 @@ func TestForgedRemovalIsRefused(t *testing.T) {
 		"its operation has no recorded submitter",
 	} {
 		recs := e.records(jobs[i])
-		if len(recs) != 1 || recs[0].State != catalog.CleanupFailed || recs[0].LastError == nil || !strings.Contains(*recs[0].LastError, want) {
+		if len(recs) != 1 || recs[0].State != deckhandtype.CleanupFailed || recs[0].LastError == nil || !strings.Contains(*recs[0].LastError, want) {
 			t.Errorf("record of job %d: %+v, want failed: %s", jobs[i], recs, want)
 		}
 	}

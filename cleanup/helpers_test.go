@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -119,7 +120,7 @@ func newEnv(t *testing.T, cluster *pgtest.Cluster) *env {
 func (e *env) node(name string) string {
 	e.t.Helper()
 	db := database(e.t, e.cluster, name)
-	if err := e.Client.AddNode(ctx, catalog.Node{Name: name, DSN: e.proxy.DSN(db, pgtest.Superuser), MaxTasks: 8}); err != nil {
+	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: name, DSN: e.proxy.DSN(db, pgtest.Superuser), MaxTasks: 8}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.nodes[name] = db
@@ -191,7 +192,7 @@ func payload(t testing.TB, v any) json.RawMessage {
 }
 
 // records lists the cleanup records of a job.
-func (e *env) records(jobID int64) []catalog.CleanupRecord {
+func (e *env) records(jobID int64) []deckhandtype.CleanupRecord {
 	e.t.Helper()
 	recs, err := e.Client.Catalog.CleanupRecords(ctx, catalog.CleanupFilter{JobID: jobID})
 	if err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -127,7 +127,7 @@ func (d tableDef) createSQL() string {
 }
 
 // Run moves the table; see MoveTable.
-func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) {
+func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error) {
 	c := m.Cleaner
 	if t.Node == nil || t.NodeDSN == nil {
 		return executor.Permanent(errors.New("the task's node is no longer registered"))
@@ -262,7 +262,7 @@ func (m MoveTable) Run(ctx context.Context, t *catalog.ClaimedTask) (err error) 
 		rep, err := op.RemoveDue(ctx, 5*time.Second)
 		if err != nil {
 			c.log().Warn("move_table: removal left work to the cleaner", "operation", op.ID(), "err", err)
-		} else if left := len(rep.Actions) - rep.Count(catalog.CleanupRemoved); left > 0 {
+		} else if left := len(rep.Actions) - rep.Count(deckhandtype.CleanupRemoved); left > 0 {
 			c.log().Info("move_table: the cleaner will finish removing", "operation", op.ID(), "left", left)
 		}
 	}
@@ -398,7 +398,7 @@ func readTableDef(ctx context.Context, conn *pgx.Conn, searchPath, table string)
 // open and idle until the copy has started. A replication connection cannot be pooled; it is
 // the owner's on the node whose owner session (of the same attempt) passed OwnerConn's check,
 // and it runs nothing but CREATE_REPLICATION_SLOT.
-func createSlot(ctx context.Context, o executor.Owner, t *catalog.ClaimedTask, name string) (*pgconn.PgConn, string, error) {
+func createSlot(ctx context.Context, o executor.Owner, t *deckhandtype.ClaimedTask, name string) (*pgconn.PgConn, string, error) {
 	cfg, err := pgconn.ParseConfig(conninfo.WithUser(o.DSN, o.Role))
 	if err != nil || cfg.User != o.Role {
 		return nil, "", executor.Permanent(errors.New("node conninfo cannot be parsed"))

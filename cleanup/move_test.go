@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
@@ -83,9 +83,9 @@ func (e *moveEnv) checkState(jobID int64, wantSrc, wantDst []string, succeeded b
 		e.t.Errorf("job %d registered no cleanup record", jobID)
 	}
 	for _, r := range recs {
-		want := catalog.CleanupRemoved
-		if (succeeded && r.Policy == catalog.PolicyOnFailure) || (!succeeded && r.Policy == catalog.PolicyDeferredOnSuccess) {
-			want = catalog.CleanupForgotten
+		want := deckhandtype.CleanupRemoved
+		if (succeeded && r.Policy == deckhandtype.PolicyOnFailure) || (!succeeded && r.Policy == deckhandtype.PolicyDeferredOnSuccess) {
+			want = deckhandtype.CleanupForgotten
 		}
 		if r.State != want {
 			e.t.Errorf("record %d (%s %s, %s) is %s, want %s (last error: %s)", r.ID, r.Type, r.Resource().Display(), r.Policy, r.State, want, deref(r.LastError))
@@ -153,13 +153,13 @@ func TestMoveTable(t *testing.T) {
 	job := e.Wait(id, time.Minute)
 	close(stop)
 	<-done
-	if job.State != catalog.JobFinished {
+	if job.State != deckhandtype.JobFinished {
 		d, _ := e.Client.Job(ctx, id)
 		t.Fatalf("job %s: %v", job.State, d.Tasks[0].LastError)
 	}
 	recs := e.records(id)
 	op, err := e.Client.Catalog.OperationByID(ctx, recs[0].OperationID)
-	if err != nil || op.State != catalog.OperationSucceeded || op.EndedAt == nil {
+	if err != nil || op.State != deckhandtype.OperationSucceeded || op.EndedAt == nil {
 		t.Fatalf("operation %+v, %v", op, err)
 	}
 	// Writes acknowledged before the switch committed must all have reached the target.
@@ -197,9 +197,9 @@ func TestMoveTable(t *testing.T) {
 		t.Errorf("target after the move:\n%s", d)
 	}
 	for _, r := range e.records(id) {
-		want := catalog.CleanupRemoved
-		if r.Policy == catalog.PolicyOnFailure {
-			want = catalog.CleanupForgotten
+		want := deckhandtype.CleanupRemoved
+		if r.Policy == deckhandtype.PolicyOnFailure {
+			want = deckhandtype.CleanupForgotten
 		}
 		if r.State != want {
 			t.Errorf("record %d (%s %s, %s) is %s, want %s", r.ID, r.Type, r.Resource().Display(), r.Policy, r.State, want)
@@ -251,7 +251,7 @@ func TestMoveFailsAtEachStep(t *testing.T) {
 					t.Fatalf("the fault at %s fired %d times", step, e.proxy.Hits(step))
 				}
 				succeeded := step == cleanup.StepDrop
-				if wantState := map[bool]string{true: catalog.JobFinished, false: catalog.JobFailed}[succeeded]; job.State != wantState {
+				if wantState := map[bool]deckhandtype.JobState{true: deckhandtype.JobFinished, false: deckhandtype.JobFailed}[succeeded]; job.State != wantState {
 					d, _ := e.Client.Job(ctx, id)
 					t.Fatalf("job %s, want %s: %v", job.State, wantState, d.Tasks[0].LastError)
 				}
@@ -281,7 +281,7 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 			victim := e.Serve("--lease", "1s", "--maintenance-interval", "100ms")
 			id := e.submit(e.moveJob())
 			testenv.Eventually(t, time.Minute, func() bool {
-				if j, err := e.Client.Catalog.Job(ctx, id); err == nil && catalog.JobTerminal(j.State) {
+				if j, err := e.Client.Catalog.Job(ctx, id); err == nil && j.State.Terminal() {
 					d, _ := e.Client.Job(ctx, id)
 					t.Fatalf("job %d %s before reaching %s: %v", id, j.State, step, d.Tasks[0].LastError)
 				}
@@ -307,7 +307,7 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 			}
 			e.checkState(id, wantSrc, wantDst, succeeded)
 			job, err := e.Client.Catalog.Job(ctx, id)
-			if err != nil || catalog.JobTerminal(job.State) {
+			if err != nil || job.State.Terminal() {
 				t.Errorf("job %d is %s (%v): nothing should have ended it but the cleanup run", id, job.State, err)
 			}
 		})

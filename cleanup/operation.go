@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
@@ -23,7 +24,7 @@ type Operation struct {
 
 // Begin starts an operation scoped to the attempt t: it is alive while the attempt runs and
 // its worker's lease is fresh. Removals run as t's owner.
-func (c *Cleaner) Begin(ctx context.Context, t *catalog.ClaimedTask, description string) (*Operation, error) {
+func (c *Cleaner) Begin(ctx context.Context, t *deckhandtype.ClaimedTask, description string) (*Operation, error) {
 	id, err := c.Catalog.BeginOperation(ctx, catalog.NewOperation{
 		JobID: t.JobID, TaskID: t.ID, Token: t.Token, Owner: t.Owner, Description: description,
 	})
@@ -64,11 +65,11 @@ func (op *Operation) Register(ctx context.Context, r Resource, p Policy) (int64,
 	if err := validate(r); err != nil {
 		return 0, err
 	}
-	if !p.valid() {
+	if !validPolicy(p) {
 		return 0, fmt.Errorf("cleanup: unknown policy %q", p)
 	}
 	for try := 0; ; try++ {
-		id, err := op.c.Catalog.RegisterCleanup(ctx, op.id, r, string(p))
+		id, err := op.c.Catalog.RegisterCleanup(ctx, op.id, r, p)
 		var busy *catalog.ResourceBusyError
 		if !errors.As(err, &busy) || busy.OperationLive || try == 2 {
 			return id, err

@@ -14,6 +14,7 @@ import (
 	_ "gocloud.dev/blob/s3blob"   // s3:// buckets, any S3-compatible server
 	"gocloud.dev/gcerrors"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
@@ -30,23 +31,23 @@ var errSlotActive = errors.New("replication slot is active")
 func (c *Cleaner) removeRecord(ctx context.Context, rec *catalog.DueRecord, lockTimeout time.Duration) catalog.CleanupOutcome {
 	if rec.PinnedBy != nil {
 		// Unpinning wakes the record at once; this is only the fallback.
-		return catalog.CleanupOutcome{State: catalog.CleanupPinned, Error: "pinned by " + *rec.PinnedBy, Backoff: time.Minute}
+		return catalog.CleanupOutcome{State: deckhandtype.CleanupPinned, Error: "pinned by " + *rec.PinnedBy, Backoff: time.Minute}
 	}
 	if rec.Node != nil && rec.NodeDSN == nil {
-		return catalog.CleanupOutcome{State: catalog.CleanupNodeRemoved,
+		return catalog.CleanupOutcome{State: deckhandtype.CleanupNodeRemoved,
 			Error: fmt.Sprintf("node %s is no longer registered: re-add it and run `deckhand cleanup retry %d`, or `deckhand cleanup forget %d`", *rec.Node, rec.ID, rec.ID)}
 	}
 	rctx, cancel := context.WithTimeout(ctx, orDefault(c.RemovalTimeout, 5*time.Minute))
 	err := c.removeResource(rctx, rec, lockTimeout)
 	cancel()
 	if err == nil {
-		return catalog.CleanupOutcome{State: catalog.CleanupRemoved}
+		return catalog.CleanupOutcome{State: deckhandtype.CleanupRemoved}
 	}
 	msg := executor.Describe(err).String()
 	var pgErr *pgconn.PgError
 	switch {
 	case executor.InUse(err) || errors.Is(err, errSlotActive) || errors.Is(err, errRelationBusy):
-		return catalog.CleanupOutcome{State: catalog.CleanupInUse, Error: msg,
+		return catalog.CleanupOutcome{State: deckhandtype.CleanupInUse, Error: msg,
 			Backoff: backoff(orDefault(c.InUseBackoff, time.Second), time.Minute, rec.Attempts)}
 	case errors.As(err, &pgErr) && pgErr.Code == "2BP01",
 		executor.Retryable(err):
@@ -57,20 +58,20 @@ func (c *Cleaner) removeRecord(ctx context.Context, rec *catalog.DueRecord, lock
 			maxErrors = 20
 		}
 		if rec.Errors+1 >= maxErrors {
-			return catalog.CleanupOutcome{State: catalog.CleanupFailed,
+			return catalog.CleanupOutcome{State: deckhandtype.CleanupFailed,
 				Error: fmt.Sprintf("gave up after %d errors: %s", rec.Errors+1, msg)}
 		}
-		return catalog.CleanupOutcome{State: catalog.CleanupRetrying, Error: msg,
+		return catalog.CleanupOutcome{State: deckhandtype.CleanupRetrying, Error: msg,
 			Backoff: backoff(orDefault(c.ErrorBackoff, time.Second), 5*time.Minute, rec.Errors)}
 	default:
-		return catalog.CleanupOutcome{State: catalog.CleanupFailed, Error: msg}
+		return catalog.CleanupOutcome{State: deckhandtype.CleanupFailed, Error: msg}
 	}
 }
 
 // removeResource removes one resource; a resource that is already gone counts as removed.
 func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lockTimeout time.Duration) error {
 	switch rec.Type {
-	case catalog.ResourceObject, catalog.ResourcePrefix:
+	case deckhandtype.ResourceObject, deckhandtype.ResourcePrefix:
 		return removeBlob(ctx, rec.Type, rec.Location, rec.Name)
 	}
 	if rec.SubmittedBy == "" {
@@ -90,7 +91,7 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 	}
 	defer executor.Release(ctx, conn)
 	r := rec.Resource()
-	if rec.Attempts == 0 && (r.Type == catalog.ResourceTable || r.Type == catalog.ResourceIndex) {
+	if rec.Attempts == 0 && (r.Type == deckhandtype.ResourceTable || r.Type == deckhandtype.ResourceIndex) {
 		// Later attempts come when the probe sees it free or the backoff expires (for a
 		// table never seen free), and then ask for the lock, under lock_timeout.
 		busy, err := executor.RelationBusy(ctx, conn.Conn(), []string{pgx.Identifier{r.Location, r.Name}.Sanitize()})
@@ -110,17 +111,17 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 // executor.InUse (or, for an active slot, the cleaner) reports true.
 func RemoveOnNode(ctx context.Context, conn *pgx.Conn, r Resource, lockTimeout time.Duration) error {
 	switch r.Type {
-	case catalog.ResourceTable:
+	case deckhandtype.ResourceTable:
 		return executor.DropInTx(ctx, conn, "DROP TABLE IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize(), lockTimeout)
-	case catalog.ResourceIndex:
+	case deckhandtype.ResourceIndex:
 		return executor.DropInTx(ctx, conn, "DROP INDEX IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize(), lockTimeout)
-	case catalog.ResourceSchema:
+	case deckhandtype.ResourceSchema:
 		return executor.DropInTx(ctx, conn, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
-	case catalog.ResourcePublication:
+	case deckhandtype.ResourcePublication:
 		return executor.DropInTx(ctx, conn, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
-	case catalog.ResourceSubscription:
+	case deckhandtype.ResourceSubscription:
 		return dropSubscription(ctx, conn, r.Name, lockTimeout)
-	case catalog.ResourceReplicationSlot:
+	case deckhandtype.ResourceReplicationSlot:
 		return dropSlot(ctx, conn, r.Name)
 	}
 	return executor.Permanent(fmt.Errorf("cannot remove a %s on a node", r.Type))
@@ -202,13 +203,13 @@ func slotActive(ctx context.Context, conn *pgx.Conn, name string) (bool, error) 
 }
 
 // removeBlob deletes one object, or every object under a prefix.
-func removeBlob(ctx context.Context, typ, bucketURL, name string) error {
+func removeBlob(ctx context.Context, typ deckhandtype.ResourceType, bucketURL, name string) error {
 	b, err := blob.OpenBucket(ctx, bucketURL)
 	if err != nil {
 		return blobError(fmt.Errorf("open bucket %s: %w", bucketURL, err))
 	}
 	defer b.Close()
-	if typ == catalog.ResourceObject {
+	if typ == deckhandtype.ResourceObject {
 		if err := b.Delete(ctx, name); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 			return blobError(err)
 		}

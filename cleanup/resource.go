@@ -6,73 +6,73 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 )
 
 // Policy says when a registered resource is removed.
-type Policy string
+type Policy = deckhandtype.Policy
 
 // The three policies of Citus' deferred drop.
 const (
 	// OnFailure: removed if the operation fails; forgotten when it succeeds (in the operation's
 	// final catalog transaction). For what the operation creates and keeps.
-	OnFailure Policy = catalog.PolicyOnFailure
+	OnFailure Policy = deckhandtype.PolicyOnFailure
 	// Always: removed when the operation ends, either way. For scaffolding: replication
 	// slots, publications, subscriptions, temporary tables.
-	Always Policy = catalog.PolicyAlways
+	Always Policy = deckhandtype.PolicyAlways
 	// DeferredOnSuccess: removed after the operation succeeds, once nothing uses it;
 	// forgotten if it fails. For what the operation replaces (the old copy of a moved table).
-	DeferredOnSuccess Policy = catalog.PolicyDeferredOnSuccess
+	DeferredOnSuccess Policy = deckhandtype.PolicyDeferredOnSuccess
 )
 
-func (p Policy) valid() bool {
+func validPolicy(p Policy) bool {
 	return p == OnFailure || p == Always || p == DeferredOnSuccess
 }
 
 // Resource identifies something an operation creates or replaces. Build one with Table,
 // Index, Schema, Publication, Subscription, ReplicationSlot, Object or Prefix.
-type Resource = catalog.CleanupResource
+type Resource = deckhandtype.CleanupResource
 
 // Table is a table of a node, identified by schema and name as stored (not quoted).
 func Table(node, schema, name string) Resource {
-	return Resource{Type: catalog.ResourceTable, Node: node, Location: schema, Name: name}
+	return Resource{Type: deckhandtype.ResourceTable, Node: node, Location: schema, Name: name}
 }
 
 // Index is an index of a node.
 func Index(node, schema, name string) Resource {
-	return Resource{Type: catalog.ResourceIndex, Node: node, Location: schema, Name: name}
+	return Resource{Type: deckhandtype.ResourceIndex, Node: node, Location: schema, Name: name}
 }
 
 // Schema is a schema of a node; it is dropped without CASCADE, after the operation's tables.
 func Schema(node, name string) Resource {
-	return Resource{Type: catalog.ResourceSchema, Node: node, Name: name}
+	return Resource{Type: deckhandtype.ResourceSchema, Node: node, Name: name}
 }
 
 // Publication is a publication of a node.
 func Publication(node, name string) Resource {
-	return Resource{Type: catalog.ResourcePublication, Node: node, Name: name}
+	return Resource{Type: deckhandtype.ResourcePublication, Node: node, Name: name}
 }
 
 // Subscription is a subscription of a node. It is removed by disabling it, detaching its slot
 // (slot_name = NONE) and dropping it, so removing it never needs the publisher; register the
 // slot on the publisher separately.
 func Subscription(node, name string) Resource {
-	return Resource{Type: catalog.ResourceSubscription, Node: node, Name: name}
+	return Resource{Type: deckhandtype.ResourceSubscription, Node: node, Name: name}
 }
 
 // ReplicationSlot is a replication slot of a node's server. It is skipped while active.
 func ReplicationSlot(node, name string) Resource {
-	return Resource{Type: catalog.ResourceReplicationSlot, Node: node, Name: name}
+	return Resource{Type: deckhandtype.ResourceReplicationSlot, Node: node, Name: name}
 }
 
 // Object is one object in a bucket, addressed by gocloud.dev/blob URL (file:///dir, s3://bucket?region=...).
 func Object(bucketURL, key string) Resource {
-	return Resource{Type: catalog.ResourceObject, Location: bucketURL, Name: key}
+	return Resource{Type: deckhandtype.ResourceObject, Location: bucketURL, Name: key}
 }
 
 // Prefix is every object whose key starts with prefix in a bucket; removing it deletes them all.
 func Prefix(bucketURL, prefix string) Resource {
-	return Resource{Type: catalog.ResourcePrefix, Location: bucketURL, Name: prefix}
+	return Resource{Type: deckhandtype.ResourcePrefix, Location: bucketURL, Name: prefix}
 }
 
 // validate checks a resource before it is recorded: a record that can never be removed, or
@@ -82,19 +82,19 @@ func validate(r Resource) error {
 		return fmt.Errorf("cleanup: %s: name is empty or contains a NUL byte", r.Type)
 	}
 	switch r.Type {
-	case catalog.ResourceTable, catalog.ResourceIndex:
+	case deckhandtype.ResourceTable, deckhandtype.ResourceIndex:
 		if r.Location == "" {
 			return fmt.Errorf("cleanup: %s %q: schema is required", r.Type, r.Name)
 		}
 		fallthrough
-	case catalog.ResourceSchema, catalog.ResourcePublication, catalog.ResourceSubscription, catalog.ResourceReplicationSlot:
+	case deckhandtype.ResourceSchema, deckhandtype.ResourcePublication, deckhandtype.ResourceSubscription, deckhandtype.ResourceReplicationSlot:
 		if r.Node == "" {
 			return fmt.Errorf("cleanup: %s %q: node is required", r.Type, r.Name)
 		}
-		if r.Type != catalog.ResourceTable && r.Type != catalog.ResourceIndex && r.Location != "" {
+		if r.Type != deckhandtype.ResourceTable && r.Type != deckhandtype.ResourceIndex && r.Location != "" {
 			return fmt.Errorf("cleanup: %s %q: takes no schema", r.Type, r.Name)
 		}
-	case catalog.ResourceObject, catalog.ResourcePrefix:
+	case deckhandtype.ResourceObject, deckhandtype.ResourcePrefix:
 		if r.Node != "" {
 			return fmt.Errorf("cleanup: %s %q: object storage has no node", r.Type, r.Name)
 		}

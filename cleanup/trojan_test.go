@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -41,13 +41,13 @@ func TestMoveUnderTrojans(t *testing.T) {
 	job.SearchPath = "public, app, pg_catalog"
 	job.Tasks[0].Payload = payload(t, cleanup.MovePayload{Table: "orders", To: "dst", SourceConninfo: e.cluster.DSN(e.src, "postgres")})
 	id := e.submit(job)
-	if got := e.Wait(id, time.Minute); got.State != catalog.JobFinished {
+	if got := e.Wait(id, time.Minute); got.State != deckhandtype.JobFinished {
 		d, _ := e.Client.Job(ctx, id)
 		t.Fatalf("move %s: %+v", got.State, d.Tasks[0].LastError)
 	}
 	e.run("cleanup", "run", "--wait", "20s")
 	for _, r := range e.records(id) {
-		if r.State != catalog.CleanupRemoved && r.State != catalog.CleanupForgotten {
+		if r.State != deckhandtype.CleanupRemoved && r.State != deckhandtype.CleanupForgotten {
 			t.Errorf("record %s %s.%s: %s %v", r.Type, r.Location, r.Name, r.State, r.LastError)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/spec"
@@ -188,20 +189,20 @@ func (c *Client) Run(ctx context.Context, node, owner, sql string, inTransaction
 
 // Cancel cancels a job: tasks not yet started are cancelled at once, running ones have their
 // backend cancelled on the node. It returns the job's state after the request.
-func (c *Client) Cancel(ctx context.Context, id int64) (string, error) {
+func (c *Client) Cancel(ctx context.Context, id int64) (deckhandtype.JobState, error) {
 	return c.Catalog.CancelJob(ctx, id)
 }
 
 // Retry re-runs the failed, unscheduled and cancelled tasks of a failed or cancelled job.
-func (c *Client) Retry(ctx context.Context, id int64) (string, error) {
+func (c *Client) Retry(ctx context.Context, id int64) (deckhandtype.JobState, error) {
 	return c.Catalog.RetryJob(ctx, id)
 }
 
 // JobDetail is a job with its tasks and every attempt.
 type JobDetail struct {
-	catalog.Job
-	Tasks    []catalog.Task    `json:"tasks"`
-	Attempts []catalog.Attempt `json:"attempts"`
+	deckhandtype.Job
+	Tasks    []deckhandtype.Task    `json:"tasks"`
+	Attempts []deckhandtype.Attempt `json:"attempts"`
 }
 
 // Job reads a job with its tasks and attempts.
@@ -224,17 +225,17 @@ func (c *Client) Job(ctx context.Context, id int64) (*JobDetail, error) {
 // Wait blocks until the job ends or ctx is done, and returns the job as it ended. It wakes on
 // the job's state-change notification; progress, when not nil, is called at most every
 // 250 ms with the job's counters.
-func (c *Client) Wait(ctx context.Context, id int64, progress func(catalog.Job)) (catalog.Job, error) {
+func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.Job)) (deckhandtype.Job, error) {
 	conn, err := c.Catalog.Pool.Acquire(ctx)
 	if err != nil {
-		return catalog.Job{}, err
+		return deckhandtype.Job{}, err
 	}
 	defer func() {
 		conn.Exec(context.Background(), "UNLISTEN *") //nolint:errcheck
 		conn.Release()
 	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{catalog.ChannelJob}.Sanitize()); err != nil {
-		return catalog.Job{}, err
+		return deckhandtype.Job{}, err
 	}
 	prefix := strconv.FormatInt(id, 10) + ":"
 	tick := time.Second // fallback poll, should a notification be missed
@@ -249,7 +250,7 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(catalog.Job))
 		if progress != nil {
 			progress(job)
 		}
-		if catalog.JobTerminal(job.State) {
+		if job.State.Terminal() {
 			return job, nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, tick)
@@ -268,7 +269,7 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(catalog.Job))
 
 // AddNode registers a node. The conninfo must not contain a password: workers take
 // credentials from their environment (pgpass, PGPASSWORD, certificates).
-func (c *Client) AddNode(ctx context.Context, n catalog.Node) error {
+func (c *Client) AddNode(ctx context.Context, n deckhandtype.Node) error {
 	if n.MaxTasks <= 0 {
 		n.MaxTasks = 4
 	}

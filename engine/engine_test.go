@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
@@ -47,7 +48,7 @@ func TestDiamondRunsInDependencyOrder(t *testing.T) {
 		{Name: "c", Node: "n1", SQL: step("c"), DependsOn: []string{"a"}},
 	}})
 	job := e.Wait(id, 30*time.Second)
-	if job.State != catalog.JobFinished || job.TasksDone != 4 {
+	if job.State != deckhandtype.JobFinished || job.TasksDone != 4 {
 		t.Fatalf("job = %+v, want finished with 4 done; attempts: %s", job, explain(detail(t, e, id)))
 	}
 	at := map[string]time.Time{}
@@ -99,7 +100,7 @@ func TestNodeLimitIsNeverExceeded(t *testing.T) {
 		}
 	}
 	id := submit(t, e, &spec.Job{Tasks: tasks})
-	if job := e.Wait(id, 60*time.Second); job.State != catalog.JobFinished {
+	if job := e.Wait(id, 60*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s", job.State)
 	}
 	for db, limit := range map[string]int{db1: 2, db2: 3} {
@@ -148,10 +149,10 @@ func TestRetryableErrorRetriesAfterBackoff(t *testing.T) {
 		SQL: `DO $$ BEGIN IF nextval('tries') < 2 THEN
 		        RAISE EXCEPTION 'transient trouble' USING ERRCODE = '40001'; END IF; END $$`,
 	}}})
-	var task catalog.Task
+	var task deckhandtype.Task
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		task = detail(t, e, id).Tasks[0]
-		return task.State == catalog.TaskRunnable && task.Runs == 1
+		return task.State == deckhandtype.TaskRunnable && task.Runs == 1
 	}, "the first attempt fails")
 	// attempt 1 with jitter 0.5 and r=0.75: 10s * (1 - 0.5 + 2*0.5*0.75) = 12.5s
 	wantNotBefore := clock.Now().Add(12500 * time.Millisecond)
@@ -164,19 +165,19 @@ func TestRetryableErrorRetriesAfterBackoff(t *testing.T) {
 	clock.Advance(12 * time.Second)
 	w.Nudge()
 	time.Sleep(300 * time.Millisecond) // give a wrongly eager worker the chance to claim it
-	if d := detail(t, e, id); d.Tasks[0].State != catalog.TaskRunnable || d.Tasks[0].Runs != 1 {
+	if d := detail(t, e, id); d.Tasks[0].State != deckhandtype.TaskRunnable || d.Tasks[0].Runs != 1 {
 		t.Fatalf("task ran before its backoff elapsed: %+v", d.Tasks[0])
 	}
 	clock.Advance(time.Second)
 	w.Nudge()
 	job := e.Wait(id, 10*time.Second)
-	if job.State != catalog.JobFinished {
+	if job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s", job.State)
 	}
 	d := detail(t, e, id)
 	var outcomes []string
 	for _, a := range d.Attempts {
-		outcomes = append(outcomes, a.Outcome)
+		outcomes = append(outcomes, string(a.Outcome))
 	}
 	if strings.Join(outcomes, ",") != "retry,done" {
 		t.Fatalf("attempt outcomes = %v, want [retry done]", outcomes)
@@ -197,11 +198,11 @@ func TestPermanentErrorUnschedulesDependents(t *testing.T) {
 		{Name: "independent", Node: "n1", SQL: "SELECT 1"},
 	}})
 	job := e.Wait(id, 30*time.Second)
-	if job.State != catalog.JobFailed {
+	if job.State != deckhandtype.JobFailed {
 		t.Fatalf("job %s, want failed", job.State)
 	}
 	d := detail(t, e, id)
-	want := map[string]string{"bad": "failed", "child": "unscheduled", "grandchild": "unscheduled", "independent": "done"}
+	want := map[string]deckhandtype.TaskState{"bad": "failed", "child": "unscheduled", "grandchild": "unscheduled", "independent": "done"}
 	for _, task := range d.Tasks {
 		if task.State != want[task.Name] {
 			t.Errorf("task %s is %s, want %s", task.Name, task.State, want[task.Name])
@@ -240,7 +241,7 @@ func TestCancelRunningTask(t *testing.T) {
 	}
 	job := e.Wait(id, 10*time.Second)
 	t.Logf("cancel to job cancelled (running backend stopped): %s", time.Since(began))
-	if job.State != catalog.JobCancelled || job.TasksCancelled != 2 {
+	if job.State != deckhandtype.JobCancelled || job.TasksCancelled != 2 {
 		t.Fatalf("job = %+v, want cancelled with 2 cancelled tasks", job)
 	}
 	if n := backends(); n != 0 {
@@ -269,22 +270,22 @@ func TestShutdownReleasesWithoutChargingAnAttempt(t *testing.T) {
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "long", Node: "n1", SQL: "SELECT pg_sleep(600)", MaxAttempts: 1}}})
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		d := detail(t, e, id)
-		return d.Tasks[0].State == catalog.TaskRunning
+		return d.Tasks[0].State == deckhandtype.TaskRunning
 	}, "the task runs")
 	stop()
 	d := detail(t, e, id)
 	task := d.Tasks[0]
-	if task.State != catalog.TaskRunnable || task.Attempts != 0 || task.Runs != 1 {
+	if task.State != deckhandtype.TaskRunnable || task.Attempts != 0 || task.Runs != 1 {
 		t.Fatalf("after shutdown task = %s attempts=%d runs=%d, want runnable, 0 charged, 1 run", task.State, task.Attempts, task.Runs)
 	}
-	if len(d.Attempts) != 1 || d.Attempts[0].Outcome != catalog.OutcomeReleased {
+	if len(d.Attempts) != 1 || d.Attempts[0].Outcome != deckhandtype.OutcomeReleased {
 		t.Fatalf("attempts = %+v, want one released", d.Attempts)
 	}
 	// max_attempts is 1: the release did not use it up, so a new worker still runs the task.
 	e.Worker(engine.Config{})
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		d := detail(t, e, id)
-		return d.Tasks[0].State == catalog.TaskRunning
+		return d.Tasks[0].State == deckhandtype.TaskRunning
 	}, "a new worker runs the released task")
 	e.Client.Cancel(ctx, id) //nolint:errcheck
 }
@@ -305,7 +306,7 @@ func TestKilledWorkerTaskIsRerun(t *testing.T) {
 		SELECT pg_sleep(2);`}}})
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		d := detail(t, e, id)
-		return d.Tasks[0].State == catalog.TaskRunning
+		return d.Tasks[0].State == deckhandtype.TaskRunning
 	}, "the first worker runs the task")
 	if err := victim.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -313,12 +314,12 @@ func TestKilledWorkerTaskIsRerun(t *testing.T) {
 	_ = victim.Cmd.Wait()
 	e.Worker(engine.Config{LeaseTTL: time.Second})
 	job := e.Wait(id, 30*time.Second)
-	if job.State != catalog.JobFinished {
+	if job.State != deckhandtype.JobFinished {
 		d := detail(t, e, id)
 		t.Fatalf("job %s: %+v", job.State, d.Attempts)
 	}
 	d := detail(t, e, id)
-	if len(d.Attempts) != 2 || d.Attempts[0].Outcome != catalog.OutcomeLost || d.Attempts[1].Outcome != catalog.OutcomeDone {
+	if len(d.Attempts) != 2 || d.Attempts[0].Outcome != deckhandtype.OutcomeLost || d.Attempts[1].Outcome != deckhandtype.OutcomeDone {
 		t.Fatalf("attempts = %+v, want lost then done", d.Attempts)
 	}
 	if d.Attempts[0].WorkerID == nil || d.Attempts[1].WorkerID == nil || *d.Attempts[0].WorkerID == *d.Attempts[1].WorkerID {
@@ -362,7 +363,7 @@ func TestLeaderFailover(t *testing.T) {
 			return false
 		}
 		for _, task := range d.Tasks {
-			if task.State == catalog.TaskRunning {
+			if task.State == deckhandtype.TaskRunning {
 				return true
 			}
 		}
@@ -377,16 +378,16 @@ func TestLeaderFailover(t *testing.T) {
 		t.Errorf("leader is %d, want the survivor %d (was %d)", now, w.ID(), first)
 	}
 	job := e.Wait(id, 60*time.Second)
-	if job.State != catalog.JobFinished {
+	if job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s", job.State)
 	}
 	d := detail(t, e, id)
 	doneAttempts := map[string]int{}
 	for _, a := range d.Attempts {
-		if a.Outcome == catalog.OutcomeDone {
+		if a.Outcome == deckhandtype.OutcomeDone {
 			doneAttempts[a.TaskName]++
 		}
-		if a.Outcome == catalog.OutcomeFailed || a.Outcome == catalog.OutcomeRetry {
+		if a.Outcome == deckhandtype.OutcomeFailed || a.Outcome == deckhandtype.OutcomeRetry {
 			t.Errorf("attempt of %s %s: %v", a.TaskName, a.Outcome, deref(a.Message))
 		}
 	}
@@ -422,7 +423,7 @@ func detail(t *testing.T, e *testenv.Env, id int64) *engine.JobDetail {
 func explain(d *engine.JobDetail) string {
 	var b strings.Builder
 	for _, a := range d.Attempts {
-		b.WriteString("\n  " + a.TaskName + " #" + strconv.Itoa(a.Attempt) + " " + a.Outcome + " " + deref(a.SQLState) + " " + deref(a.Message))
+		b.WriteString("\n  " + a.TaskName + " #" + strconv.Itoa(a.Attempt) + " " + string(a.Outcome) + " " + deref(a.SQLState) + " " + deref(a.Message))
 	}
 	return b.String()
 }

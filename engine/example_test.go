@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
@@ -56,7 +57,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	if err := client.AddNode(ctx, catalog.Node{Name: "n1", DSN: nodeDSN, MaxTasks: 2}); err != nil {
+	if err := client.AddNode(ctx, deckhandtype.Node{Name: "n1", DSN: nodeDSN, MaxTasks: 2}); err != nil {
 		log.Fatal(err)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -16,7 +17,7 @@ import (
 // (for a clear refusal: the workers check again on every node before anything runs). The
 // catalog's deckhand.submit_export then decides where the submitter may write, and refuses a
 // destination that already has an export unless req.Force.
-func (c *Client) Export(ctx context.Context, req export.Request) (*catalog.Export, error) {
+func (c *Client) Export(ctx context.Context, req export.Request) (*deckhandtype.Export, error) {
 	if err := req.Normalize(); err != nil {
 		return nil, err
 	}
@@ -54,7 +55,7 @@ func (c *Client) groupPrimary(ctx context.Context, group string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	var members []catalog.Node
+	var members []deckhandtype.Node
 	for _, n := range nodes {
 		if n.Group == group {
 			members = append(members, n)

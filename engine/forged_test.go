@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -36,11 +36,11 @@ func TestForgedOrphanIsNotTerminated(t *testing.T) {
 	e.Exec(e.DB, `ALTER TABLE deckhand.job ENABLE TRIGGER job_identity`)
 
 	e.Worker(engine.Config{LeaseTTL: time.Second})
-	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFailed {
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFailed {
 		t.Fatalf("job %s: %s", job.State, explain(detail(t, e, id)))
 	}
 	d := detail(t, e, id)
-	if len(d.Attempts) != 2 || d.Attempts[0].Outcome != catalog.OutcomeLost || d.Attempts[1].Outcome != catalog.OutcomeFailed ||
+	if len(d.Attempts) != 2 || d.Attempts[0].Outcome != deckhandtype.OutcomeLost || d.Attempts[1].Outcome != deckhandtype.OutcomeFailed ||
 		d.Attempts[1].Message == nil || !strings.Contains(*d.Attempts[1].Message, "is not a member of role") {
 		t.Errorf("attempts: %s; want the first lost, the second refused on the node", explain(d))
 	}
@@ -65,7 +65,7 @@ func TestForgedReservedSettingIsRefused(t *testing.T) {
 	e.Exec(e.DB, `UPDATE deckhand.job SET settings = settings || '{"search_path": "public, pg_catalog"}' WHERE id = $1`, id)
 	e.Exec(e.DB, `ALTER TABLE deckhand.job ENABLE TRIGGER job_identity`)
 	e.Worker(engine.Config{})
-	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFailed {
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFailed {
 		t.Fatalf("job %s: %s", job.State, explain(detail(t, e, id)))
 	}
 	d := detail(t, e, id)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
@@ -102,9 +103,9 @@ func (w *Worker) rescue(ctx context.Context) {
 			}
 		}
 		results = append(results, catalog.Result{
-			TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: catalog.OutcomeLost,
+			TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: deckhandtype.OutcomeLost,
 			FinishedAt: w.injectedNow(),
-			Err:        &catalog.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired", o.WorkerID)},
+			Err:        &deckhandtype.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired", o.WorkerID)},
 		})
 	}
 	if len(results) == 0 {

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -23,7 +23,7 @@ func TestAddNodeRefusesSecrets(t *testing.T) {
 		"postgres://app@localhost/app?%73slpassword=s3cr3t",
 		"Postgres://app:s3cr3t@localhost/app",
 	} {
-		err := e.Client.AddNode(ctx, catalog.Node{Name: "leaky", DSN: dsn})
+		err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "leaky", DSN: dsn})
 		if err == nil || !engine.IsInvalid(err) || !strings.Contains(err.Error(), "must not contain a password") {
 			t.Errorf("AddNode(%q) = %v, want a refusal", dsn, err)
 		} else if strings.Contains(err.Error(), "s3cr3t") {
@@ -34,7 +34,7 @@ func TestAddNodeRefusesSecrets(t *testing.T) {
 		t.Fatalf("nodes = %+v, %v; want none", nodes, err)
 	}
 	url := "postgres://" + e.Cluster.Addr() + "/postgres?sslmode=disable&application_name=deckhand%20node"
-	if err := e.Client.AddNode(ctx, catalog.Node{Name: "byurl", DSN: url}); err != nil {
+	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "byurl", DSN: url}); err != nil {
 		t.Fatalf("AddNode(%q): %v", url, err)
 	}
 }

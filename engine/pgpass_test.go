@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -43,11 +43,11 @@ func TestOwnersLogInWithTheirOwnPgpassLine(t *testing.T) {
 	for _, task := range d.Tasks {
 		switch task.Name {
 		case "alice", "bob":
-			if task.State != catalog.TaskDone {
+			if task.State != deckhandtype.TaskDone {
 				t.Errorf("%s: %s %+v, want done", task.Name, task.State, task.LastError)
 			}
 		case "nopass":
-			if task.State != catalog.TaskFailed || task.Attempts != 1 {
+			if task.State != deckhandtype.TaskFailed || task.Attempts != 1 {
 				t.Errorf("nopass: %s after %d attempts, want failed after 1 (a refused login is permanent)", task.State, task.Attempts)
 			}
 			if task.LastError == nil || !strings.Contains(task.LastError.Message, "password authentication failed") ||

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
@@ -47,12 +48,12 @@ func TestTaskCannotExceedOwnerPrivileges(t *testing.T) {
 	d := detail(t, e, id)
 	for _, task := range d.Tasks {
 		if task.Name == "who" {
-			if task.State != catalog.TaskDone {
+			if task.State != deckhandtype.TaskDone {
 				t.Fatalf("who: %s %v", task.State, task.LastError)
 			}
 			continue
 		}
-		if task.State != catalog.TaskFailed {
+		if task.State != deckhandtype.TaskFailed {
 			t.Errorf("%s: escape attempt ended %s, want failed", task.Name, task.State)
 			continue
 		}
@@ -129,7 +130,7 @@ func TestWorkerRechecksMembership(t *testing.T) {
 	e.Worker(engine.Config{})
 	job := e.Wait(id, 30*time.Second)
 	d := detail(t, e, id)
-	if job.State != catalog.JobFailed || d.Tasks[0].LastError == nil || !strings.Contains(d.Tasks[0].LastError.Message, "not a member") {
+	if job.State != deckhandtype.JobFailed || d.Tasks[0].LastError == nil || !strings.Contains(d.Tasks[0].LastError.Message, "not a member") {
 		t.Fatalf("job %s, task error %+v: want refused by the worker", job.State, d.Tasks[0].LastError)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
@@ -42,7 +43,7 @@ func newIntruderEnv(t *testing.T) *intruderEnv {
 	e.Worker(engine.Config{})
 	e.adminJob = submit(t, e.Env, &spec.Job{Description: "admin", Tasks: []spec.Task{
 		{Name: "as_postgres", Node: "n1", Owner: pgtest.Superuser, SQL: "SELECT 1"}}})
-	if job := e.Wait(e.adminJob, 30*time.Second); job.State != catalog.JobFinished {
+	if job := e.Wait(e.adminJob, 30*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("admin job %s", job.State)
 	}
 	var err error
@@ -76,7 +77,7 @@ func TestCatalogRefusesForgedRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job := e.Wait(own, 30*time.Second); job.State != catalog.JobFinished || job.SubmittedBy != e.intruder {
+	if job := e.Wait(own, 30*time.Second); job.State != deckhandtype.JobFinished || job.SubmittedBy != e.intruder {
 		t.Fatalf("own job: %s submitted by %s", job.State, job.SubmittedBy)
 	}
 
@@ -174,22 +175,22 @@ func TestCancelAndRetryNeedTheRightToActOnTheJob(t *testing.T) {
 	e := newIntruderEnv(t)
 	failing := submit(t, e.Env, &spec.Job{Tasks: []spec.Task{
 		{Name: "fails", Node: "n1", Owner: pgtest.Superuser, SQL: "SELECT 1/0", MaxAttempts: 1}}})
-	if job := e.Wait(failing, 30*time.Second); job.State != catalog.JobFailed {
+	if job := e.Wait(failing, 30*time.Second); job.State != deckhandtype.JobFailed {
 		t.Fatalf("job %s", job.State)
 	}
 	long := submit(t, e.Env, &spec.Job{Tasks: []spec.Task{
 		{Name: "sleeps", Node: "n1", Owner: pgtest.Superuser, SQL: "SELECT pg_sleep(60)"}}})
 
-	for name, call := range map[string]func() (string, error){
-		"cancel": func() (string, error) { return e.client.Cancel(ctx, long) },
-		"retry":  func() (string, error) { return e.client.Retry(ctx, failing) },
+	for name, call := range map[string]func() (deckhandtype.JobState, error){
+		"cancel": func() (deckhandtype.JobState, error) { return e.client.Cancel(ctx, long) },
+		"retry":  func() (deckhandtype.JobState, error) { return e.client.Retry(ctx, failing) },
 	} {
 		_, err := call()
 		if !errors.Is(err, catalog.ErrForbidden) || !engine.IsInvalid(err) || !strings.Contains(err.Error(), "may not "+name) {
 			t.Errorf("%s of the admin's job by the intruder: err = %v, want a refusal", name, err)
 		}
 	}
-	if d := detail(t, e.Env, failing); d.State != catalog.JobFailed || d.Tasks[0].Attempts != 1 {
+	if d := detail(t, e.Env, failing); d.State != deckhandtype.JobFailed || d.Tasks[0].Attempts != 1 {
 		t.Errorf("after the refused retry the admin's job is %s with %d attempts", d.State, d.Tasks[0].Attempts)
 	}
 	if d := detail(t, e.Env, long); d.CancelRequestedAt != nil {
@@ -205,7 +206,7 @@ func TestCancelAndRetryNeedTheRightToActOnTheJob(t *testing.T) {
 	if _, err := peer.Cancel(ctx, appJob); err != nil {
 		t.Errorf("a member of app cancelling app's job: %v", err)
 	}
-	if job := e.Wait(appJob, 30*time.Second); job.State != catalog.JobCancelled {
+	if job := e.Wait(appJob, 30*time.Second); job.State != deckhandtype.JobCancelled {
 		t.Errorf("app's job ended %s, want cancelled", job.State)
 	}
 	// The admin may act on anyone's job.
@@ -232,13 +233,13 @@ func TestSQLFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var id int64
-	var state string
+	var state deckhandtype.JobState
 	err = conn.QueryRow(ctx, `SELECT deckhand.submit('{"tasks": [{"name": "a", "node": "n1", "sql": "SELECT 1"},
 		{"name": "b", "node": "n1", "sql": "SELECT 2", "depends_on": ["a"], "timeout": "10m"}]}')`).Scan(&id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.QueryRow(ctx, `SELECT deckhand.wait($1, '30 seconds')`, id).Scan(&state); err != nil || state != catalog.JobFinished {
+	if err := conn.QueryRow(ctx, `SELECT deckhand.wait($1, '30 seconds')`, id).Scan(&state); err != nil || state != deckhandtype.JobFinished {
 		t.Fatalf("wait: %s, %v", state, err)
 	}
 	var path, submitter string
@@ -252,16 +253,16 @@ func TestSQLFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	if err := conn.QueryRow(ctx, `SELECT deckhand.wait($1, '200 milliseconds')`, id).Scan(&state); err != nil || catalog.JobTerminal(state) {
+	if err := conn.QueryRow(ctx, `SELECT deckhand.wait($1, '200 milliseconds')`, id).Scan(&state); err != nil || state.Terminal() {
 		t.Errorf("wait with a short timeout: %s, %v", state, err)
 	}
 	if took := time.Since(began); took < 200*time.Millisecond || took > 5*time.Second {
 		t.Errorf("wait took %s for a 200ms timeout", took)
 	}
-	if err := conn.QueryRow(ctx, `SELECT deckhand.cancel($1)`, id).Scan(&state); err != nil || state != catalog.JobCancelling && state != catalog.JobCancelled {
+	if err := conn.QueryRow(ctx, `SELECT deckhand.cancel($1)`, id).Scan(&state); err != nil || state != deckhandtype.JobCancelling && state != deckhandtype.JobCancelled {
 		t.Errorf("cancel: %s, %v", state, err)
 	}
-	if err := conn.QueryRow(ctx, `SELECT deckhand.wait($1)`, id).Scan(&state); err != nil || state != catalog.JobCancelled {
+	if err := conn.QueryRow(ctx, `SELECT deckhand.wait($1)`, id).Scan(&state); err != nil || state != deckhandtype.JobCancelled {
 		t.Errorf("wait after cancel: %s, %v", state, err)
 	}
 }
@@ -284,7 +285,7 @@ func TestWorkerRunsAsDeckhandWorker(t *testing.T) {
 	defer func() { stop(); <-done }()
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{
 		{Name: "a", Node: "n1", SQL: "SELECT 1"}, {Name: "b", Node: "n1", SQL: "SELECT 1/0", MaxAttempts: 2, DependsOn: []string{"a"}}}})
-	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFailed || job.TasksDone != 1 {
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFailed || job.TasksDone != 1 {
 		t.Fatalf("job %s with %d done, want failed with 1 done: %s", job.State, job.TasksDone, explain(detail(t, e, id)))
 	}
 	testenv.Eventually(t, 10*time.Second, w.Leading, "the worker leads")

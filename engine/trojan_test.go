@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -57,7 +57,7 @@ func TestTrojansInOwnerSessions(t *testing.T) {
 				}
 			}
 			id := submit(t, e, job)
-			if got := e.Wait(id, 30*time.Second); got.State != catalog.JobFinished {
+			if got := e.Wait(id, 30*time.Second); got.State != deckhandtype.JobFinished {
 				t.Errorf("job %s: %s", got.State, explain(detail(t, e, id)))
 			}
 			testenv.NoTrojanRan(t, e.Cluster, db, app)
@@ -101,11 +101,11 @@ func TestTrojansInLeaderTerminate(t *testing.T) {
 	_ = victim.Cmd.Wait()
 	e.Exec(db, `INSERT INTO public.rerun VALUES (1)`)
 	e.Worker(engine.Config{LeaseTTL: time.Second})
-	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFinished {
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFinished {
 		t.Errorf("job %s: %s", job.State, explain(detail(t, e, id)))
 	}
 	d := detail(t, e, id)
-	if len(d.Attempts) != 2 || d.Attempts[0].Outcome != catalog.OutcomeLost {
+	if len(d.Attempts) != 2 || d.Attempts[0].Outcome != deckhandtype.OutcomeLost {
 		t.Errorf("attempts = %s, want the first lost to the dead worker", explain(d))
 	}
 	testenv.NoTrojanRan(t, e.Cluster, db, app)
@@ -127,7 +127,7 @@ func TestEmptySearchPathIsPostgresDefault(t *testing.T) {
 	e.Exec(e.DB, `UPDATE deckhand.job SET search_path = '' WHERE id = $1`, id)
 	e.Exec(e.DB, `ALTER TABLE deckhand.job ENABLE TRIGGER job_identity`)
 	e.Worker(engine.Config{})
-	if job := e.Wait(id, 30*time.Second); job.State != catalog.JobFinished {
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s: %s", job.State, explain(detail(t, e, id)))
 	}
 	var schema string

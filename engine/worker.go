@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -189,7 +190,7 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 // claimAvailable claims until the worker is full or nothing is runnable.
 func (w *Worker) claimAvailable(ctx context.Context) {
 	for ctx.Err() == nil {
-		full, err := w.claimWith("fetch", func(limit int) ([]catalog.ClaimedTask, error) {
+		full, err := w.claimWith("fetch", func(limit int) ([]deckhandtype.ClaimedTask, error) {
 			return w.cat.Claim(ctx, w.ID(), limit)
 		})
 		if err != nil && ctx.Err() == nil {
@@ -203,7 +204,7 @@ func (w *Worker) claimAvailable(ctx context.Context) {
 
 // claimWith reserves free slots, claims into them with claim, and starts what it got. It
 // reports whether the claim filled every slot it asked for (more work may be waiting).
-func (w *Worker) claimWith(via string, claim func(limit int) ([]catalog.ClaimedTask, error)) (full bool, err error) {
+func (w *Worker) claimWith(via string, claim func(limit int) ([]deckhandtype.ClaimedTask, error)) (full bool, err error) {
 	w.claimMu.Lock()
 	defer w.claimMu.Unlock()
 	limit := 0
@@ -243,7 +244,7 @@ func (w *Worker) reserve(n int) int {
 }
 
 // start runs a claimed task in its own goroutine; its slot was reserved by the claim.
-func (w *Worker) start(t *catalog.ClaimedTask) {
+func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 	ctx, cancel := context.WithCancelCause(w.tasksCtx)
 	// statement_timeout on the node ends a slow statement with a proper error first;
 	// this deadline only catches what the server cannot see, like a stalled network.
@@ -264,9 +265,9 @@ func (w *Worker) start(t *catalog.ClaimedTask) {
 		w.mu.Unlock()
 		if !errors.Is(cause, errLeaseLost) { // else the leader owns the task now; our result would be fenced off
 			r := w.result(t, err, cause)
-			w.cfg.Metrics.TaskDuration.WithLabelValues(t.Kind, r.Outcome).Observe(time.Since(began).Seconds())
-			w.cfg.Metrics.Attempts.WithLabelValues(t.Kind, r.Outcome).Inc()
-			if r.Outcome == catalog.OutcomeRetry {
+			w.cfg.Metrics.TaskDuration.WithLabelValues(t.Kind, string(r.Outcome)).Observe(time.Since(began).Seconds())
+			w.cfg.Metrics.Attempts.WithLabelValues(t.Kind, string(r.Outcome)).Inc()
+			if r.Outcome == deckhandtype.OutcomeRetry {
 				w.cfg.Metrics.Retries.WithLabelValues(t.Kind).Inc()
 			}
 			w.results <- finished{r, t.HasDependents}
@@ -279,26 +280,26 @@ func (w *Worker) start(t *catalog.ClaimedTask) {
 }
 
 // result classifies how an attempt ended.
-func (w *Worker) result(t *catalog.ClaimedTask, err, cause error) catalog.Result {
+func (w *Worker) result(t *deckhandtype.ClaimedTask, err, cause error) catalog.Result {
 	r := catalog.Result{TaskID: t.ID, Token: t.Token, WorkerID: w.ID(), FinishedAt: w.injectedNow()}
 	switch {
 	case err == nil:
-		r.Outcome = catalog.OutcomeDone
+		r.Outcome = deckhandtype.OutcomeDone
 	case errors.Is(cause, errJobCancelled):
-		r.Outcome = catalog.OutcomeCancelled
-		r.Err = &catalog.TaskError{Message: "cancelled: " + executor.Describe(err).String()}
+		r.Outcome = deckhandtype.OutcomeCancelled
+		r.Err = &deckhandtype.TaskError{Message: "cancelled: " + executor.Describe(err).String()}
 	case executor.IsSuperseded(err):
-		r.Outcome = catalog.OutcomeCancelled
+		r.Outcome = deckhandtype.OutcomeCancelled
 		r.Err = executor.Describe(err)
 	case errors.Is(cause, errShutdown):
-		r.Outcome = catalog.OutcomeReleased
-		r.Err = &catalog.TaskError{Message: "released: the worker shut down while the task ran"}
+		r.Outcome = deckhandtype.OutcomeReleased
+		r.Err = &deckhandtype.TaskError{Message: "released: the worker shut down while the task ran"}
 	case executor.Retryable(err):
-		r.Outcome = catalog.OutcomeRetry
+		r.Outcome = deckhandtype.OutcomeRetry
 		r.Err = executor.Describe(err)
 		r.Backoff = w.cfg.Backoff.Delay(t.Attempts, w.cfg.Rand())
 	default:
-		r.Outcome = catalog.OutcomeFailed
+		r.Outcome = deckhandtype.OutcomeFailed
 		r.Err = executor.Describe(err)
 	}
 	return r
@@ -339,8 +340,8 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bo
 		var comp catalog.Completion
 		var err error
 		if releases {
-			_, err = w.claimWith("complete", func(limit int) ([]catalog.ClaimedTask, error) {
-				var claimed []catalog.ClaimedTask
+			_, err = w.claimWith("complete", func(limit int) ([]deckhandtype.ClaimedTask, error) {
+				var claimed []deckhandtype.ClaimedTask
 				var err error
 				comp, claimed, err = w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
 				return claimed, err
@@ -350,7 +351,7 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bo
 		}
 		if err == nil {
 			for _, r := range batch {
-				if r.Outcome == catalog.OutcomeRetry {
+				if r.Outcome == deckhandtype.OutcomeRetry {
 					time.AfterFunc(r.Backoff, w.Nudge)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -178,7 +179,7 @@ type Drop struct {
 	MaxBackoff    time.Duration
 }
 
-func (d Drop) Run(ctx context.Context, t *catalog.ClaimedTask) error {
+func (d Drop) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	o, err := TaskOwner(t)
 	if err != nil {
 		return err
@@ -218,7 +219,7 @@ func (d Drop) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 	// Pins are checked for every table before any is dropped, so a refused job drops nothing.
 	if d.Catalog != nil {
 		for _, tb := range tables {
-			by, err := d.Catalog.PinnedBy(ctx, catalog.CleanupResource{Type: catalog.ResourceTable, Node: *t.Node, Location: tb[0], Name: tb[1]})
+			by, err := d.Catalog.PinnedBy(ctx, deckhandtype.CleanupResource{Type: deckhandtype.ResourceTable, Node: *t.Node, Location: tb[0], Name: tb[1]})
 			if err != nil {
 				return err
 			}

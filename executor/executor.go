@@ -11,23 +11,22 @@ import (
 	"net"
 	"strings"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Executor runs one attempt of a task. It must return promptly once ctx is done.
 type Executor interface {
-	Run(ctx context.Context, t *catalog.ClaimedTask) error
+	Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 }
 
 // Func adapts a function to Executor.
-type Func func(ctx context.Context, t *catalog.ClaimedTask) error
+type Func func(ctx context.Context, t *deckhandtype.ClaimedTask) error
 
-func (f Func) Run(ctx context.Context, t *catalog.ClaimedTask) error { return f(ctx, t) }
+func (f Func) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error { return f(ctx, t) }
 
 // Noop does nothing; it measures the engine's own overhead.
-var Noop = Func(func(context.Context, *catalog.ClaimedTask) error { return nil })
+var Noop = Func(func(context.Context, *deckhandtype.ClaimedTask) error { return nil })
 
 // permanentError marks an error that retrying cannot fix.
 type permanentError struct{ err error }
@@ -109,22 +108,22 @@ func Retryable(err error) bool {
 }
 
 // Describe turns an error into the record kept for the attempt, keeping PostgreSQL's fields.
-func Describe(err error) *catalog.TaskError {
+func Describe(err error) *deckhandtype.TaskError {
 	if err == nil {
 		return nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return &catalog.TaskError{SQLState: pgErr.Code, Message: pgErr.Message, Detail: pgErr.Detail, Hint: pgErr.Hint}
+		return &deckhandtype.TaskError{SQLState: pgErr.Code, Message: pgErr.Message, Detail: pgErr.Detail, Hint: pgErr.Hint}
 	}
-	return &catalog.TaskError{Message: err.Error()}
+	return &deckhandtype.TaskError{Message: err.Error()}
 }
 
 // Registry maps task kinds to executors.
 type Registry map[string]Executor
 
 // Run dispatches t to the executor of its kind.
-func (r Registry) Run(ctx context.Context, t *catalog.ClaimedTask) error {
+func (r Registry) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	ex, ok := r[t.Kind]
 	if !ok {
 		return Permanent(fmt.Errorf("no executor for task kind %q on this worker", t.Kind))

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // Owner names a session on a node as a task's owner, on behalf of the job's submitter. Every
@@ -95,7 +94,7 @@ func VerifyOwner(ctx context.Context, conn *pgx.Conn, o Owner) error {
 }
 
 // TaskOwner is the owner session a claimed task runs in, on the task's node.
-func TaskOwner(t *catalog.ClaimedTask) (Owner, error) {
+func TaskOwner(t *deckhandtype.ClaimedTask) (Owner, error) {
 	if t.Node == nil || t.NodeDSN == nil {
 		return Owner{}, Permanent(errors.New("the task's node is no longer registered"))
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -24,13 +24,13 @@ const DefaultSearchPath = `"$user", public`
 // die). Its search_path stays SafeSearchPath, for the built-in kinds' own SQL: names the job
 // gives are resolved with ResolveNames. release leaves nothing of the task in the pooled
 // session.
-func (p *Pools) Session(ctx context.Context, o Owner, t *catalog.ClaimedTask) (conn *pgx.Conn, release func(), err error) {
+func (p *Pools) Session(ctx context.Context, o Owner, t *deckhandtype.ClaimedTask) (conn *pgx.Conn, release func(), err error) {
 	return p.session(ctx, o, t, false)
 }
 
 // session is Session; withSearchPath applies the job's search_path last, for a task whose SQL
 // is the user's: nothing deckhand runs in the session comes after it.
-func (p *Pools) session(ctx context.Context, o Owner, t *catalog.ClaimedTask, withSearchPath bool) (*pgx.Conn, func(), error) {
+func (p *Pools) session(ctx context.Context, o Owner, t *deckhandtype.ClaimedTask, withSearchPath bool) (*pgx.Conn, func(), error) {
 	pooled, err := p.OwnerConn(ctx, o)
 	if err != nil {
 		return nil, nil, err
@@ -45,7 +45,7 @@ func (p *Pools) session(ctx context.Context, o Owner, t *catalog.ClaimedTask, wi
 
 // prepare applies the job's settings, then deckhand's own, in one statement whose every
 // function is pg_catalog's by name and argument types.
-func prepare(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask, withSearchPath bool) error {
+func prepare(ctx context.Context, conn *pgx.Conn, t *deckhandtype.ClaimedTask, withSearchPath bool) error {
 	var names, values []string
 	for _, k := range slices.Sorted(maps.Keys(t.Settings)) {
 		// Refused at submission; a row written some other way is refused here.

@@ -6,9 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // ApplicationName identifies a task attempt's backend in pg_stat_activity, so the leader can
@@ -21,7 +20,7 @@ func ApplicationName(taskID, token int64) string {
 // (PostgreSQL's default when it captured none) and settings.
 type SQL struct{ Pools *Pools }
 
-func (s SQL) Run(ctx context.Context, t *catalog.ClaimedTask) error {
+func (s SQL) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	o, err := TaskOwner(t)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -29,7 +30,7 @@ type Coordinator struct {
 	Cleaner *cleanup.Cleaner
 }
 
-func (c Coordinator) Run(ctx context.Context, t *catalog.ClaimedTask) error {
+func (c Coordinator) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	e, err := c.Catalog.ExportOfJob(ctx, t.JobID)
 	if err != nil {
 		return executor.Permanent(err)
@@ -41,7 +42,7 @@ func (c Coordinator) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 	return err
 }
 
-func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog.Export) error {
+func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *deckhandtype.Export) error {
 	if _, err := parseNormal(e.Destination); err != nil {
 		return executor.Permanent(err)
 	}
@@ -133,7 +134,7 @@ func (c Coordinator) run(ctx context.Context, t *catalog.ClaimedTask, e *catalog
 // confirmed that the job's submitter may act as the owner. It ends with the task, never handed
 // back to the pool mid-transaction. Its search_path is pinned to pg_catalog, and its
 // application_name lets the leader find and terminate it should this worker die.
-func (c Coordinator) session(ctx context.Context, t *catalog.ClaimedTask) (*pgx.Conn, error) {
+func (c Coordinator) session(ctx context.Context, t *deckhandtype.ClaimedTask) (*pgx.Conn, error) {
 	owner, err := executor.TaskOwner(t)
 	if err != nil {
 		return nil, err
@@ -157,7 +158,7 @@ func (c Coordinator) session(ctx context.Context, t *catalog.ClaimedTask) (*pgx.
 
 // relation is the leaf the export reads: resolved by name and recorded on the first attempt,
 // the recorded OID checked on every later one.
-func (c Coordinator) relation(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask, e *catalog.Export) (catalog.ExportRelation, error) {
+func (c Coordinator) relation(ctx context.Context, conn *pgx.Conn, t *deckhandtype.ClaimedTask, e *deckhandtype.Export) (catalog.ExportRelation, error) {
 	recorded, err := c.Catalog.ExportRelationOf(ctx, e.ID)
 	if err != nil {
 		return catalog.ExportRelation{}, err
@@ -178,7 +179,7 @@ func (c Coordinator) relation(ctx context.Context, conn *pgx.Conn, t *catalog.Cl
 
 // ownManifest recognises a manifest this export wrote in an earlier attempt (which lost its
 // session after writing it): only an export that planned before can have written one.
-func ownManifest(e *catalog.Export) func(Manifest) bool {
+func ownManifest(e *deckhandtype.Export) func(Manifest) bool {
 	return func(m Manifest) bool {
 		return e.Epoch > 0 && m.ExportID == e.ID && m.Source.Partition == e.Partition && m.Source.Group == e.Group
 	}
@@ -187,7 +188,7 @@ func ownManifest(e *catalog.Export) func(Manifest) bool {
 // protect registers, in the job-wide cleanup operation, the export's directory (removed if the
 // export's job fails or is cancelled, forgotten when it finishes) and pins the partition so
 // that nothing deckhand runs drops it meanwhile.
-func (c Coordinator) protect(ctx context.Context, t *catalog.ClaimedTask, e *catalog.Export, rel catalog.ExportRelation, prefix string) error {
+func (c Coordinator) protect(ctx context.Context, t *deckhandtype.ClaimedTask, e *deckhandtype.Export, rel catalog.ExportRelation, prefix string) error {
 	if c.Cleaner == nil {
 		return nil
 	}
@@ -230,7 +231,7 @@ func planParts(pages, partSize int64) []catalog.ExportPart {
 // also watches the lock session — losing it means losing the consistency point — and the
 // group's standbys: each is recorded as eligible as soon as it has replayed past the point,
 // rather than at the leader's next probe.
-func (c Coordinator) waitForParts(ctx context.Context, conn *pgx.Conn, e *catalog.Export, epoch int, lsn string) error {
+func (c Coordinator) waitForParts(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export, epoch int, lsn string) error {
 	poll := c.Poll
 	if poll <= 0 {
 		poll = 100 * time.Millisecond
@@ -271,12 +272,12 @@ func (c Coordinator) waitForParts(ctx context.Context, conn *pgx.Conn, e *catalo
 }
 
 // standbys lists the group's members other than its primary.
-func (c Coordinator) standbys(ctx context.Context, group string) ([]catalog.Node, error) {
+func (c Coordinator) standbys(ctx context.Context, group string) ([]deckhandtype.Node, error) {
 	nodes, err := c.Catalog.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []catalog.Node
+	var out []deckhandtype.Node
 	for _, n := range nodes {
 		if n.Group == group && n.Role != "primary" {
 			out = append(out, n)
@@ -287,8 +288,8 @@ func (c Coordinator) standbys(ctx context.Context, group string) ([]catalog.Node
 
 // watchReplay probes the standbys still behind the point, records their position (which makes
 // them eligible for parts once past it, and wakes the workers), and returns those still behind.
-func (c Coordinator) watchReplay(ctx context.Context, behind []catalog.Node, point uint64) []catalog.Node {
-	var still []catalog.Node
+func (c Coordinator) watchReplay(ctx context.Context, behind []deckhandtype.Node, point uint64) []deckhandtype.Node {
+	var still []deckhandtype.Node
 	caughtUp := false
 	for _, n := range behind {
 		role, lsn, err := executor.Probe(ctx, c.Pools, n.DSN)
@@ -323,8 +324,8 @@ func parseLSN(s string) (uint64, error) {
 	return h<<32 | l, nil
 }
 
-func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *catalog.ClaimedTask,
-	e *catalog.Export, epoch int, lsn string, pages int64, cols []parquetcopy.Column, ours func(Manifest) bool) error {
+func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype.ClaimedTask,
+	e *deckhandtype.Export, epoch int, lsn string, pages int64, cols []parquetcopy.Column, ours func(Manifest) bool) error {
 	// Opened only now: the parts created the destination when they wrote to it.
 	bucket, err := OpenDestination(ctx, e.Destination)
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -51,7 +51,7 @@ func newGroup(t *testing.T, maxTasks int) *group {
 	}
 	standby := pgtest.NewStandby(t, primary, pgtest.Options{})
 	for name, cl := range map[string]*pgtest.Cluster{"p1": primary, "s1": standby} {
-		if err := e.Client.AddNode(ctx, catalog.Node{Name: name, DSN: cl.DSN(db, pgtest.Superuser), Group: "g1", MaxTasks: maxTasks}); err != nil {
+		if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: name, DSN: cl.DSN(db, pgtest.Superuser), Group: "g1", MaxTasks: maxTasks}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,7 +133,7 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := g.env.Wait(e.JobID, 60*time.Second)
-	if job.State != catalog.JobFinished {
+	if job.State != deckhandtype.JobFinished {
 		d, _ := g.env.Client.Job(ctx, e.JobID)
 		t.Fatalf("export job %s: %+v", job.State, d.Attempts)
 	}
@@ -155,7 +155,7 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 			rows, idSum, dups, m.TotalRows, wantRows, wantSum)
 	}
 	got, err := g.env.Client.Catalog.Export(ctx, e.ID)
-	if err != nil || got.State != catalog.ExportCommitted || got.PartsDone != len(m.Files) || got.Rows != wantRows {
+	if err != nil || got.State != deckhandtype.ExportCommitted || got.PartsDone != len(m.Files) || got.Rows != wantRows {
 		t.Fatalf("export status = %+v (err %v)", got, err)
 	}
 
@@ -168,7 +168,7 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job := g.env.Wait(again.JobID, 60*time.Second); job.State != catalog.JobFinished {
+	if job := g.env.Wait(again.JobID, 60*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("forced export %s", job.State)
 	}
 	m2 := readManifest(t, dir)
@@ -179,20 +179,20 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 		t.Fatalf("forced export read back %d rows, want %d", rows, wantRows)
 	}
 	first, _ := g.env.Client.Catalog.Export(ctx, e.ID)
-	if first.State != catalog.ExportSuperseded {
+	if first.State != deckhandtype.ExportSuperseded {
 		t.Errorf("the first export is %s, want superseded", first.State)
 	}
 }
 
-func waitState(t *testing.T, g *group, jobID int64, want string) catalog.Job {
+func waitState(t *testing.T, g *group, jobID int64, want deckhandtype.JobState) deckhandtype.Job {
 	t.Helper()
 	job := g.env.Wait(jobID, 90*time.Second)
 	if job.State != want {
 		d, _ := g.env.Client.Job(ctx, jobID)
 		var bad []string
 		for _, task := range d.Tasks {
-			if task.State != catalog.TaskDone && len(bad) < 10 {
-				bad = append(bad, task.Name+" "+task.State+": "+task.LastError.String())
+			if task.State != deckhandtype.TaskDone && len(bad) < 10 {
+				bad = append(bad, task.Name+" "+string(task.State)+": "+task.LastError.String())
 			}
 		}
 		t.Fatalf("job %d is %s, want %s; tasks not done: %s", jobID, job.State, want, strings.Join(bad, "; "))
@@ -256,7 +256,7 @@ func TestExportRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%+v: %v", c.req, err)
 		}
-		waitState(t, g, e.JobID, catalog.JobFailed)
+		waitState(t, g, e.JobID, deckhandtype.JobFailed)
 		if msg := lastError(t, g, e.JobID); !strings.Contains(msg, c.want) {
 			t.Errorf("%s: error %q, want it to mention %q", c.req.To, msg, c.want)
 		}
@@ -282,7 +282,7 @@ func TestExportCancelRemovesFiles(t *testing.T) {
 	if _, err := g.env.Client.Cancel(ctx, e.JobID); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, g, e.JobID, catalog.JobCancelled)
+	waitState(t, g, e.JobID, deckhandtype.JobCancelled)
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		var files int
 		filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error { //nolint:errcheck
@@ -320,7 +320,7 @@ func TestExportIsConsistentUnderWrites(t *testing.T) {
 		_, err := writer.Exec(ctx, `INSERT INTO events VALUES (1000001, '2024-06-01', 1, 'late', '{}', 1)`)
 		inserted <- err
 	}()
-	waitState(t, g, e.JobID, catalog.JobFinished)
+	waitState(t, g, e.JobID, deckhandtype.JobFinished)
 	if err := <-inserted; err != nil {
 		t.Fatalf("the writer failed: %v", err)
 	}
@@ -365,7 +365,7 @@ func TestExportWaitsForLaggingStandby(t *testing.T) {
 	if err := g.standby.ResumeReplay(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, g, e.JobID, catalog.JobFinished)
+	waitState(t, g, e.JobID, deckhandtype.JobFinished)
 	m := readManifest(t, dir)
 	wantRows, _ := sourceSums(t, g.primary, g.db, "events_2024")
 	if rows, _, dups := readBack(t, dir, m); rows != wantRows || dups != 0 {
@@ -410,7 +410,7 @@ func TestExportSurvivesKilledCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim.Cmd.Wait() //nolint:errcheck
-	waitState(t, g, e.JobID, catalog.JobFinished)
+	waitState(t, g, e.JobID, deckhandtype.JobFinished)
 	m := readManifest(t, dir)
 	wantRows, wantSum := sourceSums(t, g.primary, g.db, "events_2024")
 	rows, idSum, dups := readBack(t, dir, m)
@@ -421,7 +421,7 @@ func TestExportSurvivesKilledCoordinator(t *testing.T) {
 	d, _ := g.env.Client.Job(ctx, e.JobID)
 	lost := 0
 	for _, a := range d.Attempts {
-		if a.Outcome == catalog.OutcomeLost {
+		if a.Outcome == deckhandtype.OutcomeLost {
 			lost++
 		}
 	}

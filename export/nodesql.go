@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
@@ -89,7 +90,7 @@ func sameRelation(ctx context.Context, conn *pgx.Conn, rel catalog.ExportRelatio
 // resolveRelation finds the leaf an export reads and checks it: a leaf partition of the table
 // (or the plain table itself), readable by the owner, on PostgreSQL 14 or later (TID range
 // scans). The first attempt resolves the name; later ones check the OID it recorded.
-func resolveRelation(ctx context.Context, conn *pgx.Conn, e *catalog.Export, recorded *catalog.ExportRelation, node string) (catalog.ExportRelation, error) {
+func resolveRelation(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export, recorded *catalog.ExportRelation, node string) (catalog.ExportRelation, error) {
 	var version int
 	if err := conn.QueryRow(ctx, versionSQL).Scan(&version); err != nil {
 		return catalog.ExportRelation{}, err

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gocloud.dev/blob"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -26,7 +27,7 @@ type Part struct {
 
 var errSuperseded = errors.New("superseded: the export's coordinator no longer holds this consistency point")
 
-func (x Part) Run(ctx context.Context, t *catalog.ClaimedTask) error {
+func (x Part) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	var p partPayload
 	if err := json.Unmarshal(t.Payload, &p); err != nil || p.ExportID == 0 {
 		return executor.Permanent(fmt.Errorf("export part payload: %v", err))
@@ -99,7 +100,7 @@ func (x Part) Run(ctx context.Context, t *catalog.ClaimedTask) error {
 // read copies the part's pages of the export's relation to its object, in a read-only
 // transaction of the owner's session. The relation is the one the coordinator resolved, by
 // OID: the name is locked, then checked to still be that OID.
-func (x Part) read(ctx context.Context, conn *pgx.Conn, e *catalog.Export, part *catalog.ExportPart,
+func (x Part) read(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export, part *catalog.ExportPart,
 	rel catalog.ExportRelation, planned []parquetcopy.Column, node string) (parquetcopy.Stats, error) {
 	if _, err := conn.Exec(ctx, pinSearchPathSQL, true); err != nil {
 		return parquetcopy.Stats{}, err

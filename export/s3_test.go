@@ -13,9 +13,9 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // An export to an S3-compatible server (started in-process) commits like one to a directory;
@@ -39,7 +39,7 @@ func TestExportToS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, g, e.JobID, catalog.JobFinished)
+	waitState(t, g, e.JobID, deckhandtype.JobFinished)
 
 	get := func(key string) []byte {
 		obj, err := backend.GetObject("archive", key, nil)
@@ -80,7 +80,7 @@ func TestExportToS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	waitState(t, g, missing.JobID, catalog.JobFailed)
+	waitState(t, g, missing.JobID, deckhandtype.JobFailed)
 	d, _ := g.env.Client.Job(ctx, missing.JobID)
 	for _, task := range d.Tasks {
 		if task.Attempts > 1 {

@@ -16,10 +16,10 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -32,7 +32,7 @@ func single(t *testing.T) (*testenv.Env, string) {
 	return e, db
 }
 
-func waitJob(t *testing.T, e *testenv.Env, jobID int64, want string) {
+func waitJob(t *testing.T, e *testenv.Env, jobID int64, want deckhandtype.JobState) {
 	t.Helper()
 	if job := e.Wait(jobID, 60*time.Second); job.State != want {
 		d, _ := e.Client.Job(ctx, jobID)
@@ -80,7 +80,7 @@ func TestExportDestinationSpellingsAreOnePlace(t *testing.T) {
 	if first.Destination != "file://"+dir+"/exp" {
 		t.Errorf("destination stored as %q, want its normal form file://%s/exp", first.Destination, dir)
 	}
-	waitJob(t, e, first.JobID, catalog.JobFinished)
+	waitJob(t, e, first.JobID, deckhandtype.JobFinished)
 
 	_, err = e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: "file://" + dir + "//exp/"})
 	if err == nil || !engine.IsInvalid(err) || !strings.Contains(err.Error(), "--force") {
@@ -90,11 +90,11 @@ func TestExportDestinationSpellingsAreOnePlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitJob(t, e, forced.JobID, catalog.JobFinished)
+	waitJob(t, e, forced.JobID, deckhandtype.JobFinished)
 	if m := readManifest(t, dir+"/exp"); m.ExportID != forced.ID {
 		t.Errorf("the manifest is export %d's, want the forced export %d's", m.ExportID, forced.ID)
 	}
-	if got, _ := e.Client.Catalog.Export(ctx, first.ID); got == nil || got.State != catalog.ExportSuperseded {
+	if got, _ := e.Client.Catalog.Export(ctx, first.ID); got == nil || got.State != deckhandtype.ExportSuperseded {
 		t.Errorf("the first export is %+v, want superseded", got)
 	}
 }
@@ -113,7 +113,7 @@ func TestExportRefusesToOverwriteAManifest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the catalog knows no export there, so the submission passes: %v", err)
 	}
-	waitJob(t, e, x.JobID, catalog.JobFailed)
+	waitJob(t, e, x.JobID, deckhandtype.JobFailed)
 	if msg := jobErrors(t, e, x.JobID); !strings.Contains(msg, "already holds an export") || !strings.Contains(msg, "--force") {
 		t.Errorf("error %q, want it to say the destination holds an export and name --force", msg)
 	}
@@ -128,7 +128,7 @@ func TestExportRefusesToOverwriteAManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitJob(t, e, forced.JobID, catalog.JobFinished)
+	waitJob(t, e, forced.JobID, deckhandtype.JobFinished)
 	if m := readManifest(t, dir); m.ExportID != forced.ID || m.TotalRows != 2000 {
 		t.Errorf("after the forced export the manifest is export %d's with %d rows", m.ExportID, m.TotalRows)
 	}
@@ -155,7 +155,7 @@ func TestExportDestinationsOfSubmitters(t *testing.T) {
 	}
 	asAlice, asAdmin := open(alice), open(admin)
 	base := t.TempDir()
-	submit := func(c *engine.Client, to string) (*catalog.Export, error) {
+	submit := func(c *engine.Client, to string) (*deckhandtype.Export, error) {
 		return c.Export(ctx, export.Request{Table: "facts", Group: "n1", To: to})
 	}
 	refused := func(c *engine.Client, to, reason string) {
@@ -324,7 +324,7 @@ func TestExportForgedRowsAreRefusedOnTheNode(t *testing.T) {
 	}
 	forge(x.JobID)
 	_, stop := g.env.Worker(engine.Config{Concurrency: 4})
-	waitState(t, g, x.JobID, catalog.JobFailed)
+	waitState(t, g, x.JobID, deckhandtype.JobFailed)
 	if msg := lastError(t, g, x.JobID); !strings.Contains(msg, `"alice" is not a member of role "bob"`) {
 		t.Errorf("coordinator error %q, want a refusal of alice acting as bob", msg)
 	}
@@ -341,7 +341,7 @@ func TestExportForgedRowsAreRefusedOnTheNode(t *testing.T) {
 	t.Cleanup(pools.Close)
 	coordinator := export.Coordinator{Catalog: g.env.Client.Catalog, Pools: pools, Cleaner: cleanup.New(g.env.Client.Catalog, pools)}
 	g.env.Worker(engine.Config{Concurrency: 4, Executors: executor.Registry{
-		export.KindCoordinator: executor.Func(func(ctx context.Context, t *catalog.ClaimedTask) error {
+		export.KindCoordinator: executor.Func(func(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 			claimed <- struct{}{}
 			<-release
 			return coordinator.Run(ctx, t)
@@ -355,7 +355,7 @@ func TestExportForgedRowsAreRefusedOnTheNode(t *testing.T) {
 	<-claimed
 	forge(y.JobID)
 	close(release)
-	waitState(t, g, y.JobID, catalog.JobFailed)
+	waitState(t, g, y.JobID, deckhandtype.JobFailed)
 	d, err := g.env.Client.Job(ctx, y.JobID)
 	if err != nil {
 		t.Fatal(err)
@@ -392,7 +392,7 @@ func TestExportReadsTheRelationItChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitJob(t, e, x.JobID, catalog.JobFinished)
+		waitJob(t, e, x.JobID, deckhandtype.JobFinished)
 		var ids []int64
 		for _, f := range readManifest(t, dir).Files {
 			body, err := os.ReadFile(filepath.Join(dir, f.Key))
@@ -449,7 +449,7 @@ func TestExportIgnoresTheOwnersFunctions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job := e.Wait(x.JobID, 60*time.Second); job.State != catalog.JobFinished {
+	if job := e.Wait(x.JobID, 60*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("export as %s ended %s: %s", bob, job.State, jobErrors(t, e, x.JobID))
 	}
 	if m := readManifest(t, dir); m.TotalRows != 2000 || len(m.Files) < 2 {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -87,7 +88,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 		return nil, err
 	}
 	defer dropNode()
-	if err := client.AddNode(ctx, catalog.Node{Name: "bench", DSN: withDB(server, nodeDB), MaxTasks: o.NodeMax}); err != nil {
+	if err := client.AddNode(ctx, deckhandtype.Node{Name: "bench", DSN: withDB(server, nodeDB), MaxTasks: o.NodeMax}); err != nil {
 		return nil, err
 	}
 	rec := &recorder{}
@@ -297,7 +298,7 @@ func runJobSplit(ctx context.Context, c *engine.Client, j *spec.Job) (total, wor
 	if err != nil {
 		return 0, 0, err
 	}
-	if job.State != catalog.JobFinished {
+	if job.State != deckhandtype.JobFinished {
 		return 0, 0, fmt.Errorf("bench job %d ended %s", id, job.State)
 	}
 	return job.FinishedAt.Sub(start), job.FinishedAt.Sub(submitted), nil
@@ -311,7 +312,7 @@ type recorder struct {
 	ends   map[int64]time.Time
 }
 
-func (r *recorder) Run(_ context.Context, t *catalog.ClaimedTask) error {
+func (r *recorder) Run(_ context.Context, t *deckhandtype.ClaimedTask) error {
 	if !r.on.Load() {
 		return nil
 	}

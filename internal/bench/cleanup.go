@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -94,7 +95,7 @@ func RunCleanup(ctx context.Context, o CleanupOptions, out io.Writer) (*CleanupR
 	}
 	defer dropNode()
 	nodeDSN := withDB(server, nodeDB)
-	if err := client.AddNode(ctx, catalog.Node{Name: "bench", DSN: nodeDSN, MaxTasks: 4}); err != nil {
+	if err := client.AddNode(ctx, deckhandtype.Node{Name: "bench", DSN: nodeDSN, MaxTasks: 4}); err != nil {
 		return nil, err
 	}
 	res := &CleanupResult{LockTimeout: executor.LockTimeout(ctx, client.Catalog)}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // ExportOptions choose the export benchmark's size and parallelism.
@@ -89,7 +89,7 @@ func RunExport(ctx context.Context, o ExportOptions, out io.Writer) (*ExportResu
 		return nil, err
 	}
 	defer dropCatalog()
-	if err := client.AddNode(ctx, catalog.Node{Name: "primary", DSN: withDB(server, nodeDB), Group: "bench", MaxTasks: o.Parts}); err != nil {
+	if err := client.AddNode(ctx, deckhandtype.Node{Name: "primary", DSN: withDB(server, nodeDB), Group: "bench", MaxTasks: o.Parts}); err != nil {
 		return nil, err
 	}
 	stop, err := startWorkers(ctx, dsn, Options{Workers: o.Workers, Concurrency: o.Parts + 1}, &recorder{})
@@ -114,7 +114,7 @@ func RunExport(ctx context.Context, o ExportOptions, out io.Writer) (*ExportResu
 		return nil, err
 	}
 	res.ExportSeconds = time.Since(began).Seconds()
-	if job.State != catalog.JobFinished {
+	if job.State != deckhandtype.JobFinished {
 		d, _ := client.Job(ctx, e.JobID)
 		var errs []string
 		for _, t := range d.Tasks {

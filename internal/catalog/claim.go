@@ -8,35 +8,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// ClaimedTask is a task a worker now owns for one attempt, identified by Token.
-type ClaimedTask struct {
-	ID            int64             `db:"id"`
-	JobID         int64             `db:"job_id"`
-	Name          string            `db:"name"`
-	Kind          string            `db:"kind"`
-	Node          *string           `db:"node"`
-	NodeDSN       *string           `db:"node_dsn"`
-	Owner         string            `db:"owner"`
-	SQL           string            `db:"sql"`
-	Payload       json.RawMessage   `db:"payload"`
-	InTransaction bool              `db:"in_transaction"`
-	TimeoutMS     int64             `db:"timeout_ms"`
-	Attempts      int               `db:"attempts"` // charged attempts, this one included
-	MaxAttempts   int               `db:"max_attempts"`
-	Run           int               `db:"runs"` // 1-based run number of this attempt
-	Token         int64             `db:"attempt_token"`
-	StartedAt     time.Time         `db:"started_at"`
-	SearchPath    string            `db:"search_path"`
-	Settings      map[string]string `db:"settings"`
-	SubmittedBy   string            `db:"submitted_by"`
-	// HasDependents tells the worker that finishing this task may release others, so it is
-	// worth claiming in the transaction that records the result.
-	HasDependents bool `db:"has_dependents"`
-}
 
 // Claim takes up to limit runnable tasks for the worker, honouring every node's max_tasks
 // and the global max_running_tasks setting. It runs as two statements in one transaction:
@@ -44,7 +19,7 @@ type ClaimedTask struct {
 // without blocking others); the second, with a fresh snapshot taken under those locks,
 // counts what runs on them and claims within their free capacity. A single statement could
 // not do this safely: its snapshot would predate the lock and miss a concurrent claim.
-func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]ClaimedTask, error) {
+func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckhandtype.ClaimedTask, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -57,7 +32,7 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]Claim
 
 // inClaimTx runs a claim transaction in two pipelined round trips: BEGIN, whatever first
 // queues, and the node locks; then the claim itself with COMMIT.
-func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first func(*pgx.Batch)) ([]ClaimedTask, error) {
+func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
 	conn, err := c.Pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -74,7 +49,7 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, firs
 	return claimed, nil
 }
 
-func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first func(*pgx.Batch)) ([]ClaimedTask, error) {
+func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
 	var (
 		nodes     []string
 		caps      []int32
@@ -96,7 +71,7 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 			return nil, err
 		}
 	}
-	var claimed []ClaimedTask
+	var claimed []deckhandtype.ClaimedTask
 	b = &pgx.Batch{}
 	query := claimSQL
 	if groupWork {
@@ -104,7 +79,7 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	}
 	b.Queue(query, limit, nodes, caps, c.now(), workerID, global).Query(func(rows pgx.Rows) error {
 		var err error
-		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[ClaimedTask])
+		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.ClaimedTask])
 		return err
 	})
 	b.Queue("COMMIT")
@@ -210,9 +185,6 @@ SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql
 FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
 ORDER BY c.id`
 
-// Timeout is how long the task may run.
-func (t *ClaimedTask) Timeout() time.Duration { return time.Duration(t.TimeoutMS) * time.Millisecond }
-
 // Result is the end of one attempt, reported by the worker that ran it (or, for OutcomeLost,
 // by the leader that rescued it).
 type Result struct {
@@ -221,9 +193,9 @@ type Result struct {
 	WorkerID int64
 	// Outcome is OutcomeDone, OutcomeRetry, OutcomeFailed, OutcomeCancelled, OutcomeReleased or
 	// OutcomeLost. Retry and lost become failed when the task has no attempts left.
-	Outcome string
+	Outcome deckhandtype.Outcome
 	Backoff time.Duration // for retry: how long the task waits before it may run again
-	Err     *TaskError
+	Err     *deckhandtype.TaskError
 	// FinishedAt is when the attempt ended; zero means now on the catalog's clock, which keeps
 	// attempt durations and backoffs on one clock whatever the workers' clocks say.
 	FinishedAt time.Time
@@ -248,7 +220,7 @@ func (c *Catalog) Complete(ctx context.Context, results []Result) (Completion, e
 // CompleteAndClaim records results like Complete and, when limit > 0, claims up to limit
 // runnable tasks for workerID in the same transaction — so a dependent released by these
 // results starts without waiting for a second commit. It costs two pipelined round trips.
-func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, workerID int64, limit int) (Completion, []ClaimedTask, error) {
+func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, workerID int64, limit int) (Completion, []deckhandtype.ClaimedTask, error) {
 	if len(results) == 0 {
 		return Completion{}, nil, nil
 	}
@@ -260,7 +232,7 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 	for try := 0; ; try++ {
 		var (
 			out     Completion
-			claimed []ClaimedTask
+			claimed []deckhandtype.ClaimedTask
 			err     error
 		)
 		if limit <= 0 {
@@ -286,7 +258,7 @@ func completeArgs(results []Result) ([]any, error) {
 	ids := make([]int64, n)
 	tokens := make([]int64, n)
 	workers := make([]int64, n)
-	outcomes := make([]string, n)
+	outcomes := make([]deckhandtype.Outcome, n)
 	backoffs := make([]time.Duration, n)
 	errs := make([][]byte, n)
 	finished := make([]*time.Time, n)

@@ -7,77 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-)
-
-// Operation states. An operation is the scope cleanup records belong to: one attempt of a task,
-// or a whole job. It is alive while it runs and
-//   - for an attempt: the task still runs that attempt (same attempt token) and the worker's
-//     lease is fresh;
-//   - for a job: the job is not terminal.
-//
-// An operation that is not alive any more but still says running is an orphan; the cleaner
-// decides it (DecideOperations): failed, except a job-wide operation whose job finished.
-//
-//	running ──Finish(success), while alive──▶ succeeded
-//	   └─────Finish(failure) / orphaned──────▶ failed
-const (
-	OperationRunning   = "running"
-	OperationSucceeded = "succeeded"
-	OperationFailed    = "failed"
-)
-
-// Cleanup policies (Citus' three).
-const (
-	PolicyOnFailure         = "on_failure"          // removed if the operation fails; forgotten on success
-	PolicyAlways            = "always"              // removed when the operation ends, either way
-	PolicyDeferredOnSuccess = "deferred_on_success" // removed after success, once nothing uses it; forgotten on failure
-)
-
-// Resource types a cleanup record can name.
-const (
-	ResourceTable           = "table"
-	ResourceIndex           = "index"
-	ResourceSchema          = "schema"
-	ResourcePublication     = "publication"
-	ResourceSubscription    = "subscription"
-	ResourceReplicationSlot = "replication_slot"
-	ResourceObject          = "object"
-	ResourcePrefix          = "prefix"
-)
-
-// Cleanup record states, as stored. Every transition is a guarded UPDATE in this file.
-//
-//	            operation ends; policy says remove                  drop succeeded or
-//	pending ─────────────────────────────────────▶ due ─────────────────────────────▶ removed
-//	   │                                           │ ▲  already gone
-//	   │ operation ends; policy says keep          │ │
-//	   │ (on_failure after success,                │ │ in use (lock timeout, active slot), transient
-//	   │  deferred_on_success after failure),      │ │ error or pinned: wait_reason set,
-//	   │ or the creation found the name taken      │ │ next_attempt_at = now + backoff
-//	   ▼                                           │ └─
-//	forgotten ◀──── operator: cleanup forget ──────┤
-//	                                               ├── permanent error, or too many transient ones ──▶ failed
-//	                                               └── its node is no longer registered ─────────────▶ node_removed
-//
-// failed and node_removed are never retried on their own: they wait for an operator, who
-// fixes the cause and runs `deckhand cleanup retry` (back to due) or `deckhand cleanup forget`.
-// Records of a running operation are only ever pending: nothing touches them.
-const (
-	CleanupPending     = "pending"
-	CleanupDue         = "due"
-	CleanupRemoved     = "removed"
-	CleanupForgotten   = "forgotten"
-	CleanupFailed      = "failed"
-	CleanupNodeRemoved = "node_removed"
-)
-
-// Why a due record waits (wait_reason), shown as its state by deckhand.cleanup_records.
-const (
-	CleanupInUse    = "in_use"   // a query or a walsender holds the resource
-	CleanupRetrying = "retrying" // a transient error; tried again after a backoff
-	CleanupPinned   = "pinned"   // a pin keeps it alive
 )
 
 // ChannelCleanup is notified when cleanup records become due (payload: operation id, or empty).
@@ -86,22 +18,6 @@ const ChannelCleanup = "deckhand_cleanup"
 // ErrOperationEnded is returned when registering with, or finishing, an operation that has
 // already ended or is no longer alive (its attempt was taken over, its lease expired).
 var ErrOperationEnded = errors.New("operation is no longer running")
-
-// CleanupResource identifies a resource. Location is the schema of a table or index and the
-// bucket URL of an object or prefix; Node is empty for object storage.
-type CleanupResource struct {
-	Type     string `json:"type"`
-	Node     string `json:"node,omitempty"`
-	Location string `json:"location,omitempty"`
-	Name     string `json:"name"`
-}
-
-func (r CleanupResource) nodeArg() *string {
-	if r.Node == "" {
-		return nil
-	}
-	return &r.Node
-}
 
 // NewOperation starts an operation. With TaskID and Token set it is scoped to that attempt,
 // otherwise to the job.
@@ -168,7 +84,7 @@ func (c *Catalog) BeginOperation(ctx context.Context, op NewOperation) (int64, e
 // ResourceBusyError is returned by RegisterCleanup when another record is live for the same
 // resource. When its operation has ended, the record awaits removal: remove it first.
 type ResourceBusyError struct {
-	Resource      CleanupResource
+	Resource      deckhandtype.CleanupResource
 	RecordID      int64
 	OperationID   int64
 	State         string
@@ -184,28 +100,11 @@ func (e *ResourceBusyError) Error() string {
 		e.Resource.Type, e.Resource.Display(), e.OperationID, e.RecordID, e.State)
 }
 
-// Display is the resource as people write it: schema.name, bucket/key, or the bare name.
-func (r CleanupResource) Display() string {
-	s := r.Name
-	switch {
-	case r.Type == ResourceObject || r.Type == ResourcePrefix:
-		s = r.Location + " " + r.Name
-	case r.Location != "":
-		s = pgx.Identifier{r.Location, r.Name}.Sanitize()
-	default:
-		s = pgx.Identifier{r.Name}.Sanitize()
-	}
-	if r.Node != "" {
-		s += " on " + r.Node
-	}
-	return s
-}
-
 // RegisterCleanup records, in its own transaction, that the operation is about to create (or
 // will remove) a resource, with a policy. It fails with ErrOperationEnded when the operation
 // is not alive, and with *ResourceBusyError when another live record names the resource.
 // Older failed or node_removed records of the same resource are superseded (forgotten).
-func (c *Catalog) RegisterCleanup(ctx context.Context, opID int64, r CleanupResource, policy string) (int64, error) {
+func (c *Catalog) RegisterCleanup(ctx context.Context, opID int64, r deckhandtype.CleanupResource, policy deckhandtype.Policy) (int64, error) {
 	var id int64
 	// FOR SHARE on the operation row serializes with DecideOperations and FinishOperation, so
 	// a record is never inserted under an operation that has just ended.
@@ -223,7 +122,7 @@ func (c *Catalog) RegisterCleanup(ctx context.Context, opID int64, r CleanupReso
 		INSERT INTO deckhand.cleanup_record (operation_id, resource_type, node, location, name, policy, created_at)
 		SELECT id, $3, $4, $5, $6, $7, coalesce($1, now()) FROM op
 		RETURNING id`,
-		c.now(), opID, r.Type, r.nodeArg(), r.Location, r.Name, policy).Scan(&id)
+		c.now(), opID, r.Type, nonEmpty(r.Node), r.Location, r.Name, policy).Scan(&id)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -243,14 +142,14 @@ func (c *Catalog) RegisterCleanup(ctx context.Context, opID int64, r CleanupReso
 	return id, nil
 }
 
-func (c *Catalog) liveRecordOf(ctx context.Context, r CleanupResource) (*ResourceBusyError, error) {
+func (c *Catalog) liveRecordOf(ctx context.Context, r deckhandtype.CleanupResource) (*ResourceBusyError, error) {
 	e := &ResourceBusyError{Resource: r}
 	err := c.Pool.QueryRow(ctx, `
 		SELECT r.id, r.operation_id, r.state, o.state = 'running' AND `+aliveSQL+`
 		FROM deckhand.cleanup_record r JOIN deckhand.operation o ON o.id = r.operation_id
 		WHERE coalesce(r.node, '') = coalesce($2, '') AND r.resource_type = $3 AND r.location = $4 AND r.name = $5
 		  AND r.state IN ('pending', 'due')`,
-		c.now(), r.nodeArg(), r.Type, r.Location, r.Name).Scan(&e.RecordID, &e.OperationID, &e.State, &e.OperationLive)
+		c.now(), nonEmpty(r.Node), r.Type, r.Location, r.Name).Scan(&e.RecordID, &e.OperationID, &e.State, &e.OperationLive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -304,9 +203,9 @@ SELECT count(*) FILTER (WHERE state = 'due') FROM resolved`
 // ErrOperationEnded unless the operation is still alive: the cleaner may already have counted
 // it failed. The operation's pins are released. The cleaner is notified.
 func (c *Catalog) FinishOperation(ctx context.Context, opID int64, succeeded bool, reason string) error {
-	state := OperationFailed
+	state := deckhandtype.OperationFailed
 	if succeeded {
-		state = OperationSucceeded
+		state = deckhandtype.OperationSucceeded
 	}
 	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
 		var current string
@@ -315,11 +214,11 @@ func (c *Catalog) FinishOperation(ctx context.Context, opID int64, succeeded boo
 			WHERE o.id = $2 AND o.state = 'running' AND ($3 = 'failed' OR `+aliveSQL+`)
 			RETURNING o.state`, c.now(), opID, state, reason).Scan(&current)
 		if errors.Is(err, pgx.ErrNoRows) {
-			var was string
+			var was deckhandtype.OperationState
 			if err := tx.QueryRow(ctx, `SELECT state FROM deckhand.operation WHERE id = $1`, opID).Scan(&was); err != nil {
 				return fmt.Errorf("%w (%v)", ErrOperationEnded, err)
 			}
-			if was == OperationRunning {
+			if was == deckhandtype.OperationRunning {
 				return fmt.Errorf("%w: its attempt is over or its worker's lease expired", ErrOperationEnded)
 			}
 			return fmt.Errorf("%w: it is %s", ErrOperationEnded, was)
@@ -396,25 +295,25 @@ func (c *Catalog) DecideOperations(ctx context.Context) ([]EndedOperation, error
 
 // DueRecord is a due cleanup record claimed for one removal attempt.
 type DueRecord struct {
-	ID          int64   `db:"id"`
-	OperationID int64   `db:"operation_id"`
-	JobID       int64   `db:"job_id"`
-	Type        string  `db:"resource_type"`
-	Node        *string `db:"node"`
-	NodeDSN     *string `db:"node_dsn"` // nil when the node is no longer registered
-	Location    string  `db:"location"`
-	Name        string  `db:"name"`
-	Policy      string  `db:"policy"`
-	Owner       string  `db:"owner"`
-	SubmittedBy string  `db:"submitted_by"` // the job's submitter, who must be a member of Owner on the node
-	Attempts    int     `db:"attempts"`
-	Errors      int     `db:"errors"`
-	PinnedBy    *string `db:"pinned_by"`
+	ID          int64                     `db:"id"`
+	OperationID int64                     `db:"operation_id"`
+	JobID       int64                     `db:"job_id"`
+	Type        deckhandtype.ResourceType `db:"resource_type"`
+	Node        *string                   `db:"node"`
+	NodeDSN     *string                   `db:"node_dsn"` // nil when the node is no longer registered
+	Location    string                    `db:"location"`
+	Name        string                    `db:"name"`
+	Policy      deckhandtype.Policy       `db:"policy"`
+	Owner       string                    `db:"owner"`
+	SubmittedBy string                    `db:"submitted_by"` // the job's submitter, who must be a member of Owner on the node
+	Attempts    int                       `db:"attempts"`
+	Errors      int                       `db:"errors"`
+	PinnedBy    *string                   `db:"pinned_by"`
 }
 
 // Resource is the record's resource.
-func (d *DueRecord) Resource() CleanupResource {
-	r := CleanupResource{Type: d.Type, Location: d.Location, Name: d.Name}
+func (d *DueRecord) Resource() deckhandtype.CleanupResource {
+	r := deckhandtype.CleanupResource{Type: d.Type, Location: d.Location, Name: d.Name}
 	if d.Node != nil {
 		r.Node = *d.Node
 	}
@@ -425,7 +324,7 @@ func (d *DueRecord) Resource() CleanupResource {
 type CleanupOutcome struct {
 	// State is CleanupRemoved, CleanupFailed, CleanupNodeRemoved, or a wait reason
 	// (CleanupInUse, CleanupRetrying, CleanupPinned) that keeps the record due.
-	State   string
+	State   deckhandtype.CleanupState
 	Error   string
 	Backoff time.Duration // for a wait reason: how long until the next attempt
 }
@@ -479,7 +378,7 @@ func (c *Catalog) ClaimCleanup(ctx context.Context, sel CleanupClaim, fn func(co
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		final := out.State == CleanupRemoved || out.State == CleanupFailed || out.State == CleanupNodeRemoved
+		final := out.State == deckhandtype.CleanupRemoved || out.State == deckhandtype.CleanupFailed || out.State == deckhandtype.CleanupNodeRemoved
 		_, err = tx.Exec(ctx, `
 			UPDATE deckhand.cleanup_record SET
 				state = CASE WHEN $6 THEN $2 ELSE 'due' END,
@@ -511,11 +410,11 @@ func nonNil(ids []int64) []int64 {
 // WaitingRecord is a due record that found its resource in use and waits for its next
 // attempt; the cleaner probes its node and retries it early once nothing holds it.
 type WaitingRecord struct {
-	ID      int64  `db:"id"`
-	Type    string `db:"resource_type"`
-	Node    string `db:"node"`
-	NodeDSN string `db:"node_dsn"`
-	Owner   string `db:"owner"`
+	ID      int64                     `db:"id"`
+	Type    deckhandtype.ResourceType `db:"resource_type"`
+	Node    string                    `db:"node"`
+	NodeDSN string                    `db:"node_dsn"`
+	Owner   string                    `db:"owner"`
 	// SubmittedBy is the job's submitter, who must be a member of Owner on the node.
 	SubmittedBy string  `db:"submitted_by"`
 	Location    string  `db:"location"`
@@ -563,48 +462,16 @@ func (c *Catalog) NextCleanupIn(ctx context.Context) (time.Duration, error) {
 	return time.Duration(*secs * float64(time.Second)), nil
 }
 
-// CleanupRecord is a row of deckhand.cleanup_records.
-type CleanupRecord struct {
-	ID             int64      `json:"id" db:"id"`
-	OperationID    int64      `json:"operation_id" db:"operation_id"`
-	JobID          int64      `json:"job_id" db:"job_id"`
-	TaskID         *int64     `json:"task_id" db:"task_id"`
-	Owner          string     `json:"owner" db:"owner"`
-	OperationState string     `json:"operation_state" db:"operation_state"`
-	Type           string     `json:"resource_type" db:"resource_type"`
-	Node           *string    `json:"node" db:"node"`
-	Location       string     `json:"location" db:"location"`
-	Name           string     `json:"name" db:"name"`
-	Policy         string     `json:"policy" db:"policy"`
-	State          string     `json:"state" db:"state"`
-	Attempts       int        `json:"attempts" db:"attempts"`
-	Errors         int        `json:"errors" db:"errors"`
-	LastError      *string    `json:"last_error" db:"last_error"`
-	NextAttemptAt  *time.Time `json:"next_attempt_at" db:"next_attempt_at"`
-	CreatedAt      time.Time  `json:"created_at" db:"created_at"`
-	DueAt          *time.Time `json:"due_at" db:"due_at"`
-	EndedAt        *time.Time `json:"ended_at" db:"ended_at"`
-}
-
-// Resource is the record's resource.
-func (r *CleanupRecord) Resource() CleanupResource {
-	res := CleanupResource{Type: r.Type, Location: r.Location, Name: r.Name}
-	if r.Node != nil {
-		res.Node = *r.Node
-	}
-	return res
-}
-
 // CleanupFilter selects records for listing, newest first.
 type CleanupFilter struct {
-	State       string // as shown by the view (node_removed, in_use, ...); empty for all
+	State       deckhandtype.CleanupState // as shown by the view (node_removed, in_use, ...); empty for all
 	OperationID int64
 	JobID       int64
 	Limit       int // 0 means 500
 }
 
 // CleanupRecords lists cleanup records, newest first.
-func (c *Catalog) CleanupRecords(ctx context.Context, f CleanupFilter) ([]CleanupRecord, error) {
+func (c *Catalog) CleanupRecords(ctx context.Context, f CleanupFilter) ([]deckhandtype.CleanupRecord, error) {
 	if f.Limit <= 0 {
 		f.Limit = 500
 	}
@@ -614,7 +481,7 @@ func (c *Catalog) CleanupRecords(ctx context.Context, f CleanupFilter) ([]Cleanu
 		FROM deckhand.cleanup_records
 		WHERE (nullif($1, '') IS NULL OR state = $1) AND ($2 = 0 OR operation_id = $2) AND ($3 = 0 OR job_id = $3)
 		ORDER BY id DESC LIMIT $4`, f.State, f.OperationID, f.JobID, f.Limit)
-	recs, err := pgx.CollectRows(rows, pgx.RowToStructByName[CleanupRecord])
+	recs, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.CleanupRecord])
 	if err != nil {
 		return nil, fmt.Errorf("list cleanup records: %w", err)
 	}
@@ -669,25 +536,10 @@ func (c *Catalog) DeleteEndedCleanup(ctx context.Context, cutoff time.Time, limi
 	return tag.RowsAffected(), nil
 }
 
-// Pin is a row of deckhand.cleanup_pins.
-type Pin struct {
-	ID          int64     `json:"id" db:"id"`
-	Type        string    `json:"resource_type" db:"resource_type"`
-	Node        *string   `json:"node" db:"node"`
-	Location    string    `json:"location" db:"location"`
-	Name        string    `json:"name" db:"name"`
-	OperationID *int64    `json:"operation_id" db:"operation_id"`
-	JobID       *int64    `json:"job_id" db:"job_id"`
-	Reason      string    `json:"reason" db:"reason"`
-	CreatedBy   string    `json:"created_by" db:"created_by"`
-	CreatedAt   time.Time `json:"created_at" db:"created_at"`
-	InForce     bool      `json:"in_force" db:"in_force"`
-}
-
 // PinResource keeps a resource alive. With opID it lasts while that operation runs (and is
 // refused with ErrOperationEnded if it does not): workers pin what their operations use. With
 // opID 0 it lasts until UnpinResource: an admin's pin (deckhand.pin).
-func (c *Catalog) PinResource(ctx context.Context, r CleanupResource, opID int64, reason string) (int64, error) {
+func (c *Catalog) PinResource(ctx context.Context, r deckhandtype.CleanupResource, opID int64, reason string) (int64, error) {
 	var id int64
 	if opID == 0 {
 		err := c.Pool.QueryRow(ctx, `SELECT deckhand.pin($1, $2, $3, $4, $5)`, r.Type, r.Node, r.Location, r.Name, reason).Scan(&id)
@@ -697,7 +549,7 @@ func (c *Catalog) PinResource(ctx context.Context, r CleanupResource, opID int64
 		INSERT INTO deckhand.cleanup_pin (resource_type, node, location, name, operation_id, reason)
 		SELECT $1, $2, $3, $4, $5, $6
 		WHERE EXISTS (SELECT 1 FROM deckhand.operation WHERE id = $5 AND state = 'running')
-		RETURNING id`, r.Type, r.nodeArg(), r.Location, r.Name, opID, reason).Scan(&id)
+		RETURNING id`, r.Type, nonEmpty(r.Node), r.Location, r.Name, opID, reason).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("pin %s %s: operation %d: %w", r.Type, r.Display(), opID, ErrOperationEnded)
 	}
@@ -715,7 +567,7 @@ func (c *Catalog) UnpinResource(ctx context.Context, pinID int64) error {
 
 // UnpinOperation removes the pins an operation holds on a resource; due records they held
 // back are tried at once.
-func (c *Catalog) UnpinOperation(ctx context.Context, opID int64, r CleanupResource) error {
+func (c *Catalog) UnpinOperation(ctx context.Context, opID int64, r deckhandtype.CleanupResource) error {
 	_, err := c.Pool.Exec(ctx, `
 		WITH unpinned AS (
 			DELETE FROM deckhand.cleanup_pin
@@ -728,7 +580,7 @@ func (c *Catalog) UnpinOperation(ctx context.Context, opID int64, r CleanupResou
 			RETURNING id
 		)
 		SELECT pg_notify($6, '') WHERE EXISTS (SELECT 1 FROM woken)`,
-		opID, r.Type, r.nodeArg(), r.Location, r.Name, ChannelCleanup)
+		opID, r.Type, nonEmpty(r.Node), r.Location, r.Name, ChannelCleanup)
 	if err != nil {
 		return fmt.Errorf("unpin %s %s: %w", r.Type, r.Display(), err)
 	}
@@ -736,9 +588,9 @@ func (c *Catalog) UnpinOperation(ctx context.Context, opID int64, r CleanupResou
 }
 
 // PinnedBy describes the pin in force on a resource, or returns "" when there is none.
-func (c *Catalog) PinnedBy(ctx context.Context, r CleanupResource) (string, error) {
+func (c *Catalog) PinnedBy(ctx context.Context, r deckhandtype.CleanupResource) (string, error) {
 	var by *string
-	err := c.Pool.QueryRow(ctx, `SELECT deckhand.pinned_by($1, $2, $3, $4)`, r.Type, r.nodeArg(), r.Location, r.Name).Scan(&by)
+	err := c.Pool.QueryRow(ctx, `SELECT deckhand.pinned_by($1, $2, $3, $4)`, r.Type, nonEmpty(r.Node), r.Location, r.Name).Scan(&by)
 	if err != nil {
 		return "", fmt.Errorf("check pins on %s %s: %w", r.Type, r.Display(), err)
 	}
@@ -749,11 +601,11 @@ func (c *Catalog) PinnedBy(ctx context.Context, r CleanupResource) (string, erro
 }
 
 // Pins lists pins, newest first.
-func (c *Catalog) Pins(ctx context.Context) ([]Pin, error) {
+func (c *Catalog) Pins(ctx context.Context) ([]deckhandtype.Pin, error) {
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT id, resource_type, node, location, name, operation_id, job_id, reason, created_by, created_at, in_force
 		FROM deckhand.cleanup_pins ORDER BY id DESC LIMIT 1000`)
-	pins, err := pgx.CollectRows(rows, pgx.RowToStructByName[Pin])
+	pins, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Pin])
 	if err != nil {
 		return nil, fmt.Errorf("list pins: %w", err)
 	}
@@ -762,17 +614,17 @@ func (c *Catalog) Pins(ctx context.Context) ([]Pin, error) {
 
 // Operation is a row of deckhand.operations.
 type Operation struct {
-	ID           int64      `json:"id" db:"id"`
-	JobID        int64      `json:"job_id" db:"job_id"`
-	TaskID       *int64     `json:"task_id" db:"task_id"`
-	AttemptToken *int64     `json:"attempt_token" db:"attempt_token"`
-	WorkerID     *int64     `json:"worker_id" db:"worker_id"`
-	Owner        string     `json:"owner" db:"owner"`
-	Description  string     `json:"description" db:"description"`
-	State        string     `json:"state" db:"state"`
-	EndReason    *string    `json:"end_reason" db:"end_reason"`
-	CreatedAt    time.Time  `json:"created_at" db:"created_at"`
-	EndedAt      *time.Time `json:"ended_at" db:"ended_at"`
+	ID           int64                       `json:"id" db:"id"`
+	JobID        int64                       `json:"job_id" db:"job_id"`
+	TaskID       *int64                      `json:"task_id" db:"task_id"`
+	AttemptToken *int64                      `json:"attempt_token" db:"attempt_token"`
+	WorkerID     *int64                      `json:"worker_id" db:"worker_id"`
+	Owner        string                      `json:"owner" db:"owner"`
+	Description  string                      `json:"description" db:"description"`
+	State        deckhandtype.OperationState `json:"state" db:"state"`
+	EndReason    *string                     `json:"end_reason" db:"end_reason"`
+	CreatedAt    time.Time                   `json:"created_at" db:"created_at"`
+	EndedAt      *time.Time                  `json:"ended_at" db:"ended_at"`
 }
 
 // OperationByID reads one operation.

@@ -7,23 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-)
-
-// Export states as stored. The view deckhand.exports also shows failed and cancelled, which
-// follow the export's job: a coordinator that dies cannot be trusted to record them.
-//
-//	planning ──(coordinator holds the consistency point, parts added)──▶ running ──(manifest written)──▶ committed
-//	    ▲                                                                   │
-//	    └──────────── coordinator lost: new consistency point, epoch + 1 ◀──┘
-//
-// A committed export becomes superseded when a forced export to the same destination commits.
-const (
-	ExportPlanning   = "planning"
-	ExportRunning    = "running"
-	ExportCommitted  = "committed"
-	ExportSuperseded = "superseded"
 )
 
 // Refusals of CreateExport, matched with errors.Is; the error's text is the catalog's message.
@@ -46,33 +32,6 @@ type NewExport struct {
 	Force       bool
 	MaxAttempts int
 	Timeout     time.Duration
-}
-
-// Export is a row of deckhand.exports.
-type Export struct {
-	ID             int64           `json:"id" db:"id"`
-	JobID          int64           `json:"job_id" db:"job_id"`
-	SourceTable    string          `json:"table" db:"source_table"`
-	Partition      string          `json:"partition" db:"partition"`
-	Group          string          `json:"group" db:"node_group"`
-	Destination    string          `json:"destination" db:"destination"`
-	State          string          `json:"state" db:"state"`
-	PartsTotal     int             `json:"parts_total" db:"parts_total"`
-	PartsDone      int             `json:"parts_done" db:"parts_done"`
-	Rows           int64           `json:"rows" db:"rows"`
-	Bytes          int64           `json:"bytes" db:"bytes"`
-	Errors         []string        `json:"errors" db:"errors"`
-	ConsistencyLSN *string         `json:"consistency_lsn" db:"consistency_lsn"`
-	Epoch          int             `json:"epoch" db:"epoch"`
-	Compression    string          `json:"compression" db:"compression"`
-	PartSize       int64           `json:"part_size" db:"part_size"`
-	Forced         bool            `json:"forced" db:"forced"`
-	ManifestURL    *string         `json:"manifest_url" db:"manifest_url"`
-	Error          *string         `json:"error" db:"error"`
-	CreatedAt      time.Time       `json:"created_at" db:"created_at"`
-	PlannedAt      *time.Time      `json:"planned_at" db:"planned_at"`
-	FinishedAt     *time.Time      `json:"finished_at" db:"finished_at"`
-	Columns        json.RawMessage `json:"-" db:"columns"`
 }
 
 const exportColumns = `id, job_id, source_table, partition, node_group, destination, state, parts_total, parts_done,
@@ -265,7 +224,7 @@ func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 func PartTaskPrefix(epoch int) string { return fmt.Sprintf("part-e%d-", epoch) }
 
 // ExportForPart reads the export and the part a part task exports.
-func (c *Catalog) ExportForPart(ctx context.Context, exportID int64, epoch, part int) (*Export, *ExportPart, int64, error) {
+func (c *Catalog) ExportForPart(ctx context.Context, exportID int64, epoch, part int) (*deckhandtype.Export, *ExportPart, int64, error) {
 	e, err := c.Export(ctx, exportID)
 	if err != nil {
 		return nil, nil, 0, err
@@ -377,9 +336,9 @@ func (c *Catalog) FailExport(ctx context.Context, exportID int64, reason string)
 }
 
 // Export reads one export.
-func (c *Catalog) Export(ctx context.Context, id int64) (*Export, error) {
+func (c *Catalog) Export(ctx context.Context, id int64) (*deckhandtype.Export, error) {
 	rows, _ := c.Pool.Query(ctx, `SELECT `+exportColumns+` FROM deckhand.exports WHERE id = $1`, id)
-	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[Export])
+	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToAddrOfStructByName[deckhandtype.Export])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("export %d: %w", id, ErrNotFound)
 	}
@@ -390,7 +349,7 @@ func (c *Catalog) Export(ctx context.Context, id int64) (*Export, error) {
 }
 
 // ExportOfJob finds the export a job runs.
-func (c *Catalog) ExportOfJob(ctx context.Context, jobID int64) (*Export, error) {
+func (c *Catalog) ExportOfJob(ctx context.Context, jobID int64) (*deckhandtype.Export, error) {
 	var id int64
 	err := c.Pool.QueryRow(ctx, `SELECT id FROM deckhand.export WHERE job_id = $1`, jobID).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -403,12 +362,12 @@ func (c *Catalog) ExportOfJob(ctx context.Context, jobID int64) (*Export, error)
 }
 
 // Exports lists exports, newest first.
-func (c *Catalog) Exports(ctx context.Context, limit int) ([]Export, error) {
+func (c *Catalog) Exports(ctx context.Context, limit int) ([]deckhandtype.Export, error) {
 	if limit <= 0 {
 		limit = 50
 	}
 	rows, _ := c.Pool.Query(ctx, `SELECT `+exportColumns+` FROM deckhand.exports ORDER BY id DESC LIMIT $1`, limit)
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Export])
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Export])
 	if err != nil {
 		return nil, fmt.Errorf("list exports: %w", err)
 	}

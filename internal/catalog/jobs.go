@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -34,82 +35,6 @@ type NewTask struct {
 	MaxAttempts   int
 	Timeout       time.Duration
 	DependsOn     []string
-}
-
-// Job is a row of deckhand.jobs.
-type Job struct {
-	ID                int64      `json:"id" db:"id"`
-	Description       string     `json:"description" db:"description"`
-	Kind              string     `json:"kind" db:"kind"`
-	SubmittedBy       string     `json:"submitted_by" db:"submitted_by"`
-	State             string     `json:"state" db:"state"`
-	TasksTotal        int        `json:"tasks_total" db:"tasks_total"`
-	TasksDone         int        `json:"tasks_done" db:"tasks_done"`
-	TasksFailed       int        `json:"tasks_failed" db:"tasks_failed"`
-	TasksCancelled    int        `json:"tasks_cancelled" db:"tasks_cancelled"`
-	TasksUnscheduled  int        `json:"tasks_unscheduled" db:"tasks_unscheduled"`
-	TasksPending      int        `json:"tasks_pending" db:"tasks_pending"`
-	CreatedAt         time.Time  `json:"created_at" db:"created_at"`
-	StartedAt         *time.Time `json:"started_at" db:"started_at"`
-	FinishedAt        *time.Time `json:"finished_at" db:"finished_at"`
-	CancelRequestedAt *time.Time `json:"cancel_requested_at" db:"cancel_requested_at"`
-}
-
-// TaskError is what a failed attempt reported.
-type TaskError struct {
-	SQLState string `json:"sqlstate,omitempty"`
-	Message  string `json:"message"`
-	Detail   string `json:"detail,omitempty"`
-	Hint     string `json:"hint,omitempty"`
-}
-
-func (e *TaskError) String() string {
-	if e == nil {
-		return ""
-	}
-	if e.SQLState != "" {
-		return e.SQLState + ": " + e.Message
-	}
-	return e.Message
-}
-
-// Task is a task as users see it.
-type Task struct {
-	ID            int64      `json:"id" db:"id"`
-	JobID         int64      `json:"job_id" db:"job_id"`
-	Name          string     `json:"name" db:"name"`
-	Kind          string     `json:"kind" db:"kind"`
-	Node          *string    `json:"node" db:"node"`
-	Owner         string     `json:"owner" db:"owner"`
-	State         string     `json:"state" db:"state"`
-	Attempts      int        `json:"attempts" db:"attempts"`
-	MaxAttempts   int        `json:"max_attempts" db:"max_attempts"`
-	Runs          int        `json:"runs" db:"runs"`
-	NotBefore     *time.Time `json:"not_before" db:"not_before"`
-	WorkerID      *int64     `json:"worker_id" db:"worker_id"`
-	StartedAt     *time.Time `json:"started_at" db:"started_at"`
-	FinishedAt    *time.Time `json:"finished_at" db:"finished_at"`
-	TimeoutMS     int64      `json:"timeout_ms" db:"timeout_ms"`
-	InTransaction bool       `json:"transaction" db:"in_transaction"`
-	LastError     *TaskError `json:"last_error" db:"last_error"`
-	DependsOn     []string   `json:"depends_on" db:"depends_on"`
-	SQL           string     `json:"sql,omitempty" db:"sql"`
-}
-
-// Attempt is one execution of a task.
-type Attempt struct {
-	TaskID     int64      `json:"task_id" db:"task_id"`
-	TaskName   string     `json:"task" db:"task_name"`
-	Attempt    int        `json:"attempt" db:"attempt"`
-	Token      int64      `json:"token" db:"token"`
-	WorkerID   *int64     `json:"worker_id" db:"worker_id"`
-	Outcome    string     `json:"outcome" db:"outcome"`
-	StartedAt  time.Time  `json:"started_at" db:"started_at"`
-	FinishedAt *time.Time `json:"finished_at" db:"finished_at"`
-	SQLState   *string    `json:"sqlstate,omitempty" db:"sqlstate"`
-	Message    *string    `json:"message,omitempty" db:"message"`
-	Detail     *string    `json:"detail,omitempty" db:"detail"`
-	Hint       *string    `json:"hint,omitempty" db:"hint"`
 }
 
 // InsertJob submits a job through deckhand.submit_job, as the catalog session's user, who
@@ -272,26 +197,26 @@ const jobColumns = `id, description, kind, submitted_by, state, tasks_total, tas
 
 // JobFilter selects jobs for listing, newest first.
 type JobFilter struct {
-	State    string // empty for all
-	BeforeID int64  // page: only jobs with id < BeforeID; 0 for the first page
-	Limit    int    // 0 means 50
+	State    deckhandtype.JobState // empty for all
+	BeforeID int64                 // page: only jobs with id < BeforeID; 0 for the first page
+	Limit    int                   // 0 means 50
 }
 
 // Job reads one job.
-func (c *Catalog) Job(ctx context.Context, id int64) (Job, error) {
+func (c *Catalog) Job(ctx context.Context, id int64) (deckhandtype.Job, error) {
 	rows, _ := c.Pool.Query(ctx, `SELECT `+jobColumns+` FROM deckhand.jobs WHERE id = $1`, id)
-	job, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Job])
+	job, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[deckhandtype.Job])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Job{}, fmt.Errorf("job %d: %w", id, ErrNotFound)
+		return deckhandtype.Job{}, fmt.Errorf("job %d: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Job{}, fmt.Errorf("read job %d: %w", id, err)
+		return deckhandtype.Job{}, fmt.Errorf("read job %d: %w", id, err)
 	}
 	return job, nil
 }
 
 // Tasks lists a job's tasks in id (dependency) order.
-func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]Task, error) {
+func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]deckhandtype.Task, error) {
 	// Through the view, which shows only the jobs the caller may act on.
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT t.id, t.job_id, t.name, t.kind, t.node, t.owner, t.state, t.attempts, t.max_attempts, t.runs,
@@ -299,7 +224,7 @@ func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]Task, error) {
 			(extract(epoch FROM t.timeout) * 1000)::bigint AS timeout_ms, t.in_transaction,
 			t.error AS last_error, t.depends_on_in_order AS depends_on, t.sql
 		FROM deckhand.tasks t WHERE t.job_id = $1 ORDER BY t.id`, jobID)
-	tasks, err := pgx.CollectRows(rows, pgx.RowToStructByName[Task])
+	tasks, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Task])
 	if err != nil {
 		return nil, fmt.Errorf("read tasks of job %d: %w", jobID, err)
 	}
@@ -307,12 +232,12 @@ func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]Task, error) {
 }
 
 // Attempts lists every attempt of a job's tasks, including running ones, in start order.
-func (c *Catalog) Attempts(ctx context.Context, jobID int64) ([]Attempt, error) {
+func (c *Catalog) Attempts(ctx context.Context, jobID int64) ([]deckhandtype.Attempt, error) {
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT task_id, task_name, attempt, token, worker_id, outcome, started_at, finished_at,
 			sqlstate, message, detail, hint
 		FROM deckhand.task_attempts WHERE job_id = $1 ORDER BY started_at, task_id, attempt`, jobID)
-	attempts, err := pgx.CollectRows(rows, pgx.RowToStructByName[Attempt])
+	attempts, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Attempt])
 	if err != nil {
 		return nil, fmt.Errorf("read attempts of job %d: %w", jobID, err)
 	}
@@ -326,8 +251,8 @@ var ErrJobTerminal = errors.New("job has ended")
 // the workers running them are told on ChannelCancel. It returns the job's new state. The
 // caller must be the job's submitter, a member of every owner of its tasks, or an admin
 // (deckhand.cancel checks, with the caller's identity).
-func (c *Catalog) CancelJob(ctx context.Context, id int64) (string, error) {
-	var state string
+func (c *Catalog) CancelJob(ctx context.Context, id int64) (deckhandtype.JobState, error) {
+	var state deckhandtype.JobState
 	if err := c.Pool.QueryRow(ctx, `SELECT deckhand.cancel($1)`, id).Scan(&state); err != nil {
 		return "", callError(err)
 	}
@@ -337,8 +262,8 @@ func (c *Catalog) CancelJob(ctx context.Context, id int64) (string, error) {
 // RetryJob re-runs the failed, unscheduled and cancelled tasks of a failed or cancelled job,
 // with their attempt counters reset. Tasks that finished are not run again. The caller must
 // be allowed to act on the job, as for CancelJob.
-func (c *Catalog) RetryJob(ctx context.Context, id int64) (string, error) {
-	var state string
+func (c *Catalog) RetryJob(ctx context.Context, id int64) (deckhandtype.JobState, error) {
+	var state deckhandtype.JobState
 	if err := c.Pool.QueryRow(ctx, `SELECT deckhand.retry($1)`, id).Scan(&state); err != nil {
 		return "", callError(err)
 	}

@@ -4,24 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 )
-
-// Node is a target PostgreSQL server.
-type Node struct {
-	Name         string     `json:"name" db:"name"`
-	DSN          string     `json:"dsn" db:"dsn"`
-	Group        string     `json:"group" db:"node_group"`
-	MaxTasks     int        `json:"max_tasks" db:"max_tasks"`
-	Role         string     `json:"role" db:"role"`
-	ReplayLSN    *string    `json:"replay_lsn" db:"replay_lsn"`
-	CheckedAt    *time.Time `json:"checked_at" db:"checked_at"`
-	LastError    *string    `json:"last_error" db:"last_error"`
-	CreatedAt    time.Time  `json:"created_at" db:"created_at"`
-	RunningTasks int64      `json:"running_tasks" db:"running_tasks"`
-}
 
 // ErrNotFound is returned when a named node or numbered job does not exist.
 var ErrNotFound = errors.New("not found")
@@ -29,7 +15,7 @@ var ErrNotFound = errors.New("not found")
 const nodeColumns = `name, dsn, node_group, max_tasks, role, replay_lsn::text AS replay_lsn, checked_at, last_error, created_at, running_tasks`
 
 // AddNode registers a node, or updates it when it exists already (admins only: deckhand.node_add).
-func (c *Catalog) AddNode(ctx context.Context, n Node) error {
+func (c *Catalog) AddNode(ctx context.Context, n deckhandtype.Node) error {
 	_, err := c.Pool.Exec(ctx, `SELECT deckhand.node_add($1, $2, $3, $4)`, n.Name, n.DSN, n.Group, n.MaxTasks)
 	return callError(err)
 }
@@ -41,9 +27,9 @@ func (c *Catalog) RemoveNode(ctx context.Context, name string) error {
 }
 
 // Nodes lists every node, by name.
-func (c *Catalog) Nodes(ctx context.Context) ([]Node, error) {
+func (c *Catalog) Nodes(ctx context.Context) ([]deckhandtype.Node, error) {
 	rows, _ := c.Pool.Query(ctx, `SELECT `+nodeColumns+` FROM deckhand.nodes ORDER BY name`)
-	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByName[Node])
+	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Node])
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -51,13 +37,13 @@ func (c *Catalog) Nodes(ctx context.Context) ([]Node, error) {
 }
 
 // NodesByName returns the named nodes that exist, keyed by name.
-func (c *Catalog) NodesByName(ctx context.Context, names []string) (map[string]Node, error) {
+func (c *Catalog) NodesByName(ctx context.Context, names []string) (map[string]deckhandtype.Node, error) {
 	rows, _ := c.Pool.Query(ctx, `SELECT `+nodeColumns+` FROM deckhand.nodes WHERE name = ANY($1)`, names)
-	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByName[Node])
+	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Node])
 	if err != nil {
 		return nil, fmt.Errorf("read nodes: %w", err)
 	}
-	out := make(map[string]Node, len(nodes))
+	out := make(map[string]deckhandtype.Node, len(nodes))
 	for _, n := range nodes {
 		out[n.Name] = n
 	}

@@ -1,8 +1,13 @@
 package catalog
 
-// Task states. Every transition below is a single guarded UPDATE in this package
-// (WHERE state = <expected> AND attempt_token = <token>), so a worker that lost its
-// lease can never overwrite a newer outcome.
+import . "github.com/deckhandhq/deckhand/deckhandtype" //nolint:revive // the state names read as the diagrams do
+
+// This file is the home of deckhand's state machines: each is drawn, then tabled. Every
+// transition is one guarded statement of this package (WHERE state = <from> and, for a task,
+// attempt_token = <token>), so a worker that lost its lease can never overwrite a newer
+// outcome. The tables are what the state-machine tests check every statement against.
+
+// Task states.
 //
 //	                 deps done            claim             success
 //	  blocked ───────────────▶ runnable ───────▶ running ───────────▶ done
@@ -16,21 +21,32 @@ package catalog
 //	                 cancel: running ─▶ cancelling    ▼
 //	                        (backend cancelled)     failed ─▶ dependents: unscheduled
 //
-// blocked and runnable tasks are cancelled at once; running ones pass through
-// cancelling while their backend is cancelled on the target. A task that completes
-// successfully while cancelling is recorded as done: it did its work.
-const (
-	TaskBlocked     = "blocked"
-	TaskRunnable    = "runnable"
-	TaskRunning     = "running"
-	TaskCancelling  = "cancelling"
-	TaskDone        = "done"
-	TaskFailed      = "failed"
-	TaskUnscheduled = "unscheduled"
-	TaskCancelled   = "cancelled"
-)
+// blocked and runnable tasks are cancelled at once; running ones pass through cancelling while
+// their backend is cancelled on the target. A task that completes successfully while
+// cancelling is recorded as done: it did its work. Retry takes failed, unscheduled and
+// cancelled tasks of an ended job back to runnable (or blocked behind prerequisites retried too).
+var TaskTransitions = []Transition[TaskState]{
+	{TaskBlocked, TaskRunnable, "Complete: its last prerequisite is done"},
+	{TaskBlocked, TaskUnscheduled, "Complete: a prerequisite failed"},
+	{TaskBlocked, TaskCancelled, "deckhand.cancel"},
+	{TaskRunnable, TaskRunning, "Claim"},
+	{TaskRunnable, TaskCancelled, "deckhand.cancel"},
+	{TaskRunning, TaskDone, "Complete: done"},
+	{TaskRunning, TaskRunnable, "Complete: retry or lost with attempts left, or released"},
+	{TaskRunning, TaskFailed, "Complete: failed, or retry or lost with no attempt left"},
+	{TaskRunning, TaskCancelled, "Complete: cancelled (superseded work)"},
+	{TaskRunning, TaskCancelling, "deckhand.cancel"},
+	{TaskCancelling, TaskDone, "Complete: done"},
+	{TaskCancelling, TaskCancelled, "Complete: any other outcome"},
+	{TaskFailed, TaskRunnable, "deckhand.retry"},
+	{TaskFailed, TaskBlocked, "deckhand.retry: behind a prerequisite retried too"},
+	{TaskUnscheduled, TaskRunnable, "deckhand.retry"},
+	{TaskUnscheduled, TaskBlocked, "deckhand.retry: behind a prerequisite retried too"},
+	{TaskCancelled, TaskRunnable, "deckhand.retry"},
+	{TaskCancelled, TaskBlocked, "deckhand.retry: behind a prerequisite retried too"},
+}
 
-// Job states are derived from task counters by the trigger deckhand.derive_job_state
+// Job states are derived from the job's task counters by the trigger deckhand.derive_job_state
 // on every update of the job row; nothing sets them directly.
 //
 //	scheduled ──▶ running ──▶ finished
@@ -38,36 +54,106 @@ const (
 //	                 ├──▶ failing ──▶ failed       (a task failed; others still run)
 //	                 └──▶ cancelling ──▶ cancelled (cancel requested; backends cancelled)
 //
-// A failed or cancelled job can be retried, which takes it back to running.
-const (
-	JobScheduled  = "scheduled"
-	JobRunning    = "running"
-	JobFinished   = "finished"
-	JobFailing    = "failing"
-	JobFailed     = "failed"
-	JobCancelling = "cancelling"
-	JobCancelled  = "cancelled"
-)
-
-// JobTerminal reports whether a job in state s will not change again on its own.
-func JobTerminal(s string) bool {
-	return s == JobFinished || s == JobFailed || s == JobCancelled
+// A failed or cancelled job can be retried, which takes it back to running (or scheduled, if
+// none of its tasks ever started).
+var JobTransitions = []Transition[JobState]{
+	{JobScheduled, JobRunning, "Claim: its first task starts"},
+	{JobScheduled, JobCancelling, "deckhand.cancel"},
+	{JobScheduled, JobCancelled, "deckhand.cancel: nothing was running"},
+	{JobRunning, JobFinished, "Complete: its last task is done"},
+	{JobRunning, JobFailing, "Complete: a task failed, others still run"},
+	{JobRunning, JobFailed, "Complete: a task failed and nothing else runs"},
+	{JobRunning, JobCancelling, "deckhand.cancel"},
+	{JobRunning, JobCancelled, "deckhand.cancel: nothing was running"},
+	{JobFailing, JobFailed, "Complete: the last running task ended"},
+	{JobFailing, JobCancelling, "deckhand.cancel"},
+	{JobFailing, JobCancelled, "deckhand.cancel: nothing was running"},
+	{JobCancelling, JobCancelled, "Complete: the last running task ended"},
+	{JobFailed, JobRunning, "deckhand.retry"},
+	{JobFailed, JobScheduled, "deckhand.retry: none of its tasks ever started"},
+	{JobCancelled, JobRunning, "deckhand.retry"},
+	{JobCancelled, JobScheduled, "deckhand.retry: none of its tasks ever started"},
 }
 
-// TaskTerminal reports whether a task in state s will not run again on its own.
-func TaskTerminal(s string) bool {
-	return s == TaskDone || s == TaskFailed || s == TaskUnscheduled || s == TaskCancelled
+// Operation states. An operation is the scope cleanup records belong to: one attempt of a task,
+// or a whole job. It is alive while it runs and
+//   - for an attempt: the task still runs that attempt (same attempt token) and the worker's
+//     lease is fresh;
+//   - for a job: the job is not terminal.
+//
+// An operation that is not alive any more but still says running is an orphan; the cleaner
+// decides it (DecideOperations): failed, except a job-wide operation whose job finished.
+//
+//	running ──Finish(success), while alive──▶ succeeded
+//	   └─────Finish(failure) / orphaned──────▶ failed
+var OperationTransitions = []Transition[OperationState]{
+	{OperationRunning, OperationSucceeded, "FinishOperation(success) while alive; DecideOperations: its job finished"},
+	{OperationRunning, OperationFailed, "FinishOperation(failure); DecideOperations: orphaned"},
 }
 
-// Outcomes of one attempt, as recorded in deckhand.task_attempt.
-const (
-	OutcomeDone      = "done"      // the task succeeded
-	OutcomeRetry     = "retry"     // retryable error; the task runs again after a backoff
-	OutcomeFailed    = "failed"    // permanent error, or the last attempt failed
-	OutcomeCancelled = "cancelled" // the job was cancelled while the attempt ran
-	OutcomeLost      = "lost"      // the worker's lease expired; the leader rescued the task
-	OutcomeReleased  = "released"  // the worker shut down; the attempt is not charged
-)
+// Cleanup record states, as stored (the wait reasons in_use, retrying and pinned are a due
+// record's wait_reason, which deckhand.cleanup_records shows as its state).
+//
+//	            operation ends; policy says remove                  drop succeeded or
+//	pending ─────────────────────────────────────▶ due ─────────────────────────────▶ removed
+//	   │                                           │ ▲  already gone
+//	   │ operation ends; policy says keep          │ │
+//	   │ (on_failure after success,                │ │ in use (lock timeout, active slot), transient
+//	   │  deferred_on_success after failure),      │ │ error or pinned: wait_reason set,
+//	   │ or the creation found the name taken      │ │ next_attempt_at = now + backoff
+//	   ▼                                           │ └─
+//	forgotten ◀──── operator: cleanup forget ──────┤
+//	                                               ├── permanent error, or too many transient ones ──▶ failed
+//	                                               └── its node is no longer registered ─────────────▶ node_removed
+//
+// failed and node_removed are never retried on their own: they wait for an operator, who
+// fixes the cause and runs `deckhand cleanup retry` (back to due) or `deckhand cleanup forget`.
+// Records of a running operation are only ever pending: nothing touches them.
+var CleanupTransitions = []Transition[CleanupState]{
+	{CleanupPending, CleanupDue, "FinishOperation / DecideOperations: the policy says remove"},
+	{CleanupPending, CleanupForgotten, "FinishOperation / DecideOperations: the policy says keep; deckhand.cleanup_forget once the operation ended"},
+	{CleanupDue, CleanupDue, "ClaimCleanup: in use, retrying or pinned (wait_reason set, next attempt later)"},
+	{CleanupDue, CleanupRemoved, "ClaimCleanup: removed, or already gone"},
+	{CleanupDue, CleanupFailed, "ClaimCleanup: a permanent error, or too many transient ones"},
+	{CleanupDue, CleanupNodeRemoved, "ClaimCleanup, MarkNodeRemoved: its node is no longer registered"},
+	{CleanupDue, CleanupForgotten, "deckhand.cleanup_forget"},
+	{CleanupFailed, CleanupDue, "deckhand.cleanup_retry"},
+	{CleanupFailed, CleanupForgotten, "deckhand.cleanup_forget"},
+	{CleanupNodeRemoved, CleanupDue, "deckhand.cleanup_retry"},
+	{CleanupNodeRemoved, CleanupForgotten, "deckhand.cleanup_forget"},
+}
+
+// Export states, as stored (deckhand.exports also shows failed and cancelled, which follow the
+// export's job: a coordinator that dies cannot be trusted to record them).
+//
+//	planning ──(coordinator holds the consistency point, parts added)──▶ running ──(manifest written)──▶ committed
+//	    ▲                                                                   │                               │
+//	    └──────────── coordinator lost: new consistency point, epoch + 1 ◀──┘     a forced export commits ──▶ superseded
+var ExportTransitions = []Transition[ExportState]{
+	{ExportPlanning, ExportRunning, "PlanExport"},
+	{ExportRunning, ExportRunning, "PlanExport: a new consistency point (epoch + 1)"},
+	{ExportRunning, ExportCommitted, "CommitExport"},
+	{ExportCommitted, ExportSuperseded, "CommitExport of a forced export to the same destination"},
+}
+
+// Transition is one edge of a state machine and the statement that takes it.
+type Transition[S ~string] struct {
+	From, To S
+	By       string
+}
+
+// Allowed reports whether the machine has an edge from → to (staying put counts as allowed).
+func Allowed[S ~string](machine []Transition[S], from, to S) bool {
+	if from == to {
+		return true
+	}
+	for _, t := range machine {
+		if t.From == from && t.To == to {
+			return true
+		}
+	}
+	return false
+}
 
 // Notification channels.
 const (

@@ -7,36 +7,15 @@ import (
 	"math"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
-)
-
-// Stats is a catalog-wide snapshot for dashboards and metrics, read in one statement so
-// that its figures agree with each other.
-type Stats struct {
-	Jobs         map[string]int64 `json:"jobs"`  // jobs by state; every job state is present
-	Tasks        map[string]int64 `json:"tasks"` // tasks by state; every task state is present
-	WorkersAlive int64            `json:"workers_alive"`
-	LeaderID     int64            `json:"leader_id"` // 0 when no worker holds the leader lease
-	// CleanupBacklog counts cleanup records not yet resolved, by state (pending, due).
-	CleanupBacklog map[string]int64 `json:"cleanup_backlog"`
-	// ExportRows and ExportBytes sum what committed and running exports wrote so far.
-	ExportRows  int64         `json:"export_rows"`
-	ExportBytes int64         `json:"export_bytes"`
-	ReadAt      time.Time     `json:"read_at"`
-	Took        time.Duration `json:"-"` // how long the statement ran, for callers that cache
-}
-
-// JobStates and TaskStates list every state, in lifecycle order, for callers that show all of them.
-var (
-	JobStates  = []string{JobScheduled, JobRunning, JobFailing, JobCancelling, JobFinished, JobFailed, JobCancelled}
-	TaskStates = []string{TaskBlocked, TaskRunnable, TaskRunning, TaskCancelling, TaskDone, TaskFailed, TaskUnscheduled, TaskCancelled}
 )
 
 // Stats counts jobs and tasks by state without reading deckhand.task beyond its partial
 // indexes: ended tasks are summed from the job counters (one pass over deckhand.job, which
 // has one row per job instead of one per task), runnable and running tasks come from their
 // partial indexes, and blocked tasks are what the counters leave pending minus those.
-func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
+func (c *Catalog) Stats(ctx context.Context) (deckhandtype.Stats, error) {
 	start := time.Now()
 	var byState []byte
 	var runnable, running, cancelling, workers, cleanupPending, cleanupDue, exportRows, exportBytes int64
@@ -65,35 +44,35 @@ func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
 		c.now()).Scan(&byState, &runnable, &running, &cancelling, &workers, &leader, &readAt,
 		&cleanupPending, &cleanupDue, &exportRows, &exportBytes)
 	if err != nil {
-		return Stats{}, fmt.Errorf("read catalog stats: %w", err)
+		return deckhandtype.Stats{}, fmt.Errorf("read catalog stats: %w", err)
 	}
-	var agg map[string][6]int64
+	var agg map[deckhandtype.JobState][6]int64
 	if err := json.Unmarshal(byState, &agg); err != nil {
-		return Stats{}, fmt.Errorf("read catalog stats: %w", err)
+		return deckhandtype.Stats{}, fmt.Errorf("read catalog stats: %w", err)
 	}
-	s := Stats{Jobs: map[string]int64{}, Tasks: map[string]int64{}, WorkersAlive: workers, ReadAt: readAt,
-		CleanupBacklog: map[string]int64{"pending": cleanupPending, "due": cleanupDue},
+	s := deckhandtype.Stats{Jobs: map[deckhandtype.JobState]int64{}, Tasks: map[deckhandtype.TaskState]int64{}, WorkersAlive: workers, ReadAt: readAt,
+		CleanupBacklog: map[deckhandtype.CleanupState]int64{deckhandtype.CleanupPending: cleanupPending, deckhandtype.CleanupDue: cleanupDue},
 		ExportRows:     exportRows, ExportBytes: exportBytes}
-	for _, st := range JobStates {
+	for _, st := range deckhandtype.JobStates {
 		s.Jobs[st] = 0
 	}
-	for _, st := range TaskStates {
+	for _, st := range deckhandtype.TaskStates {
 		s.Tasks[st] = 0
 	}
 	var pending int64
 	for state, a := range agg {
 		s.Jobs[state] = a[0]
-		s.Tasks[TaskDone] += a[1]
-		s.Tasks[TaskFailed] += a[2]
-		s.Tasks[TaskCancelled] += a[3]
-		s.Tasks[TaskUnscheduled] += a[4]
+		s.Tasks[deckhandtype.TaskDone] += a[1]
+		s.Tasks[deckhandtype.TaskFailed] += a[2]
+		s.Tasks[deckhandtype.TaskCancelled] += a[3]
+		s.Tasks[deckhandtype.TaskUnscheduled] += a[4]
 		pending += a[5]
 	}
-	s.Tasks[TaskRunnable] = runnable
-	s.Tasks[TaskRunning] = running
-	s.Tasks[TaskCancelling] = cancelling
+	s.Tasks[deckhandtype.TaskRunnable] = runnable
+	s.Tasks[deckhandtype.TaskRunning] = running
+	s.Tasks[deckhandtype.TaskCancelling] = cancelling
 	// Never negative, should a writer ever let a counter drift from the task rows.
-	s.Tasks[TaskBlocked] = max(0, pending-runnable-running-cancelling)
+	s.Tasks[deckhandtype.TaskBlocked] = max(0, pending-runnable-running-cancelling)
 	if leader != nil {
 		s.LeaderID = *leader
 	}
@@ -104,7 +83,7 @@ func (c *Catalog) Stats(ctx context.Context) (Stats, error) {
 // Jobs lists jobs newest first, walking an index from the cursor: the primary key without a
 // state filter, (state, id) with one. A page therefore costs the same on a catalog of a
 // hundred jobs or of millions, whichever state is asked for and however deep the cursor.
-func (c *Catalog) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
+func (c *Catalog) Jobs(ctx context.Context, f JobFilter) ([]deckhandtype.Job, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
@@ -125,7 +104,7 @@ func (c *Catalog) Jobs(ctx context.Context, f JobFilter) ([]Job, error) {
 			WHERE state = $1 AND id < $2 ORDER BY id DESC LIMIT $3`,
 			pgx.QueryExecModeSimpleProtocol, f.State, before, f.Limit)
 	}
-	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Job])
+	jobs, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Job])
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

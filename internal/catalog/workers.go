@@ -6,22 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 )
-
-// Worker is a row of deckhand.workers.
-type Worker struct {
-	ID             int64      `json:"id" db:"id"`
-	Name           string     `json:"name" db:"name"`
-	Concurrency    int        `json:"concurrency" db:"concurrency"`
-	StartedAt      time.Time  `json:"started_at" db:"started_at"`
-	HeartbeatAt    time.Time  `json:"heartbeat_at" db:"heartbeat_at"`
-	LeaseExpiresAt time.Time  `json:"lease_expires_at" db:"lease_expires_at"`
-	StoppedAt      *time.Time `json:"stopped_at" db:"stopped_at"`
-	Alive          bool       `json:"alive" db:"alive"`
-	IsLeader       bool       `json:"is_leader" db:"is_leader"`
-	RunningTasks   int64      `json:"running_tasks" db:"running_tasks"`
-}
 
 // ErrLeaseLost is returned by Heartbeat when the worker was declared dead; it must stop
 // its tasks at once (the leader may already have handed them to someone else) and re-register.
@@ -80,11 +67,11 @@ func (c *Catalog) StopWorker(ctx context.Context, workerID int64) error {
 }
 
 // Workers lists workers that are alive or stopped recently, newest first.
-func (c *Catalog) Workers(ctx context.Context, includeStopped bool) ([]Worker, error) {
+func (c *Catalog) Workers(ctx context.Context, includeStopped bool) ([]deckhandtype.Worker, error) {
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT id, name, concurrency, started_at, heartbeat_at, lease_expires_at, stopped_at, alive, is_leader, running_tasks
 		FROM deckhand.workers WHERE $1 OR stopped_at IS NULL ORDER BY id DESC LIMIT 1000`, includeStopped)
-	workers, err := pgx.CollectRows(rows, pgx.RowToStructByName[Worker])
+	workers, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Worker])
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}

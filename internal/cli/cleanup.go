@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/deckhandhq/deckhand/cleanup"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/bench"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -23,12 +23,9 @@ func (a *app) cleanupCommand() *cobra.Command {
 	return cmd
 }
 
-// cleanupStates are the states `cleanup list --state` accepts: those deckhand.cleanup_records shows.
-var cleanupStates = []string{catalog.CleanupPending, catalog.CleanupDue, catalog.CleanupInUse, catalog.CleanupRetrying,
-	catalog.CleanupPinned, catalog.CleanupRemoved, catalog.CleanupForgotten, catalog.CleanupFailed, catalog.CleanupNodeRemoved}
-
 func (a *app) cleanupList() *cobra.Command {
 	var f catalog.CleanupFilter
+	var state string
 	cmd := &cobra.Command{
 		Use:   "list [--state S] [--job ID]",
 		Short: "List cleanup records, newest first",
@@ -45,8 +42,9 @@ func (a *app) cleanupList() *cobra.Command {
   node_removed  its node is no longer registered: re-add the node and retry, or forget it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.State != "" && !slices.Contains(cleanupStates, f.State) {
-				return Usage("--state: unknown cleanup state %q (want one of %s)", f.State, strings.Join(cleanupStates, ", "))
+			f.State = deckhandtype.CleanupState(state)
+			if f.State != "" && !slices.Contains(deckhandtype.CleanupStates, f.State) {
+				return Usage("--state: unknown cleanup state %q (want one of %v)", f.State, deckhandtype.CleanupStates)
 			}
 			if f.Limit < 1 {
 				return Usage("--limit must be at least 1, got %d", f.Limit)
@@ -66,20 +64,20 @@ func (a *app) cleanupList() *cobra.Command {
 			rows := make([][]string, 0, len(recs))
 			for _, r := range recs {
 				rows = append(rows, []string{strconv.FormatInt(r.ID, 10), strconv.FormatInt(r.JobID, 10),
-					strconv.FormatInt(r.OperationID, 10), r.Type, resourceText(r.Resource()), r.Policy, r.State,
+					strconv.FormatInt(r.OperationID, 10), string(r.Type), resourceText(r.Resource()), string(r.Policy), string(r.State),
 					strconv.Itoa(r.Attempts), deref(r.LastError)})
 			}
 			return PrintTable(a.stdout, []string{"id", "job", "operation", "type", "resource", "policy", "state", "attempts", "last_error"}, rows)
 		},
 	}
-	cmd.Flags().StringVar(&f.State, "state", "", "only records in this state")
+	cmd.Flags().StringVar(&state, "state", "", "only records in this state")
 	cmd.Flags().Int64Var(&f.JobID, "job", 0, "only records of this job")
 	cmd.Flags().IntVar(&f.Limit, "limit", 500, "most records to list")
 	return cmd
 }
 
 // resourceText shows where a resource is: node:schema.name, or the bucket and key.
-func resourceText(r catalog.CleanupResource) string {
+func resourceText(r deckhandtype.CleanupResource) string {
 	r2 := r
 	r2.Node = ""
 	if r.Node == "" {
@@ -127,7 +125,7 @@ they are free, for up to --wait. Exits 1 if a record failed for good during the 
 				}
 				fmt.Fprintln(a.stdout, rep.Summary())
 			}
-			if n := rep.Count(catalog.CleanupFailed); n > 0 {
+			if n := rep.Count(deckhandtype.CleanupFailed); n > 0 {
 				return Failed("%d cleanup record(s) failed; see `deckhand cleanup list --state failed`", n)
 			}
 			return nil
@@ -180,26 +178,24 @@ func (a *app) recordCommand(use, short string, action func(*catalog.Catalog, con
 	}
 }
 
-var pinTypes = []string{catalog.ResourceTable, catalog.ResourceIndex, catalog.ResourceSchema, catalog.ResourcePublication,
-	catalog.ResourceSubscription, catalog.ResourceReplicationSlot, catalog.ResourceObject, catalog.ResourcePrefix}
-
 func (a *app) cleanupPin() *cobra.Command {
-	var node, typ, bucket, reason string
+	var node, typeName, bucket, reason string
 	cmd := &cobra.Command{
 		Use:   "pin --node N [--type table] NAME | pin --bucket URL --type object|prefix KEY",
 		Short: "Keep a resource alive: the cleaner and `deckhand drop` refuse it until unpinned",
 		Args:  exactArgs(1, "the resource's NAME (schema.table for tables and indexes)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !slices.Contains(pinTypes, typ) {
-				return Usage("--type: unknown resource type %q (want one of %s)", typ, strings.Join(pinTypes, ", "))
+			typ := deckhandtype.ResourceType(typeName)
+			if !slices.Contains(deckhandtype.ResourceTypes, typ) {
+				return Usage("--type: unknown resource type %q (want one of %v)", typ, deckhandtype.ResourceTypes)
 			}
-			var r catalog.CleanupResource
+			var r deckhandtype.CleanupResource
 			switch typ {
-			case catalog.ResourceObject, catalog.ResourcePrefix:
+			case deckhandtype.ResourceObject, deckhandtype.ResourcePrefix:
 				if bucket == "" || node != "" {
 					return Usage("--type %s needs --bucket and no --node", typ)
 				}
-				r = catalog.CleanupResource{Type: typ, Location: bucket, Name: args[0]}
+				r = deckhandtype.CleanupResource{Type: typ, Location: bucket, Name: args[0]}
 			default:
 				if node == "" {
 					return Usage("--node is required for --type %s", typ)
@@ -208,13 +204,13 @@ func (a *app) cleanupPin() *cobra.Command {
 				if err != nil {
 					return Usage("%v", err)
 				}
-				if (typ == catalog.ResourceTable || typ == catalog.ResourceIndex) != (len(id) == 2) {
+				if (typ == deckhandtype.ResourceTable || typ == deckhandtype.ResourceIndex) != (len(id) == 2) {
 					if len(id) == 1 {
 						return Usage("--type %s needs schema.name, got %q", typ, args[0])
 					}
 					return Usage("--type %s takes a bare name, got %q", typ, args[0])
 				}
-				r = catalog.CleanupResource{Type: typ, Node: node, Name: id[len(id)-1]}
+				r = deckhandtype.CleanupResource{Type: typ, Node: node, Name: id[len(id)-1]}
 				if len(id) == 2 {
 					r.Location = id[0]
 				}
@@ -233,7 +229,7 @@ func (a *app) cleanupPin() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node of the resource")
-	cmd.Flags().StringVar(&typ, "type", catalog.ResourceTable, "resource type: "+strings.Join(pinTypes, ", "))
+	cmd.Flags().StringVar(&typeName, "type", string(deckhandtype.ResourceTable), fmt.Sprintf("resource type: %v", deckhandtype.ResourceTypes))
 	cmd.Flags().StringVar(&bucket, "bucket", "", "bucket URL, for objects and prefixes")
 	cmd.Flags().StringVar(&reason, "reason", "", "why it is pinned (shown to whoever it stops)")
 	return cmd
@@ -287,11 +283,11 @@ func (a *app) cleanupPins() *cobra.Command {
 				if p.OperationID != nil {
 					holder = "operation " + strconv.FormatInt(*p.OperationID, 10)
 				}
-				r := catalog.CleanupResource{Type: p.Type, Location: p.Location, Name: p.Name}
+				r := deckhandtype.CleanupResource{Type: p.Type, Location: p.Location, Name: p.Name}
 				if p.Node != nil {
 					r.Node = *p.Node
 				}
-				rows = append(rows, []string{strconv.FormatInt(p.ID, 10), p.Type, resourceText(r), holder,
+				rows = append(rows, []string{strconv.FormatInt(p.ID, 10), string(p.Type), resourceText(r), holder,
 					strconv.FormatBool(p.InForce), p.Reason})
 			}
 			return PrintTable(a.stdout, []string{"id", "type", "resource", "held_by", "in_force", "reason"}, rows)

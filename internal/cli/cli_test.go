@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/cli"
@@ -191,9 +192,9 @@ type lastError struct {
 	Message  string `json:"message"`
 }
 
-func (e *env) listJobs(args ...string) []catalog.Job {
+func (e *env) listJobs(args ...string) []deckhandtype.Job {
 	e.t.Helper()
-	return decode[[]catalog.Job](e.t, e.run(append([]string{"job", "list", "-o", "json"}, args...)...))
+	return decode[[]deckhandtype.Job](e.t, e.run(append([]string{"job", "list", "-o", "json"}, args...)...))
 }
 
 // A fresh database is refused with a pointer to `deckhand init`; init is idempotent.
@@ -230,7 +231,7 @@ func TestInit(t *testing.T) {
 	if out.SchemaVersion == nil || *out.SchemaVersion != catalog.SchemaVersion() || out.Applied == nil || len(out.Applied) != 0 {
 		t.Errorf("init -o json = %+v, want schema_version %s and applied []", out, version)
 	}
-	if jobs := decode[[]catalog.Job](t, deckhand(t, "", "--catalog", dsn, "job", "list", "-o", "json")); len(jobs) != 0 {
+	if jobs := decode[[]deckhandtype.Job](t, deckhand(t, "", "--catalog", dsn, "job", "list", "-o", "json")); len(jobs) != 0 {
 		t.Errorf("after init: jobs %v", jobs)
 	}
 }
@@ -309,8 +310,8 @@ func TestNodeCommands(t *testing.T) {
 	}
 	want(t, e.run("node", "add", "n2", "--dsn", dsn), 0)
 
-	nodes := decode[[]catalog.Node](t, e.run("node", "list", "-o", "json"))
-	byName := map[string]catalog.Node{}
+	nodes := decode[[]deckhandtype.Node](t, e.run("node", "list", "-o", "json"))
+	byName := map[string]deckhandtype.Node{}
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
@@ -350,7 +351,7 @@ func TestNodeCommands(t *testing.T) {
 			t.Errorf("the refusal repeats the password: %q", r.stderr)
 		}
 	})
-	if nodes := decode[[]catalog.Node](t, e.run("node", "list", "-o", "json")); len(nodes) != 2 {
+	if nodes := decode[[]deckhandtype.Node](t, e.run("node", "list", "-o", "json")); len(nodes) != 2 {
 		t.Errorf("refused nodes were registered: %+v", nodes)
 	}
 
@@ -359,7 +360,7 @@ func TestNodeCommands(t *testing.T) {
 	if !strings.Contains(r.stderr, "node n2 removed") {
 		t.Errorf("node remove: %s", r)
 	}
-	if nodes := decode[[]catalog.Node](t, e.run("node", "list", "-o", "json")); len(nodes) != 1 || nodes[0].Name != "n1" {
+	if nodes := decode[[]deckhandtype.Node](t, e.run("node", "list", "-o", "json")); len(nodes) != 1 || nodes[0].Name != "n1" {
 		t.Errorf("after remove: %+v", nodes)
 	}
 	t.Run("invalid name", func(t *testing.T) {
@@ -369,7 +370,7 @@ func TestNodeCommands(t *testing.T) {
 	wantUsage(t, e.run("node", "remove", "nosuch"), `node "nosuch"`, "not found")
 	r = e.run("node", "remove", "n1")
 	want(t, r, 0)
-	if nodes := decode[[]catalog.Node](t, e.run("node", "list", "-o", "json")); nodes == nil || len(nodes) != 0 {
+	if nodes := decode[[]deckhandtype.Node](t, e.run("node", "list", "-o", "json")); nodes == nil || len(nodes) != 0 {
 		t.Errorf("node list -o json with no nodes should print [], got %q", e.run("node", "list", "-o", "json").stdout)
 	}
 }
@@ -415,7 +416,7 @@ func TestSubmit(t *testing.T) {
 	}
 	for _, id := range ids {
 		j := e.show(id)
-		if len(j.Tasks) != 2 || *j.Tasks[0].Name != "a" || *j.Tasks[1].Name != "b" || *j.State != catalog.JobScheduled {
+		if len(j.Tasks) != 2 || *j.Tasks[0].Name != "a" || *j.Tasks[1].Name != "b" || *j.State != string(deckhandtype.JobScheduled) {
 			t.Errorf("job %s: %+v", id, j)
 		}
 	}
@@ -515,7 +516,7 @@ func TestSubmitOwnerNotAllowed(t *testing.T) {
 	id := jobID(t, as("", "job", "run", "--node", "n1", "SELECT 1"))
 	e.Exec("postgres", `GRANT `+pgx.Identifier{other}.Sanitize()+` TO `+qs)
 	id2 := jobID(t, as(spec(other), "job", "submit", "-"))
-	jobs := decode[[]catalog.Job](t, as("", "job", "list", "-o", "json"))
+	jobs := decode[[]deckhandtype.Job](t, as("", "job", "list", "-o", "json"))
 	if len(jobs) != 2 || strconv.FormatInt(jobs[1].ID, 10) != id || strconv.FormatInt(jobs[0].ID, 10) != id2 {
 		t.Fatalf("jobs = %+v, want %s and %s", jobs, id, id2)
 	}
@@ -547,13 +548,13 @@ func TestRunAndWait(t *testing.T) {
 		t.Errorf("job wait should say the job finished: %s", r)
 	}
 	j := e.show(id)
-	if *j.State != catalog.JobFinished || len(j.Tasks) != 1 || *j.Tasks[0].State != catalog.TaskDone ||
+	if *j.State != string(deckhandtype.JobFinished) || len(j.Tasks) != 1 || *j.Tasks[0].State != string(deckhandtype.TaskDone) ||
 		*j.Tasks[0].Attempts != 1 || string(j.Tasks[0].LastError) != "null" {
 		t.Errorf("job show: %+v", j)
 	}
 	// wait on a finished job returns at once; -o json prints the job.
-	done := decode[catalog.Job](t, e.run("job", "wait", id, "-o", "json"))
-	if done.State != catalog.JobFinished || done.TasksDone != 1 {
+	done := decode[deckhandtype.Job](t, e.run("job", "wait", id, "-o", "json"))
+	if done.State != deckhandtype.JobFinished || done.TasksDone != 1 {
 		t.Errorf("job wait -o json = %+v", done)
 	}
 
@@ -605,7 +606,7 @@ func TestFailedJob(t *testing.T) {
 		t.Errorf("job wait: %s", r)
 	}
 	j := e.show(id)
-	if *j.State != catalog.JobFailed || *j.Tasks[0].State != catalog.TaskFailed {
+	if *j.State != string(deckhandtype.JobFailed) || *j.Tasks[0].State != string(deckhandtype.TaskFailed) {
 		t.Fatalf("job show: %+v", j)
 	}
 	var le lastError
@@ -633,7 +634,7 @@ func TestFailedJob(t *testing.T) {
 		t.Errorf("job retry: %s", r)
 	}
 	want(t, e.run("job", "wait", id, "--timeout", "20s"), 1)
-	if j := e.show(id); *j.State != catalog.JobFailed || len(j.Attempts) != 2 {
+	if j := e.show(id); *j.State != string(deckhandtype.JobFailed) || len(j.Attempts) != 2 {
 		t.Errorf("after retry: state %s, %d attempts; want failed with 2", *j.State, len(j.Attempts))
 	}
 
@@ -708,7 +709,7 @@ func TestTimeoutAndCancel(t *testing.T) {
 	if !strings.Contains(r.stderr, "job "+id+" cancelled") {
 		t.Errorf("job wait: %s", r)
 	}
-	if j := e.show(id); *j.State != catalog.JobCancelled || *j.Tasks[0].State != catalog.TaskCancelled {
+	if j := e.show(id); *j.State != string(deckhandtype.JobCancelled) || *j.Tasks[0].State != string(deckhandtype.TaskCancelled) {
 		t.Errorf("job show: state %s, task %s; want cancelled", *j.State, *j.Tasks[0].State)
 	}
 	if sleeping() {
@@ -758,7 +759,7 @@ func TestBinaryExitCodes(t *testing.T) {
 	wantUsage(t, exe(e.DSN, "job", "list", "--bogus"), "unknown flag")
 	// --catalog wins over the environment.
 	r := exe("host=/nonexistent", "--catalog", e.DSN, "job", "list", "-o", "json")
-	if jobs := decode[[]catalog.Job](t, r); len(jobs) != 3 {
+	if jobs := decode[[]deckhandtype.Job](t, r); len(jobs) != 3 {
 		t.Errorf("job list -o json = %+v, want 3 jobs", jobs)
 	}
 }

@@ -90,7 +90,7 @@ is refused unless --force.`,
 				if len(e.Errors) > 0 {
 					errText = e.Errors[len(e.Errors)-1]
 				}
-				rows = append(rows, []string{strconv.FormatInt(e.ID, 10), strconv.FormatInt(e.JobID, 10), e.Partition, e.State,
+				rows = append(rows, []string{strconv.FormatInt(e.ID, 10), strconv.FormatInt(e.JobID, 10), e.Partition, string(e.State),
 					fmt.Sprintf("%d/%d", e.PartsDone, e.PartsTotal), strconv.FormatInt(e.Rows, 10), humanBytes(e.Bytes), e.Destination, errText})
 			}
 			return PrintTable(a.stdout, []string{"id", "job", "partition", "state", "parts", "rows", "bytes", "destination", "error"}, rows)

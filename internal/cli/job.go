@@ -8,11 +8,11 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -93,14 +93,16 @@ func (a *app) jobRun() *cobra.Command {
 
 func (a *app) jobList() *cobra.Command {
 	var f catalog.JobFilter
+	var state string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List jobs, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// A misspelt state would silently list nothing.
-			if f.State != "" && !slices.Contains(jobStates, f.State) {
-				return Usage("--state: unknown job state %q (want one of %s)", f.State, strings.Join(jobStates, ", "))
+			f.State = deckhandtype.JobState(state)
+			if f.State != "" && !slices.Contains(deckhandtype.JobStates, f.State) {
+				return Usage("--state: unknown job state %q (want one of %v)", f.State, deckhandtype.JobStates)
 			}
 			if f.Limit < 1 {
 				return Usage("--limit must be at least 1, got %d", f.Limit)
@@ -122,23 +124,19 @@ func (a *app) jobList() *cobra.Command {
 			}
 			rows := make([][]string, 0, len(jobs))
 			for _, j := range jobs {
-				rows = append(rows, []string{strconv.FormatInt(j.ID, 10), j.State, progressText(j),
+				rows = append(rows, []string{strconv.FormatInt(j.ID, 10), string(j.State), progressText(j),
 					j.SubmittedBy, j.CreatedAt.Local().Format(time.DateTime), durationText(j), j.Description})
 			}
 			return PrintTable(a.stdout, []string{"id", "state", "tasks", "submitted_by", "created", "duration", "description"}, rows)
 		},
 	}
-	cmd.Flags().StringVar(&f.State, "state", "", "only jobs in this state")
+	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state")
 	cmd.Flags().IntVar(&f.Limit, "limit", 50, "most jobs to list")
 	cmd.Flags().Int64Var(&f.BeforeID, "before", 0, "only jobs with an id below this (paging)")
 	return cmd
 }
 
-// jobStates are the states `job list --state` accepts.
-var jobStates = []string{catalog.JobScheduled, catalog.JobRunning, catalog.JobFinished, catalog.JobFailing,
-	catalog.JobFailed, catalog.JobCancelling, catalog.JobCancelled}
-
-func progressText(j catalog.Job) string {
+func progressText(j deckhandtype.Job) string {
 	s := fmt.Sprintf("%d/%d done", j.TasksDone, j.TasksTotal)
 	if j.TasksFailed > 0 {
 		s += fmt.Sprintf(", %d failed", j.TasksFailed)
@@ -152,7 +150,7 @@ func progressText(j catalog.Job) string {
 	return s
 }
 
-func durationText(j catalog.Job) string {
+func durationText(j deckhandtype.Job) string {
 	if j.FinishedAt == nil {
 		return time.Since(j.CreatedAt).Round(time.Millisecond).String() + "…"
 	}
@@ -192,7 +190,7 @@ func (a *app) jobShow() *cobra.Command {
 				if t.Node != nil {
 					node = *t.Node
 				}
-				rows = append(rows, []string{t.Name, t.Kind, node, t.Owner, t.State,
+				rows = append(rows, []string{t.Name, t.Kind, node, t.Owner, string(t.State),
 					fmt.Sprintf("%d/%d", t.Attempts, t.MaxAttempts), fmt.Sprint(t.DependsOn), t.LastError.String()})
 			}
 			if err := PrintTable(a.stdout, []string{"task", "kind", "node", "owner", "state", "attempts", "depends_on", "last_error"}, rows); err != nil {
@@ -201,7 +199,7 @@ func (a *app) jobShow() *cobra.Command {
 			var failures [][]string
 			for _, at := range d.Attempts {
 				if at.Message != nil {
-					failures = append(failures, []string{at.TaskName, strconv.Itoa(at.Attempt), at.Outcome,
+					failures = append(failures, []string{at.TaskName, strconv.Itoa(at.Attempt), string(at.Outcome),
 						deref(at.SQLState), deref(at.Message)})
 				}
 			}
@@ -253,7 +251,7 @@ func (a *app) control(ctx context.Context, arg, action string) error {
 		return err
 	}
 	defer c.Close()
-	var state string
+	var state deckhandtype.JobState
 	if action == "cancel" {
 		state, err = c.Cancel(ctx, id)
 	} else {
@@ -295,9 +293,9 @@ func (a *app) jobWait() *cobra.Command {
 				defer cancel()
 			}
 			bar := NewProgress(a.stderr)
-			var progress func(catalog.Job)
+			var progress func(deckhandtype.Job)
 			if bar.Terminal() {
-				progress = func(j catalog.Job) {
+				progress = func(j deckhandtype.Job) {
 					bar.Update(fmt.Sprintf("job %d %s %s %s", j.ID, j.State, Bar(j.TasksDone, j.TasksTotal, 30), durationText(j)))
 				}
 			}
@@ -332,11 +330,11 @@ func (a *app) jobWait() *cobra.Command {
 	return cmd
 }
 
-func waitResult(job catalog.Job, err error) error {
+func waitResult(job deckhandtype.Job, err error) error {
 	if err != nil {
 		return err
 	}
-	if job.State != catalog.JobFinished {
+	if job.State != deckhandtype.JobFinished {
 		return &ExitError{Code: ExitFailed, Err: fmt.Errorf("job %d %s", job.ID, job.State)}
 	}
 	return nil

@@ -4,14 +4,13 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/spf13/cobra"
-
-	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 func (a *app) nodeCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "Register and list target PostgreSQL servers"}
-	var n catalog.Node
+	var n deckhandtype.Node
 	add := &cobra.Command{
 		Use:   "add NAME --dsn CONNINFO [--group G] [--max-tasks N]",
 		Short: "Register a node (or update it)",

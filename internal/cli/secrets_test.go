@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/deckhandtype"
 )
 
 // leakyConninfo puts the secret "s3cr3t" in a conninfo in every spelling libpq or pgx would
@@ -40,7 +40,7 @@ func TestNodeAddRefusesSecrets(t *testing.T) {
 			t.Errorf("the refusal of %q repeats the password: %q", dsn, r.stderr)
 		}
 	}
-	if nodes := decode[[]catalog.Node](t, e.run("node", "list", "-o", "json")); len(nodes) != 0 {
+	if nodes := decode[[]deckhandtype.Node](t, e.run("node", "list", "-o", "json")); len(nodes) != 0 {
 		t.Errorf("refused nodes were registered: %+v", nodes)
 	}
 }

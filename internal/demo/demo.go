@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/conninfo"
@@ -198,7 +199,7 @@ type runner struct {
 	status     Status
 	start      time.Time
 	catalogDSN string
-	nodes      []catalog.Node // in opts.Nodes order
+	nodes      []deckhandtype.Node // in opts.Nodes order
 	jobTime    string
 }
 
@@ -269,7 +270,7 @@ func (r *runner) startCluster(ctx context.Context) (*pgtest.Cluster, error) {
 	}
 	var dbs []string
 	for _, n := range r.opts.Nodes {
-		err := cat.AddNode(ctx, catalog.Node{Name: n, DSN: cl.DSN(nodeDB(n), pgtest.Superuser), Group: n, MaxTasks: nodeMaxTasks})
+		err := cat.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(nodeDB(n), pgtest.Superuser), Group: n, MaxTasks: nodeMaxTasks})
 		if err != nil {
 			return cl, err
 		}
@@ -542,7 +543,7 @@ func (r *runner) runJob(ctx context.Context, client *engine.Client, ws *workers)
 	for _, t := range job.Tasks {
 		watch.width = max(watch.width, len(t.Name))
 	}
-	final, err := client.Wait(wctx, id, func(j catalog.Job) { watch.update(wctx, j) })
+	final, err := client.Wait(wctx, id, func(j deckhandtype.Job) { watch.update(wctx, j) })
 	if err != nil {
 		if cause := context.Cause(wctx); cause != nil {
 			err = cause
@@ -575,7 +576,7 @@ func (r *runner) runJob(ctx context.Context, client *engine.Client, ws *workers)
 		return err
 	}
 	r.printSummary(detail, ws.names)
-	if final.State != catalog.JobFinished {
+	if final.State != deckhandtype.JobFinished {
 		return fmt.Errorf("%w: job %d %s (%d of %d tasks done); see the errors above", ErrJobFailed, id, final.State, final.TasksDone, final.TasksTotal)
 	}
 	line, err := r.verify(ctx)
@@ -610,7 +611,7 @@ type event struct {
 // holdBack is how long a state change may go unnoticed: Wait's callback interval plus slack.
 const holdBack = 500 * time.Millisecond
 
-func (w *watcher) update(ctx context.Context, j catalog.Job) {
+func (w *watcher) update(ctx context.Context, j deckhandtype.Job) {
 	d, err := w.client.Job(ctx, j.ID)
 	if err != nil {
 		return
@@ -618,7 +619,7 @@ func (w *watcher) update(ctx context.Context, j catalog.Job) {
 	if w.r.status.Terminal() {
 		var running []string
 		for _, t := range d.Tasks {
-			if t.State == catalog.TaskRunning || t.State == catalog.TaskCancelling {
+			if t.State == deckhandtype.TaskRunning || t.State == deckhandtype.TaskCancelling {
 				running = append(running, t.Name)
 			}
 		}
@@ -631,7 +632,7 @@ func (w *watcher) update(ctx context.Context, j catalog.Job) {
 	}
 	w.collect(d)
 	horizon := time.Since(w.since) - holdBack
-	if catalog.JobTerminal(d.State) {
+	if d.State.Terminal() {
 		horizon = 1<<63 - 1
 	}
 	w.print(horizon)
@@ -686,18 +687,18 @@ func (w *watcher) collect(d *engine.JobDetail) {
 			}
 		}
 		switch a.Outcome {
-		case catalog.OutcomeDone:
+		case deckhandtype.OutcomeDone:
 			add("end "+key, *a.FinishedAt, "%s done in %s", name, roundDuration(a.FinishedAt.Sub(a.StartedAt)))
-		case catalog.OutcomeRetry:
+		case deckhandtype.OutcomeRetry:
 			add("end "+key, *a.FinishedAt, "%s failed, will retry%s", name, msg)
 		default:
 			add("end "+key, *a.FinishedAt, "%s %s%s", name, a.Outcome, msg)
 		}
 	}
 	for _, t := range d.Tasks {
-		if (t.State == catalog.TaskUnscheduled || t.State == catalog.TaskCancelled) && t.FinishedAt != nil {
+		if (t.State == deckhandtype.TaskUnscheduled || t.State == deckhandtype.TaskCancelled) && t.FinishedAt != nil {
 			why := ""
-			if t.State == catalog.TaskUnscheduled {
+			if t.State == deckhandtype.TaskUnscheduled {
 				why = ": a task it depends on failed"
 			}
 			add("final "+strconv.FormatInt(t.ID, 10), *t.FinishedAt, "%-*s %s%s", w.width, t.Name, t.State, why)
@@ -731,7 +732,7 @@ func (r *runner) printSummary(d *engine.JobDetail, names map[int64]string) {
 		}
 		if id, ok := lastWorker[t.ID]; ok {
 			worker = workerName(names, id)
-			if t.State == catalog.TaskDone {
+			if t.State == deckhandtype.TaskDone {
 				perWorker[worker]++
 			}
 		}
@@ -761,7 +762,7 @@ func (r *runner) printSummary(d *engine.JobDetail, names map[int64]string) {
 	}
 }
 
-func countsText(j catalog.Job) string {
+func countsText(j deckhandtype.Job) string {
 	s := fmt.Sprintf("%d/%d tasks done", j.TasksDone, j.TasksTotal)
 	for _, c := range []struct {
 		n    int
@@ -841,14 +842,14 @@ func (r *runner) verify(ctx context.Context) (string, error) {
 		strings.Join(parts, ", "), r.opts.Owner, report), nil
 }
 
-func taskDuration(t catalog.Task) string {
+func taskDuration(t deckhandtype.Task) string {
 	if t.StartedAt == nil || t.FinishedAt == nil || t.FinishedAt.Before(*t.StartedAt) {
 		return "-"
 	}
 	return roundDuration(t.FinishedAt.Sub(*t.StartedAt))
 }
 
-func jobDuration(j catalog.Job) string {
+func jobDuration(j deckhandtype.Job) string {
 	if j.FinishedAt == nil {
 		return "-"
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
@@ -111,7 +112,7 @@ func TestDemoOnThrowawayCluster(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("task %s missing from the summary", name)
-		case r.state != catalog.TaskDone || r.node != node || r.owner != DefaultOwner || r.attempts != 1:
+		case r.state != string(deckhandtype.TaskDone) || r.node != node || r.owner != DefaultOwner || r.attempts != 1:
 			t.Errorf("task %s: got %+v, want done on %s as %s after 1 attempt", name, r, node, DefaultOwner)
 		case r.worker != "demo-1" && r.worker != "demo-2":
 			t.Errorf("task %s ran on %q, want one of the demo's workers", name, r.worker)
@@ -213,7 +214,7 @@ func newCatalogEnv(t *testing.T, owner string, ownsDBs bool, nodes ...string) *c
 		if err := cl.Exec(ctx, "postgres", sql); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.client.AddNode(ctx, catalog.Node{Name: n, DSN: cl.DSN(db, pgtest.Superuser), MaxTasks: 2}); err != nil {
+		if err := e.client.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(db, pgtest.Superuser), MaxTasks: 2}); err != nil {
 			t.Fatal(err)
 		}
 		e.nodeDBs[n] = db
@@ -257,12 +258,12 @@ func TestDemoWithConfiguredCatalog(t *testing.T) {
 
 	// The catalog's own record of the last job.
 	d := e.lastJob(t)
-	if d.State != catalog.JobFinished || d.TasksDone != 11 || d.TasksTotal != 11 {
+	if d.State != deckhandtype.JobFinished || d.TasksDone != 11 || d.TasksTotal != 11 {
 		t.Errorf("job %d: %s with %d/%d tasks done, want finished 11/11", d.ID, d.State, d.TasksDone, d.TasksTotal)
 	}
 	want := expectedTasks("beta", "alpha")
 	for _, task := range d.Tasks {
-		if task.State != catalog.TaskDone || task.Owner != "shopper" || task.Node == nil || *task.Node != want[task.Name] {
+		if task.State != deckhandtype.TaskDone || task.Owner != "shopper" || task.Node == nil || *task.Node != want[task.Name] {
 			t.Errorf("task %s: %s as %s on %v, want done as shopper on %s", task.Name, task.State, task.Owner, task.Node, want[task.Name])
 		}
 	}
@@ -318,11 +319,11 @@ func TestDemoFailedJobIsReported(t *testing.T) {
 	}
 	rows := parseSummary(t, text)
 	for name := range expectedTasks("eu", "us") {
-		want := catalog.TaskUnscheduled
+		want := deckhandtype.TaskUnscheduled
 		if strings.HasSuffix(name, "/tables") {
-			want = catalog.TaskFailed
+			want = deckhandtype.TaskFailed
 		}
-		if rows[name].state != want {
+		if rows[name].state != string(want) {
 			t.Errorf("task %s: summary says %q, want %s", name, rows[name].state, want)
 		}
 	}
@@ -335,7 +336,7 @@ func TestDemoFailedJobIsReported(t *testing.T) {
 	if strings.Contains(text, "verified:") {
 		t.Errorf("a failed job was verified:\n%s", text)
 	}
-	if d := e.lastJob(t); d.State != catalog.JobFailed {
+	if d := e.lastJob(t); d.State != deckhandtype.JobFailed {
 		t.Errorf("catalog says job %d is %s, want failed", d.ID, d.State)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
@@ -59,7 +60,7 @@ func New(t testing.TB) *Env {
 func (e *Env) AddNode(name string, maxTasks int) string {
 	e.T.Helper()
 	db := pgtest.NewDatabase(e.T)
-	err := e.Client.AddNode(context.Background(), catalog.Node{Name: name, DSN: e.Cluster.DSN(db, "postgres"), MaxTasks: maxTasks})
+	err := e.Client.AddNode(context.Background(), deckhandtype.Node{Name: name, DSN: e.Cluster.DSN(db, "postgres"), MaxTasks: maxTasks})
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func (e *Env) Worker(cfg engine.Config) (w *engine.Worker, stop func()) {
 }
 
 // Wait waits for a job to end, failing the test after timeout.
-func (e *Env) Wait(id int64, timeout time.Duration) catalog.Job {
+func (e *Env) Wait(id int64, timeout time.Duration) deckhandtype.Job {
 	e.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -1,0 +1,6 @@
+// Package deckhandtype holds the types that deckhand's packages share and that programs
+// embedding deckhand use: the states of tasks, jobs, attempts, exports, cleanup records and
+// operations; the rows a Client reads (jobs, tasks, attempts, nodes, workers, exports,
+// cleanup records, pins); and ClaimedTask, what an executor of a task kind is given to run.
+// It imports nothing of deckhand.
+package deckhandtype
