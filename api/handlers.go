@@ -34,7 +34,7 @@ type JobList struct {
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := catalog.JobFilter{State: deckhandtype.JobState(q.Get("state")), Limit: 50}
+	f := deckhandtype.JobFilter{State: deckhandtype.JobState(q.Get("state")), Limit: 50}
 	if f.State != "" && !slices.Contains(deckhandtype.JobStates, f.State) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("state: unknown job state %q (want one of %v)", f.State, deckhandtype.JobStates))
 		return

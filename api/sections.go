@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
 // The exports and the cleanup queue are pages like any other registered with AddPage;
@@ -97,7 +96,7 @@ func (s *Server) listCleanup(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := catalog.CleanupFilter{State: deckhandtype.CleanupState(r.URL.Query().Get("state")), Limit: limit}
+	f := deckhandtype.CleanupFilter{State: deckhandtype.CleanupState(r.URL.Query().Get("state")), Limit: limit}
 	if v := r.URL.Query().Get("job"); v != "" {
 		if f.JobID, err = strconv.ParseInt(v, 10, 64); err != nil || f.JobID < 1 {
 			return nil, &BadRequest{Msg: fmt.Sprintf("job: want a job id, got %q", v)}

@@ -20,7 +20,6 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/cli"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
@@ -194,7 +193,7 @@ func payload(t testing.TB, v any) json.RawMessage {
 // records lists the cleanup records of a job.
 func (e *env) records(jobID int64) []deckhandtype.CleanupRecord {
 	e.t.Helper()
-	recs, err := e.Client.Catalog.CleanupRecords(ctx, catalog.CleanupFilter{JobID: jobID})
+	recs, err := e.Client.Catalog.CleanupRecords(ctx, deckhandtype.CleanupFilter{JobID: jobID})
 	if err != nil {
 		e.t.Fatal(err)
 	}

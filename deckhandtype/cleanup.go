@@ -136,3 +136,11 @@ type Pin struct {
 	CreatedAt   time.Time    `json:"created_at" db:"created_at"`
 	InForce     bool         `json:"in_force" db:"in_force"`
 }
+
+// CleanupFilter selects records for listing, newest first.
+type CleanupFilter struct {
+	State       CleanupState // as shown by the view (node_removed, in_use, ...); empty for all
+	OperationID int64
+	JobID       int64
+	Limit       int // 0 means 500
+}

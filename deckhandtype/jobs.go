@@ -77,3 +77,10 @@ type Attempt struct {
 	Detail     *string    `json:"detail,omitempty" db:"detail"`
 	Hint       *string    `json:"hint,omitempty" db:"hint"`
 }
+
+// JobFilter selects jobs for listing, newest first.
+type JobFilter struct {
+	State    JobState // empty for all
+	BeforeID int64                 // page: only jobs with id < BeforeID; 0 for the first page
+	Limit    int                   // 0 means 50
+}

@@ -462,16 +462,8 @@ func (c *Catalog) NextCleanupIn(ctx context.Context) (time.Duration, error) {
 	return time.Duration(*secs * float64(time.Second)), nil
 }
 
-// CleanupFilter selects records for listing, newest first.
-type CleanupFilter struct {
-	State       deckhandtype.CleanupState // as shown by the view (node_removed, in_use, ...); empty for all
-	OperationID int64
-	JobID       int64
-	Limit       int // 0 means 500
-}
-
 // CleanupRecords lists cleanup records, newest first.
-func (c *Catalog) CleanupRecords(ctx context.Context, f CleanupFilter) ([]deckhandtype.CleanupRecord, error) {
+func (c *Catalog) CleanupRecords(ctx context.Context, f deckhandtype.CleanupFilter) ([]deckhandtype.CleanupRecord, error) {
 	if f.Limit <= 0 {
 		f.Limit = 500
 	}

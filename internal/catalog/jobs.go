@@ -195,13 +195,6 @@ func nonEmpty(s string) *string {
 const jobColumns = `id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
 	tasks_cancelled, tasks_unscheduled, tasks_pending, created_at, started_at, finished_at, cancel_requested_at`
 
-// JobFilter selects jobs for listing, newest first.
-type JobFilter struct {
-	State    deckhandtype.JobState // empty for all
-	BeforeID int64                 // page: only jobs with id < BeforeID; 0 for the first page
-	Limit    int                   // 0 means 50
-}
-
 // Job reads one job.
 func (c *Catalog) Job(ctx context.Context, id int64) (deckhandtype.Job, error) {
 	rows, _ := c.Pool.Query(ctx, `SELECT `+jobColumns+` FROM deckhand.jobs WHERE id = $1`, id)

@@ -83,7 +83,7 @@ func (c *Catalog) Stats(ctx context.Context) (deckhandtype.Stats, error) {
 // Jobs lists jobs newest first, walking an index from the cursor: the primary key without a
 // state filter, (state, id) with one. A page therefore costs the same on a catalog of a
 // hundred jobs or of millions, whichever state is asked for and however deep the cursor.
-func (c *Catalog) Jobs(ctx context.Context, f JobFilter) ([]deckhandtype.Job, error) {
+func (c *Catalog) Jobs(ctx context.Context, f deckhandtype.JobFilter) ([]deckhandtype.Job, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}

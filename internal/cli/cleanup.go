@@ -24,7 +24,7 @@ func (a *app) cleanupCommand() *cobra.Command {
 }
 
 func (a *app) cleanupList() *cobra.Command {
-	var f catalog.CleanupFilter
+	var f deckhandtype.CleanupFilter
 	var state string
 	cmd := &cobra.Command{
 		Use:   "list [--state S] [--job ID]",

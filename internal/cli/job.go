@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -92,7 +91,7 @@ func (a *app) jobRun() *cobra.Command {
 }
 
 func (a *app) jobList() *cobra.Command {
-	var f catalog.JobFilter
+	var f deckhandtype.JobFilter
 	var state string
 	cmd := &cobra.Command{
 		Use:   "list",

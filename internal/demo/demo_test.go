@@ -224,7 +224,7 @@ func newCatalogEnv(t *testing.T, owner string, ownsDBs bool, nodes ...string) *c
 
 func (e *catalogEnv) lastJob(t *testing.T) *engine.JobDetail {
 	t.Helper()
-	jobs, err := e.client.Catalog.Jobs(context.Background(), catalog.JobFilter{Limit: 1})
+	jobs, err := e.client.Catalog.Jobs(context.Background(), deckhandtype.JobFilter{Limit: 1})
 	if err != nil || len(jobs) == 0 {
 		t.Fatalf("no job in the catalog (err %v)", err)
 	}
@@ -348,7 +348,7 @@ func TestDemoNeedsRegisteredNodes(t *testing.T) {
 	if !errors.Is(err, catalog.ErrNotFound) || !strings.Contains(err.Error(), "node us") {
 		t.Fatalf("Run without node us registered: got %v, want a not-found error naming us", err)
 	}
-	if jobs, _ := e.client.Catalog.Jobs(context.Background(), catalog.JobFilter{}); len(jobs) != 0 {
+	if jobs, _ := e.client.Catalog.Jobs(context.Background(), deckhandtype.JobFilter{}); len(jobs) != 0 {
 		t.Errorf("%d jobs submitted, want none", len(jobs))
 	}
 }
