@@ -152,7 +152,7 @@ func TestCancelAndRetry(t *testing.T) {
 
 	id := h.submit(sqlJob("sleeps", "n1", "SELECT pg_sleep(60)", "SELECT 1"))
 	testenv.Eventually(t, 20*time.Second, func() bool {
-		j, err := h.Client.Catalog.Job(ctx, id)
+		j, err := h.Client.JobRow(ctx, id)
 		return err == nil && j.State == deckhandtype.JobRunning
 	}, "the job runs")
 	r := h.do("POST", fmt.Sprintf("/api/jobs/%d/cancel", id), "")
@@ -248,13 +248,13 @@ func TestSummaryCountsMatchTaskRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, func() bool {
-		j, err := h.Client.Catalog.Job(ctx, running)
+		j, err := h.Client.JobRow(ctx, running)
 		return err == nil && j.State == deckhandtype.JobRunning
 	}, "a task runs")
 	_ = queued
 	count := func(table string) map[string]int64 {
 		out := map[string]int64{}
-		rows, _ := h.Client.Catalog.Pool.Query(ctx, `SELECT state, count(*) FROM deckhand.`+table+` GROUP BY state`)
+		rows, _ := h.Client.Catalog().Pool.Query(ctx, `SELECT state, count(*) FROM deckhand.`+table+` GROUP BY state`)
 		for rows.Next() {
 			var st string
 			var n int64
@@ -414,7 +414,7 @@ func TestDashboardIsServedWithAStrictPolicy(t *testing.T) {
 
 func TestExportsAndCleanupAreListed(t *testing.T) {
 	h := newHarness(t)
-	cat := h.Client.Catalog
+	cat := h.Client.Catalog()
 	if err := cat.AddNode(ctx, deckhandtype.Node{Name: "eu1", DSN: "host=eu1.invalid", Group: "eu", MaxTasks: 1}); err != nil {
 		t.Fatal(err)
 	}

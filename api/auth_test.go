@@ -20,7 +20,7 @@ import (
 // submittedBy reads who the catalog recorded as a job's submitter.
 func (h *harness) submittedBy(id int64) string {
 	h.t.Helper()
-	j, err := h.Client.Catalog.Job(ctx, id)
+	j, err := h.Client.JobRow(ctx, id)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestSignInFloodingIsLimited(t *testing.T) {
 
 func TestEventStreamsAreCapped(t *testing.T) {
 	h := newHarness(t)
-	if err := h.Client.Catalog.SetSetting(ctx, "api_max_event_streams", "2"); err != nil {
+	if err := h.Client.SetSetting(ctx, "api_max_event_streams", "2"); err != nil {
 		t.Fatal(err)
 	}
 	first := h.events()

@@ -158,7 +158,7 @@ func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	b.waitJS("the graph shows the cancelled task", `document.querySelector('svg.dag g.node[data-state="cancelled"]') !== null`, 10*time.Second)
 	b.waitJS("a Retry button replaces Cancel", `document.querySelector('button[data-action="retry"]') !== null && !document.querySelector('button[data-action="cancel"]')`, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		j, err := h.Client.Catalog.Job(ctx, slow)
+		j, err := h.Client.JobRow(ctx, slow)
 		return err == nil && j.State == deckhandtype.JobCancelled
 	}, "the catalog has the job cancelled")
 

@@ -55,7 +55,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	jobs, err := CallerClient(r).Catalog.Jobs(r.Context(), f)
+	jobs, err := CallerClient(r).Jobs(r.Context(), f)
 	if err != nil {
 		s.serverError(w, r, err)
 		return
@@ -117,10 +117,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("read spec: %v", err))
 		return
 	}
-	job, err := spec.Parse(body)
-	if err == nil {
-		err = job.Validate()
-	}
+	job, err := spec.Parse(body) // Submit validates it against the kinds the server knows
 	var id int64
 	if err == nil {
 		id, err = CallerClient(r).Submit(r.Context(), job)
@@ -189,7 +186,7 @@ func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, 
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
-	job, rerr := CallerClient(r).Catalog.Job(r.Context(), id)
+	job, rerr := CallerClient(r).JobRow(r.Context(), id)
 	switch {
 	case errors.Is(rerr, catalog.ErrNotFound):
 		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d not found", id))
@@ -215,7 +212,7 @@ func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
-	nodes, err := CallerClient(r).Catalog.Nodes(r.Context())
+	nodes, err := CallerClient(r).Nodes(r.Context())
 	if err != nil {
 		s.serverError(w, r, err)
 		return
@@ -241,12 +238,12 @@ type WorkerList struct {
 
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	all := r.URL.Query().Get("stopped") == "true" || r.URL.Query().Get("stopped") == "1"
-	workers, err := CallerClient(r).Catalog.Workers(r.Context(), all)
+	workers, err := CallerClient(r).Workers(r.Context(), all)
 	if err != nil {
 		s.serverError(w, r, err)
 		return
 	}
-	leader, err := CallerClient(r).Catalog.Leader(r.Context())
+	leader, err := CallerClient(r).Leader(r.Context())
 	if err != nil {
 		s.serverError(w, r, err)
 		return
@@ -299,7 +296,7 @@ type Health struct {
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
-	leader, err := s.client.Catalog.Leader(ctx)
+	leader, err := s.client.Leader(ctx)
 	switch {
 	case err != nil:
 		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: conninfo.Redact(oneLine(err))})

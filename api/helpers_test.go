@@ -20,9 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/deckhandhq/deckhand/api"
+	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/move"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -51,7 +54,7 @@ func withClock(c *clock) option { return func(cfg *api.Config) { cfg.Now = c.now
 
 func newHarness(t *testing.T, opts ...option) *harness {
 	t.Helper()
-	e := testenv.New(t)
+	e := testenv.New(t, drop.Feature(), move.Feature(), export.Feature())
 	reg := prometheus.NewRegistry()
 	cfg := api.Config{Client: e.Client, Registry: reg, Logger: quiet, Heartbeat: 200 * time.Millisecond, StatsMaxAge: time.Millisecond}
 	for _, o := range opts {
@@ -222,7 +225,7 @@ func (c *clock) advance(d time.Duration) {
 func (h *harness) backends(role string) int {
 	h.t.Helper()
 	var n int
-	err := h.Client.Catalog.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+	err := h.Client.Catalog().Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 		WHERE usename = $1 AND datname = $2 AND application_name = 'deckhand api'`, role, h.DB).Scan(&n)
 	if err != nil {
 		h.t.Fatal(err)

@@ -44,7 +44,7 @@ const (
 
 // connectAs opens a small pool on the catalog as role, checking password on the way.
 func (s *Server) connectAs(ctx context.Context, role, password string) (*engine.Client, error) {
-	cfg := s.client.Catalog.Pool.Config()
+	cfg := s.client.Catalog().Pool.Config()
 	cfg.BeforeConnect = nil // nothing may supply other credentials
 	cc := cfg.ConnConfig
 	cc.User, cc.Password, cc.RequireAuth = role, password, passwordMethods
@@ -60,7 +60,7 @@ func (s *Server) connectAs(ctx context.Context, role, password string) (*engine.
 		pool.Close()
 		return nil, err
 	}
-	return &engine.Client{Catalog: catalog.New(pool)}, nil
+	return s.client.As(catalog.New(pool)), nil
 }
 
 // refusal is why a request was not let in.

@@ -101,7 +101,7 @@ func TestScreenshots(t *testing.T) {
 				INSERT INTO orders SELECT g, '2025-04-01'::timestamptz + g * interval '45 seconds', g % 5000, (g % 991) * 1.5, md5(g::text)
 				FROM generate_series(1, 150000) g`)
 		}
-		exp, err := h.Client.Export(ctx, export.Request{Table: "orders", Partition: part, Group: "eu-central-1",
+		exp, err := export.Start(ctx, h.Client, export.Request{Table: "orders", Partition: part, Group: "eu-central-1",
 			To: "file://" + exportDir + "/orders", PartSize: 2 << 20, MaxAttempts: 3})
 		if err != nil {
 			t.Fatalf("export: %v", err)
@@ -112,7 +112,7 @@ func TestScreenshots(t *testing.T) {
 	}
 	cancelled := h.submit(&spec.Job{Description: "backfill customer_segments", Tasks: []spec.Task{
 		step("backfill", "us-east-1", sleep(60)), step("swap", "us-east-1", "SELECT 1", "backfill")}})
-	testenv.Eventually(t, 20*time.Second, func() bool { j, _ := h.Client.Catalog.Job(ctx, cancelled); return j.State == deckhandtype.JobRunning }, "backfill runs")
+	testenv.Eventually(t, 20*time.Second, func() bool { j, _ := h.Client.JobRow(ctx, cancelled); return j.State == deckhandtype.JobRunning }, "backfill runs")
 	time.Sleep(700 * time.Millisecond)
 	if _, err := h.Client.Cancel(ctx, cancelled); err != nil {
 		t.Fatal(err)

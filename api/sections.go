@@ -67,7 +67,7 @@ func (s *Server) listExports(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	exports, err := CallerClient(r).Catalog.Exports(r.Context(), limit)
+	exports, err := CallerClient(r).Exports(r.Context(), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (s *Server) listCleanup(r *http.Request) (any, error) {
 			return nil, &BadRequest{Msg: fmt.Sprintf("job: want a job id, got %q", v)}
 		}
 	}
-	recs, err := CallerClient(r).Catalog.CleanupRecords(r.Context(), f)
+	recs, err := CallerClient(r).CleanupRecords(r.Context(), f)
 	if err != nil {
 		return nil, err
 	}

@@ -132,15 +132,15 @@ func New(cfg Config) (*Server, error) {
 		sessions: &sessionStore{now: cfg.Now, idle: cfg.SessionIdle, basicTTL: basicTTL,
 			maxSessions: cfg.MaxSessions, maxBasic: maxBasic, m: map[string]*session{}},
 		limits: &loginLimits{byAddr: newLimiter(cfg.LoginPerAddress, cfg.Now), byRole: newLimiter(cfg.LoginPerRole, cfg.Now)},
-		maxStreams: &intSetting{cat: cfg.Client.Catalog, name: "api_max_event_streams", def: 100,
+		maxStreams: &intSetting{cat: cfg.Client.Catalog(), name: "api_max_event_streams", def: 100,
 			ttl: 5 * time.Second, now: cfg.Now, log: cfg.Logger},
 	}
 	if _, err := rand.Read(s.secret); err != nil {
 		return nil, err
 	}
-	s.stats = &statsCache{cat: cfg.Client.Catalog, minAge: cfg.StatsMaxAge}
-	s.hub = newHub(cfg.Client.Catalog.Pool.Config().ConnConfig, cfg.Logger)
-	if err := s.reg.Register(newCatalogCollector(s.stats, cfg.Client.Catalog)); err != nil {
+	s.stats = &statsCache{cat: cfg.Client.Catalog(), minAge: cfg.StatsMaxAge}
+	s.hub = newHub(cfg.Client.Catalog().Pool.Config().ConnConfig, cfg.Logger)
+	if err := s.reg.Register(newCatalogCollector(s.stats, cfg.Client.Catalog())); err != nil {
 		return nil, err
 	}
 	if err := s.reg.Register(newAPICollector(s)); err != nil {

@@ -56,7 +56,8 @@ func New(cat *catalog.Catalog, pools *executor.Pools) *Cleaner {
 	return &Cleaner{Catalog: cat, Pools: pools}
 }
 
-func (c *Cleaner) log() *slog.Logger {
+// Log is the cleaner's logger, slog's default when none was given.
+func (c *Cleaner) Log() *slog.Logger {
 	if c.Logger == nil {
 		return slog.Default()
 	}
@@ -70,11 +71,13 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-func (c *Cleaner) lockTimeout(ctx context.Context) time.Duration {
+// LockTimeoutFor is how long a removal may make others queue behind its lock: LockTimeout when
+// set, else the catalog setting cleanup_lock_timeout, else the default.
+func (c *Cleaner) LockTimeoutFor(ctx context.Context) time.Duration {
 	if c.LockTimeout > 0 {
 		return c.LockTimeout
 	}
-	return executor.LockTimeout(ctx, c.Catalog)
+	return LockTimeout(ctx, c.Catalog)
 }
 
 // backoff is base·2^n, at most max.
@@ -169,7 +172,7 @@ func (c *Cleaner) passWith(ctx context.Context, opID int64, o RunOptions) (*Repo
 		}
 		rep.Decided = append(rep.Decided, ended...)
 		for _, e := range ended {
-			c.log().Info("operation orphaned; its records are resolved by policy", "operation", e.ID, "job", e.JobID, "state", e.State, "reason", e.Reason)
+			c.Log().Info("operation orphaned; its records are resolved by policy", "operation", e.ID, "job", e.JobID, "state", e.State, "reason", e.Reason)
 		}
 		if _, err := c.Catalog.MarkNodeRemoved(ctx); err != nil {
 			return rep, err
@@ -244,7 +247,7 @@ func remove(ids []int64, id int64) []int64 {
 
 // claim takes one ready record and tries to remove it, logging what happened.
 func (c *Cleaner) claim(ctx context.Context, sel catalog.CleanupClaim) (*catalog.DueRecord, *catalog.CleanupOutcome, error) {
-	lt := c.lockTimeout(ctx)
+	lt := c.LockTimeoutFor(ctx)
 	rec, out, err := c.Catalog.ClaimCleanup(ctx, sel, func(ctx context.Context, rec *catalog.DueRecord) catalog.CleanupOutcome {
 		return c.removeRecord(ctx, rec, lt)
 	})
@@ -254,13 +257,13 @@ func (c *Cleaner) claim(ctx context.Context, sel catalog.CleanupClaim) (*catalog
 	args := []any{"record", rec.ID, "operation", rec.OperationID, "job", rec.JobID, "resource", string(rec.Type) + " " + rec.Resource().Display()}
 	switch out.State {
 	case deckhandtype.CleanupRemoved:
-		c.log().Info("removed", args...)
+		c.Log().Info("removed", args...)
 	case deckhandtype.CleanupInUse, deckhandtype.CleanupPinned:
-		c.log().Debug("cleanup waits", append(args, "reason", out.State, "err", out.Error, "retry_in", out.Backoff)...)
+		c.Log().Debug("cleanup waits", append(args, "reason", out.State, "err", out.Error, "retry_in", out.Backoff)...)
 	case deckhandtype.CleanupRetrying:
-		c.log().Warn("cleanup failed; will retry", append(args, "err", out.Error, "retry_in", out.Backoff)...)
+		c.Log().Warn("cleanup failed; will retry", append(args, "err", out.Error, "retry_in", out.Backoff)...)
 	default:
-		c.log().Error("cleanup gave up; see `deckhand cleanup list`", append(args, "state", out.State, "err", out.Error)...)
+		c.Log().Error("cleanup gave up; see `deckhand cleanup list`", append(args, "state", out.State, "err", out.Error)...)
 	}
 	return rec, out, nil
 }
@@ -286,7 +289,7 @@ func (c *Cleaner) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			c.log().Warn("cleanup pass failed", "err", err)
+			c.Log().Warn("cleanup pass failed", "err", err)
 		case rep.Waiting > 0:
 			next = orDefault(c.ProbeInterval, 100*time.Millisecond)
 			probeOnly = true
@@ -313,7 +316,7 @@ func (c *Cleaner) applyRetention(ctx context.Context) {
 	for ctx.Err() == nil {
 		n, err := c.Catalog.DeleteEndedCleanup(ctx, cutoff, 500)
 		if err != nil {
-			c.log().Warn("cleanup retention failed", "err", err)
+			c.Log().Warn("cleanup retention failed", "err", err)
 			return
 		}
 		if n < 500 {
@@ -336,7 +339,7 @@ func (c *Cleaner) listen(ctx context.Context, kick chan<- struct{}) {
 			return
 		}
 		delay := min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second)
-		c.log().Warn("cleanup listener lost; reconnecting", "err", err, "in", delay)
+		c.Log().Warn("cleanup listener lost; reconnecting", "err", err, "in", delay)
 		select {
 		case <-ctx.Done():
 			return
@@ -399,10 +402,10 @@ func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []
 			if w.Type == deckhandtype.ResourceReplicationSlot {
 				busy, err = slotActive(ctx, conn.Conn(), w.Name)
 			} else {
-				busy, err = executor.RelationBusy(ctx, conn.Conn(), []string{pgx.Identifier{w.Location, w.Name}.Sanitize()})
+				busy, err = RelationBusy(ctx, conn.Conn(), []string{pgx.Identifier{w.Location, w.Name}.Sanitize()})
 			}
 			if err != nil {
-				c.log().Debug("probe failed", "record", w.ID, "err", err)
+				c.Log().Debug("probe failed", "record", w.ID, "err", err)
 				continue
 			}
 			if !busy {

@@ -15,10 +15,12 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
+	"github.com/deckhandhq/deckhand/move"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -26,7 +28,8 @@ import (
 // attempt and hands it to the body.
 const kindOp = "cleanuptest_op"
 
-func init() { spec.RegisterKind(kindOp, false, func(json.RawMessage) error { return nil }) }
+// opFeature runs kindOp tasks with ex (nil for a client, which only submits them).
+func opFeature(ex engine.Executor) engine.Feature { return kind(kindOp, false, ex) }
 
 type opBody func(ctx context.Context, op *cleanup.Operation) error
 
@@ -40,11 +43,10 @@ type opRunner struct {
 
 func (e *env) opRunner(services ...*cleanup.Cleaner) *opRunner {
 	r := &opRunner{e: e, cleaner: e.cleaner(), bodies: map[string]opBody{}}
-	execs := cleanup.Executors(e.Client.Catalog, pools(e.t))
-	execs[kindOp] = executor.Func(func(ctx context.Context, t *deckhandtype.ClaimedTask) error {
+	op := engine.ExecutorFunc(func(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 		var p struct{ Key string }
 		if err := json.Unmarshal(t.Payload, &p); err != nil {
-			return executor.Permanent(err)
+			return taskerr.Permanent(err)
 		}
 		r.mu.Lock()
 		body := r.bodies[p.Key]
@@ -59,7 +61,7 @@ func (e *env) opRunner(services ...*cleanup.Cleaner) *opRunner {
 	for _, s := range services {
 		svcs = append(svcs, s)
 	}
-	e.worker(execs, svcs...)
+	e.worker([]engine.Feature{drop.Feature(), move.Feature(), opFeature(op)}, svcs...)
 	return r
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/drop"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
@@ -160,7 +162,7 @@ func TestDropWaitsForQueries(t *testing.T) {
 	e := newEnv(t, pgtest.Shared(t))
 	db := e.node("n1")
 	e.exec(db, `CREATE TABLE victim AS SELECT g AS id FROM generate_series(1, 1000) g; CREATE TABLE sink (v int)`)
-	e.worker(cleanup.Executors(e.Client.Catalog, pools(t)))
+	e.worker([]engine.Feature{drop.Feature()})
 	var id int64
 	tr := withTraffic(t, e, db, "victim", "sink", 1500*time.Millisecond, func() {
 		out := e.run("drop", "--node", "n1", "public.victim")
@@ -169,7 +171,7 @@ func TestDropWaitsForQueries(t *testing.T) {
 			t.Fatalf("deckhand drop printed %q, want the job id", out)
 		}
 	})
-	tr.check(t, executor.DefaultLockTimeout)
+	tr.check(t, cleanup.DefaultLockTimeout)
 	job := e.Wait(id, 30*time.Second)
 	if job.State != deckhandtype.JobFinished {
 		t.Fatalf("drop job %s", job.State)
@@ -187,11 +189,11 @@ func TestDeferredDropWaitsForQueries(t *testing.T) {
 	e := newEnv(t, pgtest.Shared(t))
 	db := e.node("n1")
 	e.exec(db, `CREATE TABLE old_copy AS SELECT g AS id FROM generate_series(1, 1000) g; CREATE TABLE sink (v int)`)
-	if err := e.Client.Catalog.SetSetting(ctx, executor.LockTimeoutSetting, "200ms"); err != nil {
+	if err := e.Client.SetSetting(ctx, cleanup.LockTimeoutSetting, "200ms"); err != nil {
 		t.Fatal(err)
 	}
 	// Production intervals: the point is the default latency.
-	leader := cleanup.New(e.Client.Catalog, pools(t))
+	leader := cleanup.New(e.Client.Catalog(), pools(t))
 	leader.Logger = quiet()
 	r := e.opRunner(leader)
 	var id int64
@@ -227,7 +229,7 @@ func TestDropWithoutPrivilegeFailsAtOnce(t *testing.T) {
 	// The role may use the catalog (it submits as itself) and owns one table on the node.
 	e.Exec("postgres", `GRANT deckhand_submitter TO `+quoted)
 	e.exec(db, `ALTER TABLE mine OWNER TO `+quoted)
-	e.worker(cleanup.Executors(e.Client.Catalog, pools(t)))
+	e.worker([]engine.Feature{drop.Feature()})
 	asRole := e.Cluster.DSN(e.DB, role)
 
 	began := time.Now()

@@ -12,8 +12,10 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/drop"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/move"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -62,10 +64,10 @@ func TestForgedDropIsRefused(t *testing.T) {
 	db := e.node("n1")
 	e.exec(db, `CREATE TABLE keep_me (id int)`)
 	alice := e.Role("alice")
-	id := e.submit(&spec.Job{Tasks: []spec.Task{{Name: "drop", Kind: executor.KindDrop, Node: "n1", MaxAttempts: 1,
-		Payload: payload(t, executor.DropPayload{Tables: []string{"keep_me"}})}}})
+	id := e.submit(&spec.Job{Tasks: []spec.Task{{Name: "drop", Kind: drop.KindDrop, Node: "n1", MaxAttempts: 1,
+		Payload: payload(t, drop.Payload{Tables: []string{"keep_me"}})}}})
 	e.forgeSubmitter(id, alice)
-	e.worker(cleanup.Executors(e.Client.Catalog, pools(t)))
+	e.worker([]engine.Feature{drop.Feature()})
 	e.failedWith(id, fmt.Sprintf("submitter %q is not a member of role %q on node n1", alice, pgtest.Superuser))
 	if !e.tableExists(db, "keep_me") {
 		t.Error("the forged drop dropped the table")
@@ -100,12 +102,12 @@ func TestForgedMoveIsRefused(t *testing.T) {
 
 	refusedOn := map[int64]string{}
 	for _, tc := range []struct{ submitter, node string }{{memberOnSource, "dst"}, {outsider, "src"}} {
-		id := e.submit(&spec.Job{Tasks: []spec.Task{{Name: "move", Kind: cleanup.KindMoveTable, Node: "src", MaxAttempts: 1,
-			Payload: payload(t, cleanup.MovePayload{Table: "app.orders", To: "dst"})}}})
+		id := e.submit(&spec.Job{Tasks: []spec.Task{{Name: "move", Kind: move.KindMoveTable, Node: "src", MaxAttempts: 1,
+			Payload: payload(t, move.MovePayload{Table: "app.orders", To: "dst"})}}})
 		e.forgeSubmitter(id, tc.submitter)
 		refusedOn[id] = fmt.Sprintf("submitter %q is not a member of role %q on node %s", tc.submitter, pgtest.Superuser, tc.node)
 	}
-	e.worker(executor.Registry{cleanup.KindMoveTable: cleanup.MoveTable{Cleaner: e.cleaner()}})
+	e.worker([]engine.Feature{e.moveKind(false)})
 	for id, refusal := range refusedOn {
 		e.failedWith(id, refusal)
 		if recs := e.records(id); len(recs) != 0 {

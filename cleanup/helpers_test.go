@@ -18,11 +18,13 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/cli"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/move"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -110,7 +112,7 @@ type env struct {
 
 func newEnv(t *testing.T, cluster *pgtest.Cluster) *env {
 	t.Helper()
-	e := &env{Env: testenv.New(t), t: t, cluster: cluster, nodes: map[string]string{}}
+	e := &env{Env: testenv.New(t, drop.Feature(), move.Feature(), opFeature(nil)), t: t, cluster: cluster, nodes: map[string]string{}}
 	e.proxy = pgtest.ProxyTo(t, cluster)
 	return e
 }
@@ -150,7 +152,7 @@ func pools(t testing.TB) *executor.Pools {
 
 // cleaner is a cleaner on the env's catalog with test-friendly intervals.
 func (e *env) cleaner() *cleanup.Cleaner {
-	c := cleanup.New(e.Client.Catalog, pools(e.t))
+	c := cleanup.New(e.Client.Catalog(), pools(e.t))
 	c.Logger = quiet()
 	c.Interval = 200 * time.Millisecond
 	c.ProbeInterval = 20 * time.Millisecond
@@ -159,12 +161,12 @@ func (e *env) cleaner() *cleanup.Cleaner {
 
 // worker runs an in-process worker with the given executors and no cleaner on its leader, so
 // that tests decide when cleanup happens.
-func (e *env) worker(execs executor.Registry, services ...engine.Service) *engine.Worker {
+func (e *env) worker(features []engine.Feature, services ...engine.Service) *engine.Worker {
 	e.t.Helper()
 	w, _ := e.Worker(engine.Config{
 		Concurrency:    8,
 		ShutdownGrace:  time.Second,
-		Executors:      execs,
+		Features:       features,
 		NoCleaner:      true,
 		LeaderServices: services,
 		Logger:         quiet(),
@@ -193,7 +195,7 @@ func payload(t testing.TB, v any) json.RawMessage {
 // records lists the cleanup records of a job.
 func (e *env) records(jobID int64) []deckhandtype.CleanupRecord {
 	e.t.Helper()
-	recs, err := e.Client.Catalog.CleanupRecords(ctx, deckhandtype.CleanupFilter{JobID: jobID})
+	recs, err := e.Client.CleanupRecords(ctx, deckhandtype.CleanupFilter{JobID: jobID})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -268,4 +270,15 @@ func diff(a, b []string) string {
 
 func cliMain(c context.Context, args []string, out, errOut *testenv.Buffer) int {
 	return cli.Main(c, args, strings.NewReader(""), out, errOut)
+}
+
+// kind is a feature of one task kind run by ex, for workers whose executor a test configures.
+func kind(name string, needsNode bool, ex engine.Executor) engine.Feature {
+	return engine.Feature{Name: name, Kinds: []engine.Kind{{Name: name, NeedsNode: needsNode,
+		Validate: func(json.RawMessage) error { return nil }, New: func(engine.Deps) engine.Executor { return ex }}}}
+}
+
+// moveKind runs move_table tasks with the cleaner's test settings.
+func (e *env) moveKind(leaveToCleaner bool) engine.Feature {
+	return kind(move.KindMoveTable, true, move.MoveTable{Cleaner: e.cleaner(), LeaveToCleaner: leaveToCleaner})
 }

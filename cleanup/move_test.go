@@ -12,11 +12,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/move"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -42,8 +42,8 @@ func newMoveEnv(t *testing.T) *moveEnv {
 
 func (e *moveEnv) moveJob() *spec.Job {
 	return &spec.Job{Description: "move orders", Tasks: []spec.Task{{
-		Name: "move", Kind: cleanup.KindMoveTable, Node: "src", MaxAttempts: 1, Timeout: spec.Duration(time.Minute),
-		Payload: payload(e.t, cleanup.MovePayload{Table: movedTable, To: "dst",
+		Name: "move", Kind: move.KindMoveTable, Node: "src", MaxAttempts: 1, Timeout: spec.Duration(time.Minute),
+		Payload: payload(e.t, move.MovePayload{Table: movedTable, To: "dst",
 			// The target server reaches the source directly: the proxy is the workers'.
 			SourceConninfo: e.cluster.DSN(e.src, pgtest.Superuser)}),
 	}}}
@@ -117,7 +117,7 @@ func TestMoveTable(t *testing.T) {
 	t.Parallel()
 	e := newMoveEnv(t)
 	preSrc, _ := e.snapshots()
-	e.worker(executor.Registry{cleanup.KindMoveTable: cleanup.MoveTable{Cleaner: e.cleaner()}})
+	e.worker([]engine.Feature{e.moveKind(false)})
 
 	type write struct {
 		id    int64
@@ -158,7 +158,7 @@ func TestMoveTable(t *testing.T) {
 		t.Fatalf("job %s: %v", job.State, d.Tasks[0].LastError)
 	}
 	recs := e.records(id)
-	op, err := e.Client.Catalog.OperationByID(ctx, recs[0].OperationID)
+	op, err := e.Client.Catalog().OperationByID(ctx, recs[0].OperationID)
 	if err != nil || op.State != deckhandtype.OperationSucceeded || op.EndedAt == nil {
 		t.Fatalf("operation %+v, %v", op, err)
 	}
@@ -219,13 +219,13 @@ func filter(in []string, keep func(string) bool) []string {
 
 // stepStatement matches, for each step of a move, the statement a worker sends to do it.
 var stepStatement = map[string]*regexp.Regexp{
-	cleanup.StepCreateTable:        regexp.MustCompile(`^CREATE TABLE`),
-	cleanup.StepCreatePublication:  regexp.MustCompile(`^CREATE PUBLICATION`),
-	cleanup.StepCreateSlot:         regexp.MustCompile(`^CREATE_REPLICATION_SLOT`),
-	cleanup.StepCreateSubscription: regexp.MustCompile(`^CREATE SUBSCRIPTION`),
-	cleanup.StepCopy:               regexp.MustCompile(`^COPY .* FROM STDIN`),
-	cleanup.StepSwitch:             regexp.MustCompile(`^LOCK TABLE`),
-	cleanup.StepDrop:               regexp.MustCompile(`^ALTER SUBSCRIPTION .* DISABLE`),
+	move.StepCreateTable:        regexp.MustCompile(`^CREATE TABLE`),
+	move.StepCreatePublication:  regexp.MustCompile(`^CREATE PUBLICATION`),
+	move.StepCreateSlot:         regexp.MustCompile(`^CREATE_REPLICATION_SLOT`),
+	move.StepCreateSubscription: regexp.MustCompile(`^CREATE SUBSCRIPTION`),
+	move.StepCopy:               regexp.MustCompile(`^COPY .* FROM STDIN`),
+	move.StepSwitch:             regexp.MustCompile(`^LOCK TABLE`),
+	move.StepDrop:               regexp.MustCompile(`^ALTER SUBSCRIPTION .* DISABLE`),
 }
 
 // For a failure injected at each step of a move — the step's statement fails, or its
@@ -235,7 +235,7 @@ var stepStatement = map[string]*regexp.Regexp{
 // itself, so that the command does all the work.
 func TestMoveFailsAtEachStep(t *testing.T) {
 	t.Parallel()
-	for _, step := range cleanup.MoveSteps {
+	for _, step := range move.MoveSteps {
 		for _, action := range []pgtest.Action{pgtest.ActionError, pgtest.ActionDrop} {
 			t.Run(step+"/"+action.String(), func(t *testing.T) {
 				t.Parallel()
@@ -243,14 +243,13 @@ func TestMoveFailsAtEachStep(t *testing.T) {
 				preSrc, preDst := e.snapshots()
 				e.proxy.AddRule(pgtest.Rule{Name: step, Match: stepStatement[step], Action: action, Times: 1,
 					Code: "58000", Message: "injected at " + step})
-				e.worker(executor.Registry{cleanup.KindMoveTable: cleanup.MoveTable{Cleaner: e.cleaner(),
-					LeaveToCleaner: step != cleanup.StepDrop}})
+				e.worker([]engine.Feature{e.moveKind(step != move.StepDrop)})
 				id := e.submit(e.moveJob())
 				job := e.Wait(id, time.Minute)
 				if e.proxy.Hits(step) != 1 {
 					t.Fatalf("the fault at %s fired %d times", step, e.proxy.Hits(step))
 				}
-				succeeded := step == cleanup.StepDrop
+				succeeded := step == move.StepDrop
 				if wantState := map[bool]deckhandtype.JobState{true: deckhandtype.JobFinished, false: deckhandtype.JobFailed}[succeeded]; job.State != wantState {
 					d, _ := e.Client.Job(ctx, id)
 					t.Fatalf("job %s, want %s: %v", job.State, wantState, d.Tasks[0].LastError)
@@ -272,7 +271,7 @@ func TestMoveFailsAtEachStep(t *testing.T) {
 // the state before the move (after the switch: the moved state), with no leader running.
 func TestMoveKilledAtEachStep(t *testing.T) {
 	t.Parallel()
-	for _, step := range cleanup.MoveSteps {
+	for _, step := range move.MoveSteps {
 		t.Run(step, func(t *testing.T) {
 			t.Parallel()
 			e := newMoveEnv(t)
@@ -281,7 +280,7 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 			victim := e.Serve("--lease", "1s", "--maintenance-interval", "100ms")
 			id := e.submit(e.moveJob())
 			testenv.Eventually(t, time.Minute, func() bool {
-				if j, err := e.Client.Catalog.Job(ctx, id); err == nil && j.State.Terminal() {
+				if j, err := e.Client.JobRow(ctx, id); err == nil && j.State.Terminal() {
 					d, _ := e.Client.Job(ctx, id)
 					t.Fatalf("job %d %s before reaching %s: %v", id, j.State, step, d.Tasks[0].LastError)
 				}
@@ -295,18 +294,18 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 			e.proxy.DropAll()
 			remove()
 			testenv.Eventually(t, 10*time.Second, func() bool {
-				ws, err := e.Client.Catalog.Workers(ctx, true)
+				ws, err := e.Client.Workers(ctx, true)
 				return err == nil && len(ws) == 1 && !ws[0].Alive
 			}, "the killed worker's lease expires")
 			out := e.cleanupRun()
 			t.Logf("cleanup run:\n%s", out)
-			succeeded := step == cleanup.StepDrop
+			succeeded := step == move.StepDrop
 			wantSrc, wantDst := preSrc, preDst
 			if succeeded {
 				wantSrc, wantDst = e.moved(preSrc)
 			}
 			e.checkState(id, wantSrc, wantDst, succeeded)
-			job, err := e.Client.Catalog.Job(ctx, id)
+			job, err := e.Client.JobRow(ctx, id)
 			if err != nil || job.State.Terminal() {
 				t.Errorf("job %d is %s (%v): nothing should have ended it but the cleanup run", id, job.State, err)
 			}

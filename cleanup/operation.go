@@ -151,5 +151,5 @@ func (c *Cleaner) Pin(ctx context.Context, r Resource, reason string) (int64, er
 
 // Unpin removes a pin; records it held back are tried at once.
 func (c *Cleaner) Unpin(ctx context.Context, pinID int64) error {
-	return c.Catalog.UnpinResource(ctx, pinID)
+	return c.Unpin(ctx, pinID)
 }

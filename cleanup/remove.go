@@ -17,6 +17,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
 // errRelationBusy reports a table or index that pg_locks shows in use before its first
@@ -43,14 +44,14 @@ func (c *Cleaner) removeRecord(ctx context.Context, rec *catalog.DueRecord, lock
 	if err == nil {
 		return catalog.CleanupOutcome{State: deckhandtype.CleanupRemoved}
 	}
-	msg := executor.Describe(err).String()
+	msg := taskerr.Describe(err).String()
 	var pgErr *pgconn.PgError
 	switch {
-	case executor.InUse(err) || errors.Is(err, errSlotActive) || errors.Is(err, errRelationBusy):
+	case taskerr.InUse(err) || errors.Is(err, errSlotActive) || errors.Is(err, errRelationBusy):
 		return catalog.CleanupOutcome{State: deckhandtype.CleanupInUse, Error: msg,
 			Backoff: backoff(orDefault(c.InUseBackoff, time.Second), time.Minute, rec.Attempts)}
 	case errors.As(err, &pgErr) && pgErr.Code == "2BP01",
-		executor.Retryable(err):
+		taskerr.Retryable(err):
 		// 2BP01: something still depends on it (a schema whose tables another operation has
 		// yet to drop): worth retrying, but not for ever.
 		maxErrors := c.MaxErrors
@@ -77,7 +78,7 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 	if rec.SubmittedBy == "" {
 		// Only an operation written before submitters were recorded, or a forged one, lacks
 		// it; nobody may then act as its owner.
-		return executor.Permanent(fmt.Errorf("its operation has no recorded submitter, so nothing may act as %q for it "+
+		return taskerr.Permanent(fmt.Errorf("its operation has no recorded submitter, so nothing may act as %q for it "+
 			"(remove the %s by hand, then `deckhand cleanup forget %d`): %w", rec.Owner, rec.Type, rec.ID, executor.ErrRefused))
 	}
 	o := executor.Owner{Node: *rec.Node, DSN: *rec.NodeDSN, Role: rec.Owner, Submitter: rec.SubmittedBy}
@@ -94,7 +95,7 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 	if rec.Attempts == 0 && (r.Type == deckhandtype.ResourceTable || r.Type == deckhandtype.ResourceIndex) {
 		// Later attempts come when the probe sees it free or the backoff expires (for a
 		// table never seen free), and then ask for the lock, under lock_timeout.
-		busy, err := executor.RelationBusy(ctx, conn.Conn(), []string{pgx.Identifier{r.Location, r.Name}.Sanitize()})
+		busy, err := RelationBusy(ctx, conn.Conn(), []string{pgx.Identifier{r.Location, r.Name}.Sanitize()})
 		if err != nil {
 			return err
 		}
@@ -108,23 +109,23 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 // RemoveOnNode removes a node resource through conn, which must be connected to the node as a
 // role allowed to drop it. Each statement runs in its own transaction under lockTimeout.
 // A resource that does not exist counts as removed; one in use returns an error for which
-// executor.InUse (or, for an active slot, the cleaner) reports true.
+// taskerr.InUse (or, for an active slot, the cleaner) reports true.
 func RemoveOnNode(ctx context.Context, conn *pgx.Conn, r Resource, lockTimeout time.Duration) error {
 	switch r.Type {
 	case deckhandtype.ResourceTable:
-		return executor.DropInTx(ctx, conn, "DROP TABLE IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize(), lockTimeout)
+		return DropInTx(ctx, conn, "DROP TABLE IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize(), lockTimeout)
 	case deckhandtype.ResourceIndex:
-		return executor.DropInTx(ctx, conn, "DROP INDEX IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize(), lockTimeout)
+		return DropInTx(ctx, conn, "DROP INDEX IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize(), lockTimeout)
 	case deckhandtype.ResourceSchema:
-		return executor.DropInTx(ctx, conn, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
+		return DropInTx(ctx, conn, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
 	case deckhandtype.ResourcePublication:
-		return executor.DropInTx(ctx, conn, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
+		return DropInTx(ctx, conn, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
 	case deckhandtype.ResourceSubscription:
 		return dropSubscription(ctx, conn, r.Name, lockTimeout)
 	case deckhandtype.ResourceReplicationSlot:
 		return dropSlot(ctx, conn, r.Name)
 	}
-	return executor.Permanent(fmt.Errorf("cannot remove a %s on a node", r.Type))
+	return taskerr.Permanent(fmt.Errorf("cannot remove a %s on a node", r.Type))
 }
 
 // dropSubscription disables the subscription, detaches it from its slot and drops it. Once
@@ -154,7 +155,7 @@ func dropSubscription(ctx context.Context, conn *pgx.Conn, name string, lockTime
 	}
 	steps = append(steps, "DROP SUBSCRIPTION IF EXISTS "+id)
 	for _, stmt := range steps {
-		err := executor.DropInTx(ctx, conn, stmt, lockTimeout)
+		err := DropInTx(ctx, conn, stmt, lockTimeout)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42704" { // dropped meanwhile
 			return nil
@@ -237,7 +238,7 @@ func removeBlob(ctx context.Context, typ deckhandtype.ResourceType, bucketURL, n
 func blobError(err error) error {
 	switch gcerrors.Code(err) {
 	case gcerrors.PermissionDenied, gcerrors.InvalidArgument, gcerrors.Unimplemented:
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	return err
 }

@@ -9,10 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/move"
 )
 
 // A move owned by the superuser, its table named on a search_path that lists public (where a
@@ -35,11 +35,11 @@ func TestMoveUnderTrojans(t *testing.T) {
 	for _, db := range []string{e.src, e.dst} {
 		testenv.PlantTrojans(t, e.cluster, db, intruder)
 	}
-	e.worker(executor.Registry{cleanup.KindMoveTable: cleanup.MoveTable{Cleaner: e.cleaner()}})
+	e.worker([]engine.Feature{e.moveKind(false)})
 
 	job := e.moveJob()
 	job.SearchPath = "public, app, pg_catalog"
-	job.Tasks[0].Payload = payload(t, cleanup.MovePayload{Table: "orders", To: "dst", SourceConninfo: e.cluster.DSN(e.src, "postgres")})
+	job.Tasks[0].Payload = payload(t, move.MovePayload{Table: "orders", To: "dst", SourceConninfo: e.cluster.DSN(e.src, "postgres")})
 	id := e.submit(job)
 	if got := e.Wait(id, time.Minute); got.State != deckhandtype.JobFinished {
 		d, _ := e.Client.Job(ctx, id)

@@ -81,6 +81,6 @@ type Attempt struct {
 // JobFilter selects jobs for listing, newest first.
 type JobFilter struct {
 	State    JobState // empty for all
-	BeforeID int64                 // page: only jobs with id < BeforeID; 0 for the first page
-	Limit    int                   // 0 means 50
+	BeforeID int64    // page: only jobs with id < BeforeID; 0 for the first page
+	Limit    int      // 0 means 50
 }

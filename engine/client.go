@@ -19,13 +19,18 @@ import (
 	"github.com/deckhandhq/deckhand/spec"
 )
 
-// Client submits and controls jobs.
+// Client submits, controls and reads jobs, as the catalog role it connected as.
 type Client struct {
-	Catalog *catalog.Catalog
+	cat   *catalog.Catalog
+	kinds registry // what Submit accepts besides sql and noop: the features' kinds
 }
 
+// Catalog is the client's catalog handle, for deckhand's own feature packages and tools (its
+// type is internal to deckhand); programs use the Client's methods.
+func (c *Client) Catalog() *catalog.Catalog { return c.cat }
+
 // Open connects a client to the catalog at dsn and checks its schema version.
-func Open(ctx context.Context, dsn string) (*Client, error) {
+func Open(ctx context.Context, dsn string, features ...Feature) (*Client, error) {
 	cat, err := catalog.Open(ctx, dsn)
 	if err != nil {
 		return nil, err
@@ -34,11 +39,31 @@ func Open(ctx context.Context, dsn string) (*Client, error) {
 		cat.Close()
 		return nil, err
 	}
-	return &Client{Catalog: cat}, nil
+	return &Client{cat: cat, kinds: newRegistry(features)}, nil
+}
+
+// As is a client with c's features on another catalog handle, connected as another role
+// (deckhand's HTTP API opens one per signed-in role).
+func (c *Client) As(cat *catalog.Catalog) *Client { return &Client{cat: cat, kinds: c.kinds} }
+
+// Submitter is the catalog role this client acts as: the submitter of what it submits.
+func (c *Client) Submitter(ctx context.Context) (string, error) {
+	var role string
+	if err := c.cat.Pool.QueryRow(ctx, `SELECT session_user`).Scan(&role); err != nil {
+		return "", fmt.Errorf("read the catalog role: %w", err)
+	}
+	return role, nil
+}
+
+// CheckOwner checks on node, as Submit does for every task, that owner exists there and that
+// submitter is a member of it. Feature packages call it before submitting work of their own.
+func (c *Client) CheckOwner(ctx context.Context, node, owner, submitter string) error {
+	check := &spec.Job{Tasks: []spec.Task{{Name: "check", Kind: spec.KindSQL, Node: node, Owner: owner, SQL: "-"}}}
+	return c.authorize(ctx, check, submitter)
 }
 
 // Close releases the client's connections.
-func (c *Client) Close() { c.Catalog.Close() }
+func (c *Client) Close() { c.cat.Close() }
 
 func invalid(format string, args ...any) error { return &spec.Error{Msg: fmt.Sprintf(format, args...)} }
 
@@ -53,11 +78,11 @@ func IsInvalid(err error) bool {
 // is written when the spec is invalid, names an unknown node, or names an owner the
 // submitter (the catalog session user) may not act as.
 func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
-	if err := job.Validate(); err != nil {
+	if err := job.Validate(c.kinds.submittable()); err != nil {
 		return 0, err
 	}
 	var submitter, searchPath string
-	err := c.Catalog.Pool.QueryRow(ctx, `SELECT session_user, current_setting('search_path')`).Scan(&submitter, &searchPath)
+	err := c.cat.Pool.QueryRow(ctx, `SELECT session_user, current_setting('search_path')`).Scan(&submitter, &searchPath)
 	if err != nil {
 		return 0, fmt.Errorf("read submitter: %w", err)
 	}
@@ -88,7 +113,7 @@ func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
 			DependsOn: t.DependsOn,
 		})
 	}
-	return c.Catalog.InsertJob(ctx, nj)
+	return c.cat.InsertJob(ctx, nj)
 }
 
 // authorize checks that every node exists and that, on each node, the owner role exists and
@@ -103,7 +128,7 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 	if len(names) == 0 {
 		return nil
 	}
-	nodes, err := c.Catalog.NodesByName(ctx, names)
+	nodes, err := c.cat.NodesByName(ctx, names)
 	if err != nil {
 		return err
 	}
@@ -190,12 +215,12 @@ func (c *Client) Run(ctx context.Context, node, owner, sql string, inTransaction
 // Cancel cancels a job: tasks not yet started are cancelled at once, running ones have their
 // backend cancelled on the node. It returns the job's state after the request.
 func (c *Client) Cancel(ctx context.Context, id int64) (deckhandtype.JobState, error) {
-	return c.Catalog.CancelJob(ctx, id)
+	return c.cat.CancelJob(ctx, id)
 }
 
 // Retry re-runs the failed, unscheduled and cancelled tasks of a failed or cancelled job.
 func (c *Client) Retry(ctx context.Context, id int64) (deckhandtype.JobState, error) {
-	return c.Catalog.RetryJob(ctx, id)
+	return c.cat.RetryJob(ctx, id)
 }
 
 // JobDetail is a job with its tasks and every attempt.
@@ -207,15 +232,15 @@ type JobDetail struct {
 
 // Job reads a job with its tasks and attempts.
 func (c *Client) Job(ctx context.Context, id int64) (*JobDetail, error) {
-	job, err := c.Catalog.Job(ctx, id)
+	job, err := c.cat.Job(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := c.Catalog.Tasks(ctx, id)
+	tasks, err := c.cat.Tasks(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	attempts, err := c.Catalog.Attempts(ctx, id)
+	attempts, err := c.cat.Attempts(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +251,7 @@ func (c *Client) Job(ctx context.Context, id int64) (*JobDetail, error) {
 // the job's state-change notification; progress, when not nil, is called at most every
 // 250 ms with the job's counters.
 func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.Job)) (deckhandtype.Job, error) {
-	conn, err := c.Catalog.Pool.Acquire(ctx)
+	conn, err := c.cat.Pool.Acquire(ctx)
 	if err != nil {
 		return deckhandtype.Job{}, err
 	}
@@ -243,7 +268,7 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.
 		tick = 250 * time.Millisecond
 	}
 	for {
-		job, err := c.Catalog.Job(ctx, id)
+		job, err := c.cat.Job(ctx, id)
 		if err != nil {
 			return job, err
 		}
@@ -285,7 +310,7 @@ func (c *Client) AddNode(ctx context.Context, n deckhandtype.Node) error {
 	if err := checkConninfo(n.DSN); err != nil {
 		return invalid("node %q: %v", n.Name, err)
 	}
-	return c.Catalog.AddNode(ctx, n)
+	return c.cat.AddNode(ctx, n)
 }
 
 // checkConninfo refuses conninfo that is malformed or carries a secret, in either form and

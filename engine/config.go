@@ -8,8 +8,6 @@ import (
 	"os"
 	"strconv"
 	"time"
-
-	"github.com/deckhandhq/deckhand/executor"
 )
 
 // Clock tells the time. Tests inject one to move time without sleeping.
@@ -51,11 +49,12 @@ type Config struct {
 	ShutdownGrace       time.Duration // running tasks may finish this long after a stop; default 30s
 	Retention           time.Duration // finished jobs are deleted after this; default 7 days
 
-	Backoff   Backoff
-	Clock     Clock          // nil: real time; SQL then uses the database clock
-	Rand      func() float64 // nil: math/rand/v2
-	Executors executor.Registry
-	Logger    *slog.Logger
+	Backoff Backoff
+	Clock   Clock          // nil: real time; SQL then uses the database clock
+	Rand    func() float64 // nil: math/rand/v2
+	// Features are the task kinds (and leader services) this worker runs besides sql and noop.
+	Features []Feature
+	Logger   *slog.Logger
 	// NoLeader keeps this worker out of leader elections.
 	NoLeader bool
 	// NoCleaner keeps the cleaner (package cleanup) out of this worker's leader services.

@@ -341,10 +341,10 @@ func TestLeaderFailover(t *testing.T) {
 	e.Exec(db, `CREATE TABLE done (task text PRIMARY KEY)`)
 	leader := e.Serve("--lease", "1s", "--maintenance-interval", "100ms", "--concurrency", "4")
 	testenv.Eventually(t, 20*time.Second, func() bool {
-		id, _ := e.Client.Catalog.Leader(ctx)
+		id, _ := e.Client.Leader(ctx)
 		return id != 0
 	}, "the first worker is elected")
-	first, _ := e.Client.Catalog.Leader(ctx)
+	first, _ := e.Client.Leader(ctx)
 	var tasks []spec.Task
 	for i := range 12 {
 		name := "t" + string(rune('a'+i))
@@ -374,7 +374,7 @@ func TestLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, w.Leading, "the surviving worker becomes leader")
-	if now, _ := e.Client.Catalog.Leader(ctx); now == first || now != w.ID() {
+	if now, _ := e.Client.Leader(ctx); now == first || now != w.ID() {
 		t.Errorf("leader is %d, want the survivor %d (was %d)", now, w.ID(), first)
 	}
 	job := e.Wait(id, 60*time.Second)
@@ -437,7 +437,7 @@ func TestLeaderRetentionAndNodeProbe(t *testing.T) {
 	w, stop := e.Worker(engine.Config{})
 	e.Wait(old, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		nodes, err := e.Client.Catalog.Nodes(ctx)
+		nodes, err := e.Client.Nodes(ctx)
 		return err == nil && nodes[0].Role == "primary" && nodes[0].ReplayLSN != nil
 	}, "the leader records the node's role and WAL position")
 	if !w.Leading() {
@@ -451,10 +451,10 @@ func TestLeaderRetentionAndNodeProbe(t *testing.T) {
 	clock := &fakeClock{t: time.Now().Add(8 * 24 * time.Hour)}
 	e.Worker(engine.Config{Clock: clock, NoLeader: false, Concurrency: 1})
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		_, err := e.Client.Catalog.Job(ctx, old)
+		_, err := e.Client.JobRow(ctx, old)
 		return errors.Is(err, catalog.ErrNotFound)
 	}, "the finished job is deleted after the retention")
-	if _, err := e.Client.Catalog.Job(ctx, running); err != nil {
+	if _, err := e.Client.JobRow(ctx, running); err != nil {
 		t.Fatalf("a job that had not ended was deleted: %v", err)
 	}
 	if _, err := e.Client.Cancel(ctx, running); err != nil {

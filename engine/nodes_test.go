@@ -30,7 +30,7 @@ func TestAddNodeRefusesSecrets(t *testing.T) {
 			t.Errorf("AddNode(%q) repeats the secret: %v", dsn, err)
 		}
 	}
-	if nodes, err := e.Client.Catalog.Nodes(ctx); err != nil || len(nodes) != 0 {
+	if nodes, err := e.Client.Nodes(ctx); err != nil || len(nodes) != 0 {
 		t.Fatalf("nodes = %+v, %v; want none", nodes, err)
 	}
 	url := "postgres://" + e.Cluster.Addr() + "/postgres?sslmode=disable&application_name=deckhand%20node"

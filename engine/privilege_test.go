@@ -94,7 +94,7 @@ func TestSubmitterMustBeMemberOfOwner(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("unknown owner: err = %v", err)
 	}
-	jobs, err := e.Client.Catalog.Jobs(ctx, deckhandtype.JobFilter{})
+	jobs, err := e.Client.Jobs(ctx, deckhandtype.JobFilter{})
 	if err != nil || len(jobs) != 0 {
 		t.Fatalf("refused submissions wrote %d jobs (err %v)", len(jobs), err)
 	}

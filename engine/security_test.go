@@ -148,7 +148,7 @@ func TestViewsShowWhatTheCallerMayActOn(t *testing.T) {
 	}
 	e.Wait(own, 30*time.Second)
 
-	jobs, err := e.client.Catalog.Jobs(ctx, deckhandtype.JobFilter{})
+	jobs, err := e.client.Jobs(ctx, deckhandtype.JobFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}

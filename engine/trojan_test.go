@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
@@ -38,7 +39,7 @@ func TestTrojansInOwnerSessions(t *testing.T) {
 		{"drop, pg_catalog listed last", "public, pg_catalog", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := testenv.New(t)
+			e := testenv.New(t, drop.Feature())
 			db := e.AddNode("n1", 4)
 			app := intruder(t, e, db)
 			e.Exec(db, `CREATE TABLE public.victim (id int); CREATE TABLE public.victim2 (id int)`)
@@ -81,7 +82,7 @@ func TestTrojansInOwnerSessions(t *testing.T) {
 // The leader terminates the backend of a task whose worker died, as the task's owner (here the
 // superuser): the trojans planted meanwhile must not run in that session either.
 func TestTrojansInLeaderTerminate(t *testing.T) {
-	e := testenv.New(t)
+	e := testenv.New(t, drop.Feature())
 	db := e.AddNode("n1", 4)
 	app := e.Role("app")
 	e.Exec(db, `CREATE TABLE public.rerun (x int)`)
@@ -120,7 +121,7 @@ func TestTrojansInLeaderTerminate(t *testing.T) {
 // its SQL with PostgreSQL's default, "$user", public — not with the pg_catalog-only path that
 // deckhand's own statements use.
 func TestEmptySearchPathIsPostgresDefault(t *testing.T) {
-	e := testenv.New(t)
+	e := testenv.New(t, drop.Feature())
 	db := e.AddNode("n1", 4)
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "t", Node: "n1", SQL: "CREATE TABLE made_here (x int)", MaxAttempts: 1}}})
 	e.Exec(e.DB, `ALTER TABLE deckhand.job DISABLE TRIGGER job_identity`)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -14,8 +15,8 @@ import (
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/executor"
-	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
 // Reasons a running task's context is cancelled by the worker itself.
@@ -33,7 +34,7 @@ type Worker struct {
 	cfg   Config
 	log   *slog.Logger
 	pools *executor.Pools
-	exec  executor.Registry
+	exec  map[string]Executor // by task kind
 
 	id        atomic.Int64
 	active    atomic.Int64 // task slots in use, including slots reserved for a claim in flight
@@ -83,25 +84,22 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		results:   make(chan finished, 2*cfg.Concurrency),
 		running:   map[int64]*runningTask{},
 	}
-	w.exec = executor.Registry{
-		"noop":                 executor.Noop,
-		"sql":                  executor.SQL{Pools: w.pools},
-		export.KindCoordinator: export.Coordinator{Catalog: cat, Pools: w.pools, Cleaner: cleanup.New(cat, w.pools)},
-		export.KindPart:        export.Part{Catalog: cat, Pools: w.pools},
-	}
-	// Built-in kinds that create and drop resources.
-	for kind, ex := range cleanup.Executors(cat, w.pools) {
-		w.exec[kind] = ex
-	}
+	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log}
+	kinds := newRegistry(cfg.Features)
+	w.exec = kinds.executors(deps)
+	var services []Service
 	if !cfg.NoCleaner {
 		// Nothing may leak: wherever a worker leads, the cleaner runs.
 		cl := cleanup.New(cat, w.pools)
 		cl.Logger = w.log.With("service", "cleaner")
-		w.cfg.LeaderServices = append([]Service{cl}, cfg.LeaderServices...)
+		services = append(services, cl)
 	}
-	for kind, ex := range cfg.Executors {
-		w.exec[kind] = ex
+	for _, f := range cfg.Features {
+		if f.Services != nil {
+			services = append(services, f.Services(deps)...)
+		}
 	}
+	w.cfg.LeaderServices = append(services, cfg.LeaderServices...)
 	return w
 }
 
@@ -256,7 +254,7 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 	go func() {
 		defer w.tasksWG.Done()
 		began := time.Now()
-		err := w.exec.Run(ctx, t)
+		err := w.run(ctx, t)
 		cause := context.Cause(ctx)
 		cancelTimeout()
 		cancel(nil)
@@ -287,20 +285,20 @@ func (w *Worker) result(t *deckhandtype.ClaimedTask, err, cause error) catalog.R
 		r.Outcome = deckhandtype.OutcomeDone
 	case errors.Is(cause, errJobCancelled):
 		r.Outcome = deckhandtype.OutcomeCancelled
-		r.Err = &deckhandtype.TaskError{Message: "cancelled: " + executor.Describe(err).String()}
-	case executor.IsSuperseded(err):
+		r.Err = &deckhandtype.TaskError{Message: "cancelled: " + taskerr.Describe(err).String()}
+	case taskerr.IsSuperseded(err):
 		r.Outcome = deckhandtype.OutcomeCancelled
-		r.Err = executor.Describe(err)
+		r.Err = taskerr.Describe(err)
 	case errors.Is(cause, errShutdown):
 		r.Outcome = deckhandtype.OutcomeReleased
 		r.Err = &deckhandtype.TaskError{Message: "released: the worker shut down while the task ran"}
-	case executor.Retryable(err):
+	case taskerr.Retryable(err):
 		r.Outcome = deckhandtype.OutcomeRetry
-		r.Err = executor.Describe(err)
+		r.Err = taskerr.Describe(err)
 		r.Backoff = w.cfg.Backoff.Delay(t.Attempts, w.cfg.Rand())
 	default:
 		r.Outcome = deckhandtype.OutcomeFailed
-		r.Err = executor.Describe(err)
+		r.Err = taskerr.Describe(err)
 	}
 	return r
 }
@@ -497,4 +495,13 @@ func (w *Worker) loseLease(ctx context.Context) {
 	}
 	w.id.Store(id)
 	w.Nudge()
+}
+
+// run dispatches t to the executor of its kind.
+func (w *Worker) run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
+	ex, ok := w.exec[t.Kind]
+	if !ok {
+		return taskerr.Permanent(fmt.Errorf("no executor for task kind %q on this worker", t.Kind))
+	}
+	return ex.Run(ctx, t)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,7 +34,7 @@ func Refused(err error) bool { return errors.Is(err, ErrRefused) }
 // returned, with its search_path SafeSearchPath; the caller hands it back with Release.
 func (p *Pools) OwnerConn(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
 	if o.Role == "" || o.Submitter == "" {
-		return nil, Permanent(fmt.Errorf("the task names no owner or no submitter on node %s: %w", o.Node, ErrRefused))
+		return nil, taskerr.Permanent(fmt.Errorf("the task names no owner or no submitter on node %s: %w", o.Node, ErrRefused))
 	}
 	pool, err := p.get(ctx, o.DSN, o.Role)
 	if err != nil {
@@ -56,7 +57,7 @@ func (p *Pools) OwnerConn(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
 func connectError(o Owner, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000") {
-		return Permanent(fmt.Errorf("connect to node %s as %s: %v (a worker logs in as each owner role with that role's "+
+		return taskerr.Permanent(fmt.Errorf("connect to node %s as %s: %v (a worker logs in as each owner role with that role's "+
 			"line in its pgpass file, or a client certificate)", o.Node, o.Role, err))
 	}
 	return fmt.Errorf("connect to node %s as %s: %w", o.Node, o.Role, err)
@@ -79,16 +80,16 @@ func VerifyOwner(ctx context.Context, conn *pgx.Conn, o Owner) error {
 	err := conn.QueryRow(ctx, verifyOwnerSQL, o.Submitter, SafeSearchPath).Scan(nil, &sessionUser, &member)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42704" {
-		return Permanent(fmt.Errorf("submitter %q is not a role on node %s, so it cannot act as %q: %w", o.Submitter, o.Node, o.Role, ErrRefused))
+		return taskerr.Permanent(fmt.Errorf("submitter %q is not a role on node %s, so it cannot act as %q: %w", o.Submitter, o.Node, o.Role, ErrRefused))
 	}
 	if err != nil {
 		return fmt.Errorf("check the owner on node %s: %w", o.Node, err)
 	}
 	if sessionUser != o.Role {
-		return Permanent(fmt.Errorf("the session on node %s is %q, not the owner %q: %w", o.Node, sessionUser, o.Role, ErrRefused))
+		return taskerr.Permanent(fmt.Errorf("the session on node %s is %q, not the owner %q: %w", o.Node, sessionUser, o.Role, ErrRefused))
 	}
 	if !member {
-		return Permanent(fmt.Errorf("submitter %q is not a member of role %q on node %s: %w", o.Submitter, o.Role, o.Node, ErrRefused))
+		return taskerr.Permanent(fmt.Errorf("submitter %q is not a member of role %q on node %s: %w", o.Submitter, o.Role, o.Node, ErrRefused))
 	}
 	return nil
 }
@@ -96,7 +97,7 @@ func VerifyOwner(ctx context.Context, conn *pgx.Conn, o Owner) error {
 // TaskOwner is the owner session a claimed task runs in, on the task's node.
 func TaskOwner(t *deckhandtype.ClaimedTask) (Owner, error) {
 	if t.Node == nil || t.NodeDSN == nil {
-		return Owner{}, Permanent(errors.New("the task's node is no longer registered"))
+		return Owner{}, taskerr.Permanent(errors.New("the task's node is no longer registered"))
 	}
 	return Owner{Node: *t.Node, DSN: *t.NodeDSN, Role: t.Owner, Submitter: t.SubmittedBy}, nil
 }

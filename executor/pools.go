@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deckhandhq/deckhand/internal/conninfo"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
 // Pools keeps one connection pool per (node conninfo, role). Tasks connect as their owner
@@ -53,10 +54,10 @@ func (p *Pools) get(ctx context.Context, dsn, user string) (*pgxpool.Pool, error
 	// (pgpass, service file) for the role that logs in, not for the user the conninfo names.
 	cfg, err := pgxpool.ParseConfig(conninfo.WithUser(dsn, user))
 	if err != nil {
-		return nil, Permanent(errors.New("node conninfo cannot be parsed"))
+		return nil, taskerr.Permanent(errors.New("node conninfo cannot be parsed"))
 	}
 	if user != "" && cfg.ConnConfig.User != user {
-		return nil, Permanent(errors.New("node conninfo cannot be made to connect as the task's owner"))
+		return nil, taskerr.Permanent(errors.New("node conninfo cannot be made to connect as the task's owner"))
 	}
 	cfg.MaxConns = p.MaxConns
 	cfg.MinConns = 0

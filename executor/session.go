@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -26,6 +27,12 @@ const DefaultSearchPath = `"$user", public`
 // session.
 func (p *Pools) Session(ctx context.Context, o Owner, t *deckhandtype.ClaimedTask) (conn *pgx.Conn, release func(), err error) {
 	return p.session(ctx, o, t, false)
+}
+
+// TaskSession is Session for a task's own SQL: the job's search_path (PostgreSQL's default
+// when it captured none) is applied last, after deckhand's own statements.
+func (p *Pools) TaskSession(ctx context.Context, o Owner, t *deckhandtype.ClaimedTask) (conn *pgx.Conn, release func(), err error) {
+	return p.session(ctx, o, t, true)
 }
 
 // session is Session; withSearchPath applies the job's search_path last, for a task whose SQL
@@ -50,7 +57,7 @@ func prepare(ctx context.Context, conn *pgx.Conn, t *deckhandtype.ClaimedTask, w
 	for _, k := range slices.Sorted(maps.Keys(t.Settings)) {
 		// Refused at submission; a row written some other way is refused here.
 		if spec.ReservedSetting(k) {
-			return Permanent(fmt.Errorf("setting %q is not one a job may choose", k))
+			return taskerr.Permanent(fmt.Errorf("setting %q is not one a job may choose", k))
 		}
 		names, values = append(names, k), append(values, t.Settings[k])
 	}

@@ -5,39 +5,12 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/jackc/pgx/v5"
 )
 
 // ApplicationName identifies a task attempt's backend in pg_stat_activity, so the leader can
 // find and terminate it if the worker running it dies.
 func ApplicationName(taskID, token int64) string {
 	return "deckhand task " + strconv.FormatInt(taskID, 10) + "/" + strconv.FormatInt(token, 10)
-}
-
-// SQL runs a task's SQL text on its node, connected as its owner, with the job's search_path
-// (PostgreSQL's default when it captured none) and settings.
-type SQL struct{ Pools *Pools }
-
-func (s SQL) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
-	o, err := TaskOwner(t)
-	if err != nil {
-		return err
-	}
-	conn, release, err := s.Pools.session(ctx, o, t, true)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if !t.InTransaction {
-		_, err = conn.Exec(ctx, t.SQL)
-		return err
-	}
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, t.SQL)
-		return err
-	})
 }
 
 // terminateSQL ends the owner's backends that carry the attempt's application_name. It runs

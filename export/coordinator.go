@@ -17,6 +17,7 @@ import (
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
 // Coordinator runs the "export" task: plan, hold the consistency point, commit.
@@ -33,18 +34,18 @@ type Coordinator struct {
 func (c Coordinator) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	e, err := c.Catalog.ExportOfJob(ctx, t.JobID)
 	if err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	err = c.run(ctx, t, e)
-	if err != nil && !executor.Retryable(err) && ctx.Err() == nil {
-		c.Catalog.FailExport(context.WithoutCancel(ctx), e.ID, executor.Describe(err).String()) //nolint:errcheck
+	if err != nil && !taskerr.Retryable(err) && ctx.Err() == nil {
+		c.Catalog.FailExport(context.WithoutCancel(ctx), e.ID, taskerr.Describe(err).String()) //nolint:errcheck
 	}
 	return err
 }
 
 func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *deckhandtype.Export) error {
 	if _, err := parseNormal(e.Destination); err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	conn, err := c.session(ctx, t)
 	if err != nil {
@@ -88,7 +89,7 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 		return err
 	}
 	if err := parquetcopy.CheckSupported(cols); err != nil {
-		return executor.Permanent(fmt.Errorf("%s: %w", e.Partition, err))
+		return taskerr.Permanent(fmt.Errorf("%s: %w", e.Partition, err))
 	}
 	colsJSON, err := json.Marshal(cols)
 	if err != nil {
@@ -118,7 +119,7 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 		},
 	})
 	if errors.Is(err, catalog.ErrStaleAttempt) {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	if err != nil {
 		return err
@@ -169,10 +170,10 @@ func (c Coordinator) relation(ctx context.Context, conn *pgx.Conn, t *deckhandty
 	}
 	stored, err := c.Catalog.SetExportRelation(ctx, e.ID, t.Token, rel)
 	if errors.Is(err, catalog.ErrStaleAttempt) {
-		return rel, executor.Permanent(err)
+		return rel, taskerr.Permanent(err)
 	}
 	if err == nil && stored != rel {
-		err = executor.Permanent(fmt.Errorf("export %d already reads another relation (OID %d)", e.ID, stored.OID))
+		err = taskerr.Permanent(fmt.Errorf("export %d already reads another relation (OID %d)", e.ID, stored.OID))
 	}
 	return rel, err
 }
@@ -198,7 +199,7 @@ func (c Coordinator) protect(ctx context.Context, t *deckhandtype.ClaimedTask, e
 	}
 	bucketURL, keyPrefix, err := BucketAndPrefix(e.Destination)
 	if err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	_, err = op.Register(ctx, cleanup.Prefix(bucketURL, keyPrefix+prefix), cleanup.OnFailure)
 	var busy *catalog.ResourceBusyError
@@ -251,7 +252,7 @@ func (c Coordinator) waitForParts(ctx context.Context, conn *pgx.Conn, e *deckha
 			return err
 		}
 		if failed > 0 {
-			return executor.Permanent(fmt.Errorf("%d of %d parts failed (see the part tasks' errors)", failed, total))
+			return taskerr.Permanent(fmt.Errorf("%d of %d parts failed (see the part tasks' errors)", failed, total))
 		}
 		if done == total {
 			return nil
@@ -329,7 +330,7 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 	// Opened only now: the parts created the destination when they wrote to it.
 	bucket, err := OpenDestination(ctx, e.Destination)
 	if err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	defer bucket.Close()
 	parts, err := c.Catalog.ExportParts(ctx, e.ID, epoch)
@@ -338,7 +339,7 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 	}
 	schema, err := parquetcopy.SchemaDescription(cols)
 	if err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	m := Manifest{
 		Format: "deckhand-export/1", ExportID: e.ID, ConsistencyLSN: lsn, Compression: e.Compression,
@@ -371,13 +372,13 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 	}
 	if err := bucket.WriteAll(ctx, ManifestKey, append(body, '\n'), &blob.WriterOptions{ContentType: "application/json"}); err != nil {
 		if permanentStorageError(err) {
-			return executor.Permanent(fmt.Errorf("write manifest: %w", err))
+			return taskerr.Permanent(fmt.Errorf("write manifest: %w", err))
 		}
 		return fmt.Errorf("write manifest: %w", err)
 	}
 	manifestURL := ManifestURL(e.Destination)
 	if err := c.Catalog.CommitExport(ctx, e.ID, epoch, t.Token, manifestURL); err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 		return err

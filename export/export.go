@@ -26,6 +26,8 @@ package export
 
 import (
 	"time"
+
+	"github.com/deckhandhq/deckhand/engine"
 )
 
 // Task kinds.
@@ -49,4 +51,18 @@ type partPayload struct {
 	ExportID int64 `json:"export_id"`
 	Epoch    int   `json:"epoch"`
 	Part     int   `json:"part"`
+}
+
+// Feature is the export feature, for engine.Open and engine.NewWorker: the coordinator and
+// part kinds, which deckhand itself creates (`deckhand export`, Start) and never takes from a
+// submitted job.
+func Feature() engine.Feature {
+	return engine.Feature{Name: "export", Kinds: []engine.Kind{
+		{Name: KindCoordinator, NeedsNode: true, Internal: true, New: func(d engine.Deps) engine.Executor {
+			return Coordinator{Catalog: d.Catalog, Pools: d.Nodes, Cleaner: d.Cleaner}
+		}},
+		{Name: KindPart, Internal: true, New: func(d engine.Deps) engine.Executor {
+			return Part{Catalog: d.Catalog, Pools: d.Nodes}
+		}},
+	}}
 }

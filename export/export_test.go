@@ -33,7 +33,7 @@ type group struct {
 
 func newGroup(t *testing.T, maxTasks int) *group {
 	t.Helper()
-	e := testenv.New(t)
+	e := testenv.New(t, export.Feature())
 	primary := pgtest.New(t, pgtest.Options{})
 	const db = "shop"
 	if err := primary.CreateDatabase(ctx, db); err != nil {
@@ -126,7 +126,7 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 	g := newGroup(t, 2)
 	g.env.Worker(engine.Config{Concurrency: 8})
 	dir := t.TempDir()
-	e, err := g.env.Client.Export(ctx, export.Request{
+	e, err := export.Start(ctx, g.env.Client, export.Request{
 		Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 256 << 10,
 	})
 	if err != nil {
@@ -154,17 +154,17 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 		t.Fatalf("read back %d rows (sum %d, %d duplicates), manifest %d; source has %d rows (sum %d)",
 			rows, idSum, dups, m.TotalRows, wantRows, wantSum)
 	}
-	got, err := g.env.Client.Catalog.Export(ctx, e.ID)
+	got, err := g.env.Client.Export(ctx, e.ID)
 	if err != nil || got.State != deckhandtype.ExportCommitted || got.PartsDone != len(m.Files) || got.Rows != wantRows {
 		t.Fatalf("export status = %+v (err %v)", got, err)
 	}
 
 	// The same partition to the same place again is refused, unless forced.
-	_, err = g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir})
+	_, err = export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir})
 	if err == nil || !engine.IsInvalid(err) || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("second export: err = %v, want a refusal naming --force", err)
 	}
-	again, err := g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, Force: true})
+	again, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 	if rows, _, _ := readBack(t, dir, m2); rows != wantRows {
 		t.Fatalf("forced export read back %d rows, want %d", rows, wantRows)
 	}
-	first, _ := g.env.Client.Catalog.Export(ctx, e.ID)
+	first, _ := g.env.Client.Export(ctx, e.ID)
 	if first.State != deckhandtype.ExportSuperseded {
 		t.Errorf("the first export is %s, want superseded", first.State)
 	}
@@ -237,7 +237,7 @@ func TestExportRefusals(t *testing.T) {
 		{Table: "events", Partition: "events_2024", Group: "nogroup", To: "file://" + dir},
 		{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, Compression: "lz4"},
 	} {
-		if _, err := g.env.Client.Export(ctx, bad); err == nil || !engine.IsInvalid(err) {
+		if _, err := export.Start(ctx, g.env.Client, bad); err == nil || !engine.IsInvalid(err) {
 			t.Errorf("%+v: err = %v, want a refusal", bad, err)
 		}
 	}
@@ -252,7 +252,7 @@ func TestExportRefusals(t *testing.T) {
 		{export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir + "/r", Owner: "reader"}, "permission denied"},
 		{export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file:///proc/version/out"}, "version"},
 	} {
-		e, err := g.env.Client.Export(ctx, c.req)
+		e, err := export.Start(ctx, g.env.Client, c.req)
 		if err != nil {
 			t.Fatalf("%+v: %v", c.req, err)
 		}
@@ -271,12 +271,12 @@ func TestExportCancelRemovesFiles(t *testing.T) {
 	g := newGroup(t, 1)
 	g.env.Worker(engine.Config{Concurrency: 2})
 	dir := t.TempDir()
-	e, err := g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Catalog.Export(ctx, e.ID)
+		got, err := g.env.Client.Export(ctx, e.ID)
 		return err == nil && got.PartsDone >= 2
 	}, "some parts are written")
 	if _, err := g.env.Client.Cancel(ctx, e.JobID); err != nil {
@@ -293,7 +293,7 @@ func TestExportCancelRemovesFiles(t *testing.T) {
 		})
 		return files == 0
 	}, "the cancelled export's files are removed")
-	got, _ := g.env.Client.Catalog.Export(ctx, e.ID)
+	got, _ := g.env.Client.Export(ctx, e.ID)
 	if got.State != "cancelled" {
 		t.Errorf("export state %s, want cancelled", got.State)
 	}
@@ -306,12 +306,12 @@ func TestExportIsConsistentUnderWrites(t *testing.T) {
 	g.env.Worker(engine.Config{Concurrency: 2})
 	wantRows, wantSum := sourceSums(t, g.primary, g.db, "events_2024")
 	dir := t.TempDir()
-	e, err := g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 32 << 10})
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 32 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Catalog.Export(ctx, e.ID)
+		got, err := g.env.Client.Export(ctx, e.ID)
 		return err == nil && got.PartsTotal > 0
 	}, "the export holds its consistency point")
 	writer := pgtest.Connect(t, g.primary.DSN(g.db, pgtest.Superuser))
@@ -345,15 +345,15 @@ func TestExportWaitsForLaggingStandby(t *testing.T) {
 	}
 	g.env.Worker(engine.Config{Concurrency: 4})
 	dir := t.TempDir()
-	e, err := g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Catalog.Export(ctx, e.ID)
+		got, err := g.env.Client.Export(ctx, e.ID)
 		return err == nil && got.PartsDone >= 5
 	}, "parts run on the primary")
-	parts, err := g.env.Client.Catalog.ExportParts(ctx, e.ID, 0)
+	parts, err := g.env.Client.Catalog().ExportParts(ctx, e.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestExportSurvivesKilledCoordinator(t *testing.T) {
 	for _, name := range []string{"w1", "w2"} {
 		procs[name] = g.env.Serve("--lease", "1s", "--maintenance-interval", "100ms", "--concurrency", "2", "--name", name)
 	}
-	e, err := g.env.Client.Export(ctx, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,11 +394,11 @@ func TestExportSurvivesKilledCoordinator(t *testing.T) {
 		if err != nil || d.Tasks[0].WorkerID == nil {
 			return false
 		}
-		got, _ := g.env.Client.Catalog.Export(ctx, e.ID)
+		got, _ := g.env.Client.Export(ctx, e.ID)
 		if got == nil || got.PartsDone < 3 {
 			return false
 		}
-		workers, _ := g.env.Client.Catalog.Workers(ctx, false)
+		workers, _ := g.env.Client.Workers(ctx, false)
 		for _, w := range workers {
 			if w.ID == *d.Tasks[0].WorkerID {
 				victim = procs[w.Name]
@@ -417,7 +417,7 @@ func TestExportSurvivesKilledCoordinator(t *testing.T) {
 	if rows != wantRows || idSum != wantSum || dups != 0 {
 		t.Fatalf("read back %d rows (sum %d, %d dups), want %d rows (sum %d)", rows, idSum, dups, wantRows, wantSum)
 	}
-	got, _ := g.env.Client.Catalog.Export(ctx, e.ID)
+	got, _ := g.env.Client.Export(ctx, e.ID)
 	d, _ := g.env.Client.Job(ctx, e.JobID)
 	lost := 0
 	for _, a := range d.Attempts {

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
 // The SQL an export sends to its nodes runs in the owner's session, where the owner may have
@@ -81,7 +81,7 @@ func sameRelation(ctx context.Context, conn *pgx.Conn, rel catalog.ExportRelatio
 	var schema, name, kind string
 	err := conn.QueryRow(ctx, relationByOIDSQL, rel.OID).Scan(&schema, &name, &kind)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (schema != rel.Schema || name != rel.Name || kind != "r")) {
-		return executor.Permanent(fmt.Errorf("on node %s, %s is no longer the table exported (OID %d): it was dropped, renamed or replaced during the export",
+		return taskerr.Permanent(fmt.Errorf("on node %s, %s is no longer the table exported (OID %d): it was dropped, renamed or replaced during the export",
 			node, rel.Identifier().Sanitize(), rel.OID))
 	}
 	return err
@@ -96,15 +96,15 @@ func resolveRelation(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export
 		return catalog.ExportRelation{}, err
 	}
 	if version < 140000 {
-		return catalog.ExportRelation{}, executor.Permanent(fmt.Errorf("export needs PostgreSQL 14 or later (TID range scans); the primary runs %d", version))
+		return catalog.ExportRelation{}, taskerr.Permanent(fmt.Errorf("export needs PostgreSQL 14 or later (TID range scans); the primary runs %d", version))
 	}
 	source, err := qualifiedName(e.SourceTable)
 	if err != nil {
-		return catalog.ExportRelation{}, executor.Permanent(fmt.Errorf("table: %w", err))
+		return catalog.ExportRelation{}, taskerr.Permanent(fmt.Errorf("table: %w", err))
 	}
 	partition, err := qualifiedName(e.Partition)
 	if err != nil {
-		return catalog.ExportRelation{}, executor.Permanent(fmt.Errorf("partition: %w", err))
+		return catalog.ExportRelation{}, taskerr.Permanent(fmt.Errorf("partition: %w", err))
 	}
 	rel := catalog.ExportRelation{Schema: partition[0], Name: partition[1]}
 	var kind string
@@ -119,7 +119,7 @@ func resolveRelation(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export
 		if rel.OID, kind, ok, err = lookupName(ctx, conn, partition); err != nil {
 			return rel, err
 		} else if !ok {
-			return rel, executor.Permanent(fmt.Errorf("relation %s does not exist on node %s", e.Partition, node))
+			return rel, taskerr.Permanent(fmt.Errorf("relation %s does not exist on node %s", e.Partition, node))
 		}
 	}
 	sourceOID, sourceKind, ok, err := lookupName(ctx, conn, source)
@@ -127,30 +127,30 @@ func resolveRelation(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export
 		return rel, err
 	}
 	if !ok {
-		return rel, executor.Permanent(fmt.Errorf("relation %s does not exist on node %s", e.SourceTable, node))
+		return rel, taskerr.Permanent(fmt.Errorf("relation %s does not exist on node %s", e.SourceTable, node))
 	}
 	switch {
 	case sourceOID == rel.OID && kind == "r":
 	case sourceOID == rel.OID && kind == "p":
-		return rel, executor.Permanent(fmt.Errorf("%s is partitioned: name a leaf partition with --partition", e.SourceTable))
+		return rel, taskerr.Permanent(fmt.Errorf("%s is partitioned: name a leaf partition with --partition", e.SourceTable))
 	case kind == "p":
-		return rel, executor.Permanent(fmt.Errorf("%s is not a leaf partition (it is partitioned itself)", e.Partition))
+		return rel, taskerr.Permanent(fmt.Errorf("%s is not a leaf partition (it is partitioned itself)", e.Partition))
 	case kind != "r":
-		return rel, executor.Permanent(fmt.Errorf("%s is not a table", e.Partition))
+		return rel, taskerr.Permanent(fmt.Errorf("%s is not a table", e.Partition))
 	case sourceKind != "p":
-		return rel, executor.Permanent(fmt.Errorf("%s is not a partition of %s", e.Partition, e.SourceTable))
+		return rel, taskerr.Permanent(fmt.Errorf("%s is not a partition of %s", e.Partition, e.SourceTable))
 	default:
 		var isLeaf bool
 		if err := conn.QueryRow(ctx, isAncestorSQL, rel.OID, sourceOID).Scan(&isLeaf); err != nil {
 			return rel, err
 		}
 		if !isLeaf {
-			return rel, executor.Permanent(fmt.Errorf("%s is not a partition of %s", e.Partition, e.SourceTable))
+			return rel, taskerr.Permanent(fmt.Errorf("%s is not a partition of %s", e.Partition, e.SourceTable))
 		}
 	}
 	// PostgreSQL's own words when the owner may not read the partition.
 	if _, err := conn.Exec(ctx, "SELECT FROM "+rel.Identifier().Sanitize()+" LIMIT 0"); err != nil {
-		return rel, executor.Permanent(err)
+		return rel, taskerr.Permanent(err)
 	}
 	return rel, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
 // Part runs the "export_part" task: one page range to one Parquet file, on whichever member
@@ -30,7 +31,7 @@ var errSuperseded = errors.New("superseded: the export's coordinator no longer h
 func (x Part) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	var p partPayload
 	if err := json.Unmarshal(t.Payload, &p); err != nil || p.ExportID == 0 {
-		return executor.Permanent(fmt.Errorf("export part payload: %v", err))
+		return taskerr.Permanent(fmt.Errorf("export part payload: %v", err))
 	}
 	owner, err := executor.TaskOwner(t)
 	if err != nil {
@@ -38,29 +39,29 @@ func (x Part) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	}
 	e, part, coordinator, err := x.Catalog.ExportForPart(ctx, p.ExportID, p.Epoch, p.Part)
 	if err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	// A part is the task its export's plan recorded for it, in the export's own job: a task
 	// naming some other export borrows neither its relation nor its destination.
 	if e.JobID != t.JobID || part.TaskID == nil || *part.TaskID != t.ID {
-		return executor.Permanent(fmt.Errorf("task %d is not part %d of export %d", t.ID, p.Part, e.ID))
+		return taskerr.Permanent(fmt.Errorf("task %d is not part %d of export %d", t.ID, p.Part, e.ID))
 	}
 	rel, err := x.Catalog.ExportRelationOf(ctx, e.ID)
 	if err != nil {
 		return err
 	}
 	if rel == nil || e.ConsistencyLSN == nil {
-		return executor.Permanent(fmt.Errorf("export %d has no planned relation or consistency point", e.ID))
+		return taskerr.Permanent(fmt.Errorf("export %d has no planned relation or consistency point", e.ID))
 	}
 	if _, err := parseNormal(e.Destination); err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	if err := x.stillHeld(ctx, e.ID, p.Epoch, coordinator); err != nil {
 		return err
 	}
 	var planned []parquetcopy.Column
 	if err := json.Unmarshal(e.Columns, &planned); err != nil {
-		return executor.Permanent(fmt.Errorf("export %d columns: %w", e.ID, err))
+		return taskerr.Permanent(fmt.Errorf("export %d columns: %w", e.ID, err))
 	}
 
 	// The session is the owner's, and only once the node confirmed that the job's submitter
@@ -92,7 +93,7 @@ func (x Part) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	}
 	err = x.Catalog.RecordExportPart(ctx, e.ID, p.Epoch, p.Part, t.Token, owner.Node, stats.Rows, stats.Bytes, hex.EncodeToString(stats.SHA256[:]))
 	if errors.Is(err, catalog.ErrStaleAttempt) {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	return err
 }
@@ -119,11 +120,11 @@ func (x Part) read(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export, 
 		return parquetcopy.Stats{}, err
 	}
 	if !slices.Equal(cols, planned) {
-		return parquetcopy.Stats{}, executor.Permanent(fmt.Errorf("the columns of %s on %s differ from those planned", e.Partition, node))
+		return parquetcopy.Stats{}, taskerr.Permanent(fmt.Errorf("the columns of %s on %s differ from those planned", e.Partition, node))
 	}
 	bucket, err := OpenDestination(ctx, e.Destination)
 	if err != nil {
-		return parquetcopy.Stats{}, executor.Permanent(err)
+		return parquetcopy.Stats{}, taskerr.Permanent(err)
 	}
 	defer bucket.Close()
 	end := int64(-1)
@@ -162,7 +163,7 @@ func (x Part) stillHeld(ctx context.Context, exportID int64, epoch int, coordina
 	// Without its coordinator the point is not held; the coordinator's next attempt takes a
 	// new one and adds new parts, so this one is superseded either way.
 	if current != epoch || !alive {
-		return executor.Superseded(errSuperseded)
+		return taskerr.Superseded(errSuperseded)
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ func TestExportToS3(t *testing.T) {
 
 	g := newGroup(t, 2)
 	g.env.Worker(engine.Config{Concurrency: 4})
-	e, err := g.env.Client.Export(ctx, export.Request{
+	e, err := export.Start(ctx, g.env.Client, export.Request{
 		Table: "events", Partition: "events_2024", Group: "g1", To: "s3://archive/events/2024" + query, PartSize: 512 << 10,
 	})
 	if err != nil {
@@ -73,7 +73,7 @@ func TestExportToS3(t *testing.T) {
 		t.Fatalf("read back %d rows (manifest %d), want %d", rows, m.TotalRows, want)
 	}
 
-	missing, err := g.env.Client.Export(ctx, export.Request{
+	missing, err := export.Start(ctx, g.env.Client, export.Request{
 		Table: "events", Partition: "events_2024", Group: "g1", To: "s3://no-such-bucket/x" + query,
 	})
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 // single is a catalog with one node, n1 (its own group), on the shared cluster.
 func single(t *testing.T) (*testenv.Env, string) {
 	t.Helper()
-	e := testenv.New(t)
+	e := testenv.New(t, export.Feature())
 	db := e.AddNode("n1", 4)
 	e.Exec(db, `CREATE TABLE facts (id bigint NOT NULL); INSERT INTO facts SELECT g FROM generate_series(1, 2000) g`)
 	return e, db
@@ -73,7 +73,7 @@ func TestExportDestinationSpellingsAreOnePlace(t *testing.T) {
 	e, _ := single(t)
 	e.Worker(engine.Config{Concurrency: 4})
 	dir := t.TempDir()
-	first, err := e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: "file://" + dir + "/./exp"})
+	first, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: "file://" + dir + "/./exp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +82,11 @@ func TestExportDestinationSpellingsAreOnePlace(t *testing.T) {
 	}
 	waitJob(t, e, first.JobID, deckhandtype.JobFinished)
 
-	_, err = e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: "file://" + dir + "//exp/"})
+	_, err = export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: "file://" + dir + "//exp/"})
 	if err == nil || !engine.IsInvalid(err) || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("second export to another spelling of the place: err = %v, want a refusal naming --force", err)
 	}
-	forced, err := e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: "file://" + dir + "/exp", Force: true})
+	forced, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: "file://" + dir + "/exp", Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestExportDestinationSpellingsAreOnePlace(t *testing.T) {
 	if m := readManifest(t, dir+"/exp"); m.ExportID != forced.ID {
 		t.Errorf("the manifest is export %d's, want the forced export %d's", m.ExportID, forced.ID)
 	}
-	if got, _ := e.Client.Catalog.Export(ctx, first.ID); got == nil || got.State != deckhandtype.ExportSuperseded {
+	if got, _ := e.Client.Export(ctx, first.ID); got == nil || got.State != deckhandtype.ExportSuperseded {
 		t.Errorf("the first export is %+v, want superseded", got)
 	}
 }
@@ -109,7 +109,7 @@ func TestExportRefusesToOverwriteAManifest(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, export.ManifestKey), earlier, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	x, err := e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: "file://" + dir})
+	x, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: "file://" + dir})
 	if err != nil {
 		t.Fatalf("the catalog knows no export there, so the submission passes: %v", err)
 	}
@@ -124,7 +124,7 @@ func TestExportRefusesToOverwriteAManifest(t *testing.T) {
 		t.Errorf("the earlier manifest was changed: %s", body)
 	}
 
-	forced, err := e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: "file://" + dir, Force: true})
+	forced, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: "file://" + dir, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestExportDestinationsOfSubmitters(t *testing.T) {
 	asAlice, asAdmin := open(alice), open(admin)
 	base := t.TempDir()
 	submit := func(c *engine.Client, to string) (*deckhandtype.Export, error) {
-		return c.Export(ctx, export.Request{Table: "facts", Group: "n1", To: to})
+		return export.Start(ctx, c, export.Request{Table: "facts", Group: "n1", To: to})
 	}
 	refused := func(c *engine.Client, to, reason string) {
 		t.Helper()
@@ -167,7 +167,7 @@ func TestExportDestinationsOfSubmitters(t *testing.T) {
 	}
 
 	refused(asAlice, "file://"+base+"/a", "export_destinations")
-	if err := e.Client.Catalog.SetSetting(ctx, "export_destinations", "file://"+base+"/allowed , s3://bucket/team?region=r"); err != nil {
+	if err := e.Client.SetSetting(ctx, "export_destinations", "file://"+base+"/allowed , s3://bucket/team?region=r"); err != nil {
 		t.Fatal(err)
 	}
 	for to, stored := range map[string]string{
@@ -209,7 +209,7 @@ func TestExportDestinationsOfSubmitters(t *testing.T) {
 			"s3://bucket/team?region=r#x",
 		} {
 			var id, job int64
-			err := c.Catalog.Pool.QueryRow(ctx, `SELECT export_id, job_id FROM deckhand.submit_export(
+			err := c.Catalog().Pool.QueryRow(ctx, `SELECT export_id, job_id FROM deckhand.submit_export(
 				'public.facts', 'public.facts', 'n1', 'n1', NULL, $1)`, to).Scan(&id, &job)
 			var pgErr *pgconn.PgError
 			if !errors.As(err, &pgErr) || pgErr.Code != "22023" || !strings.Contains(pgErr.Message, "normal form") {
@@ -228,7 +228,7 @@ func TestExportDestinationsOfSubmitters(t *testing.T) {
 			t.Fatalf("%s: %v", raw, err)
 		}
 		var problem *string
-		if err := e.Client.Catalog.Pool.QueryRow(ctx, `SELECT deckhand.export_destination_problem($1)`, norm).Scan(&problem); err != nil {
+		if err := e.Client.Catalog().Pool.QueryRow(ctx, `SELECT deckhand.export_destination_problem($1)`, norm).Scan(&problem); err != nil {
 			t.Fatal(err)
 		}
 		if problem != nil {
@@ -278,7 +278,7 @@ func TestExportSecretsAreRefusedAndNeverStored(t *testing.T) {
 			t.Errorf("%v: exit %d: %s", args, code, out)
 		}
 	}
-	rows, err := e.Client.Catalog.Pool.Query(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = 'deckhand'`)
+	rows, err := e.Client.Catalog().Pool.Query(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = 'deckhand'`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestExportSecretsAreRefusedAndNeverStored(t *testing.T) {
 	}
 	for _, table := range tables {
 		var dump string
-		if err := e.Client.Catalog.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(x::text, ' '), '') FROM `+table+` x`).Scan(&dump); err != nil {
+		if err := e.Client.Catalog().Pool.QueryRow(ctx, `SELECT coalesce(string_agg(x::text, ' '), '') FROM `+table+` x`).Scan(&dump); err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(dump, secret) || strings.Contains(dump, key) {
@@ -318,7 +318,7 @@ func TestExportForgedRowsAreRefusedOnTheNode(t *testing.T) {
 
 	// A forged coordinator: refused before it reads or writes anything.
 	coordDir := filepath.Join(t.TempDir(), "coordinator")
-	x, err := g.env.Client.Export(ctx, req(coordDir))
+	x, err := export.Start(ctx, g.env.Client, req(coordDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,16 +339,18 @@ func TestExportForgedRowsAreRefusedOnTheNode(t *testing.T) {
 	claimed, release := make(chan struct{}, 1), make(chan struct{})
 	pools := executor.NewPools(4)
 	t.Cleanup(pools.Close)
-	coordinator := export.Coordinator{Catalog: g.env.Client.Catalog, Pools: pools, Cleaner: cleanup.New(g.env.Client.Catalog, pools)}
-	g.env.Worker(engine.Config{Concurrency: 4, Executors: executor.Registry{
-		export.KindCoordinator: executor.Func(func(ctx context.Context, t *deckhandtype.ClaimedTask) error {
-			claimed <- struct{}{}
-			<-release
-			return coordinator.Run(ctx, t)
-		}),
-	}})
+	coordinator := export.Coordinator{Catalog: g.env.Client.Catalog(), Pools: pools, Cleaner: cleanup.New(g.env.Client.Catalog(), pools)}
+	held := engine.ExecutorFunc(func(ctx context.Context, t *deckhandtype.ClaimedTask) error {
+		claimed <- struct{}{}
+		<-release
+		return coordinator.Run(ctx, t)
+	})
+	g.env.Worker(engine.Config{Concurrency: 4, Features: []engine.Feature{{Name: "export, coordinator held", Kinds: []engine.Kind{
+		{Name: export.KindCoordinator, NeedsNode: true, Internal: true, New: func(engine.Deps) engine.Executor { return held }},
+		{Name: export.KindPart, Internal: true, New: func(d engine.Deps) engine.Executor { return export.Part{Catalog: d.Catalog, Pools: d.Nodes} }},
+	}}}})
 	partsDir := filepath.Join(t.TempDir(), "parts")
-	y, err := g.env.Client.Export(ctx, req(partsDir))
+	y, err := export.Start(ctx, g.env.Client, req(partsDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +390,7 @@ func TestExportReadsTheRelationItChecks(t *testing.T) {
 	e.Worker(engine.Config{Concurrency: 4})
 	for table, want := range map[string][]int64{"Mixed": {1, 100, 100}, `"Mixed"`: {1001, 1003, 3}} {
 		dir := t.TempDir()
-		x, err := e.Client.Export(ctx, export.Request{Table: table, Group: "n1", To: "file://" + dir})
+		x, err := export.Start(ctx, e.Client, export.Request{Table: table, Group: "n1", To: "file://" + dir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -445,7 +447,7 @@ func TestExportIgnoresTheOwnersFunctions(t *testing.T) {
 	e.Exec(db, ddl.String())
 	e.Worker(engine.Config{Concurrency: 4})
 	dir := t.TempDir()
-	x, err := e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: "file://" + dir, Owner: bob, PartSize: 16 << 10})
+	x, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: "file://" + dir, Owner: bob, PartSize: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

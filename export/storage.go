@@ -9,12 +9,11 @@ import (
 	"path"
 	"strings"
 
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
 	_ "gocloud.dev/blob/s3blob" // s3:// destinations, any S3-compatible server
 	"gocloud.dev/gcerrors"
-
-	"github.com/deckhandhq/deckhand/executor"
 )
 
 // ManifestKey is the object written last at the destination; readers trust only the files it
@@ -59,7 +58,7 @@ var errDestinationTaken = errors.New("already holds an export")
 func checkDestinationFree(ctx context.Context, destination string, ours func(Manifest) bool) error {
 	u, err := parseNormal(destination)
 	if err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	if u.Scheme == "file" {
 		if _, err := os.Stat(u.Path); errors.Is(err, os.ErrNotExist) {
@@ -68,7 +67,7 @@ func checkDestinationFree(ctx context.Context, destination string, ours func(Man
 	}
 	bucket, err := openDestination(ctx, destination, false)
 	if err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	defer bucket.Close()
 	body, err := bucket.ReadAll(ctx, ManifestKey)
@@ -82,7 +81,7 @@ func checkDestinationFree(ctx context.Context, destination string, ours func(Man
 	if json.Unmarshal(body, &m) == nil && ours(m) {
 		return nil
 	}
-	return executor.Permanent(fmt.Errorf("destination %s %w (%s): export with --force to replace it", destination, errDestinationTaken, ManifestKey))
+	return taskerr.Permanent(fmt.Errorf("destination %s %w (%s): export with --force to replace it", destination, errDestinationTaken, ManifestKey))
 }
 
 // permanentStorageError reports errors that retrying cannot fix: a missing bucket, refused
@@ -97,7 +96,7 @@ func permanentStorageError(err error) bool {
 
 func storageError(what string, err error) error {
 	if permanentStorageError(err) {
-		return executor.Permanent(fmt.Errorf("%s: %w", what, err))
+		return taskerr.Permanent(fmt.Errorf("%s: %w", what, err))
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

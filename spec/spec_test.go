@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-func init() {
-	RegisterKind("testdrop", true, func(p json.RawMessage) error {
+// testKinds are the kinds these tests submit besides sql and noop.
+var testKinds = Kinds{
+	"testdrop": {NeedsNode: true, Validate: func(p json.RawMessage) error {
 		if p == nil {
 			return errors.New(`testdrop: payload is required: {"table": "t"}`)
 		}
@@ -22,8 +23,8 @@ func init() {
 			return fmt.Errorf("testdrop: payload: %w", err)
 		}
 		return nil
-	})
-	RegisterKind("testexport", false, func(json.RawMessage) error { return nil })
+	}},
+	"testexport": {Validate: func(json.RawMessage) error { return nil }},
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -122,7 +123,7 @@ func TestParse(t *testing.T) {
 				t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
 			}
 			got.Tasks[2].Payload = payload
-			if err := got.Validate(); err != nil {
+			if err := got.Validate(testKinds); err != nil {
 				t.Errorf("Validate: %v", err)
 			}
 		})
@@ -259,7 +260,7 @@ func TestValidateErrors(t *testing.T) {
 			`task "a": depends on unknown task "nope"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.job.Validate()
+			err := tc.job.Validate(testKinds)
 			if err == nil {
 				t.Fatal("Validate succeeded")
 			}
@@ -291,7 +292,7 @@ func TestValidateOK(t *testing.T) {
 			{Name: "d", Kind: KindNoop, Payload: json.RawMessage(`null`)},
 		},
 	}
-	if err := job.Validate(); err != nil {
+	if err := job.Validate(testKinds); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
 	for i, want := range []string{KindSQL, KindNoop, "testexport", KindNoop} {
@@ -382,24 +383,21 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
-func TestRegisterKind(t *testing.T) {
-	if needsNode, ok := LookupKind("testdrop"); !ok || !needsNode {
-		t.Errorf(`LookupKind("testdrop") = %v, %v; want true, true`, needsNode, ok)
+func TestKinds(t *testing.T) {
+	if k, ok := testKinds.lookup("testdrop"); !ok || !k.NeedsNode {
+		t.Errorf(`lookup("testdrop") = %v, %v; want a kind that needs a node`, k, ok)
 	}
-	if needsNode, ok := LookupKind(KindNoop); !ok || needsNode {
-		t.Errorf("LookupKind(noop) = %v, %v; want false, true", needsNode, ok)
+	if k, ok := testKinds.lookup(KindNoop); !ok || k.NeedsNode {
+		t.Errorf("lookup(noop) = %v, %v; want a kind that needs no node", k, ok)
 	}
-	if _, ok := LookupKind("nope"); ok {
-		t.Error(`LookupKind("nope") found a kind`)
+	if _, ok := (Kinds{}).lookup(KindSQL); !ok {
+		t.Error("sql is known without being listed")
 	}
-	for _, name := range []string{"sql", "testdrop", "", "Has Space"} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("RegisterKind(%q) did not panic", name)
-				}
-			}()
-			RegisterKind(name, false, nil)
-		}()
+	if _, ok := testKinds.lookup("nope"); ok {
+		t.Error(`lookup("nope") found a kind`)
+	}
+	err := (&Job{Tasks: []Task{{Name: "a", Kind: "nope"}}}).Validate(testKinds)
+	if err == nil || !strings.Contains(err.Error(), "known kinds: noop, sql, testdrop, testexport") {
+		t.Errorf("unknown kind: %v, want the known kinds listed", err)
 	}
 }

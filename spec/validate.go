@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 )
@@ -24,56 +23,37 @@ const MaxMaxAttempts = 1000
 // the reason, shown after the task's name. An empty payload reaches it as nil.
 type PayloadValidator func(payload json.RawMessage) error
 
-// kind is what Validate knows of a task kind.
-type kind struct {
-	needsNode bool
-	validate  PayloadValidator // nil: the kind takes no payload
+// KindSpec is what Validate knows of a task kind.
+type KindSpec struct {
+	NeedsNode bool             // a task of the kind must name a node
+	Validate  PayloadValidator // checks the payload at submission; nil: the kind takes no payload
 }
 
-// kinds maps each known task kind to what Validate knows of it.
-var kinds = struct {
-	sync.RWMutex
-	m map[string]kind
-}{m: map[string]kind{KindSQL: {needsNode: true}, KindNoop: {}}}
+// Kinds are the task kinds a job may use besides sql and noop, which are always known. The
+// program that submits assembles them from the features it ships (see engine.Feature).
+type Kinds map[string]KindSpec
 
-var kindNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+// builtin are the kinds every job may use.
+var builtin = Kinds{KindSQL: {NeedsNode: true}, KindNoop: {}}
 
-// RegisterKind makes a task kind known to Validate; packages that implement a kind
-// (executor: drop, cleanup: move_table, ...) call it from init. needsNode says whether a task
-// of the kind must name a node; validate checks its payload at submission, so that a payload
-// the kind's executor would refuse is refused before anything is written (nil: the kind takes
-// no payload). Tasks of registered kinds take their arguments in Payload, never in SQL.
-// It panics if name is not a lower-case identifier or is already registered.
-func RegisterKind(name string, needsNode bool, validate PayloadValidator) {
-	if !kindNameRE.MatchString(name) {
-		panic(fmt.Sprintf("spec: RegisterKind: invalid kind name %q", name))
+func (k Kinds) lookup(name string) (KindSpec, bool) {
+	if s, ok := builtin[name]; ok {
+		return s, true
 	}
-	kinds.Lock()
-	defer kinds.Unlock()
-	if _, dup := kinds.m[name]; dup {
-		panic(fmt.Sprintf("spec: RegisterKind: kind %q registered twice", name))
+	s, ok := k[name]
+	return s, ok
+}
+
+// names are the known kinds, sorted, for messages.
+func (k Kinds) names() []string {
+	all := slices.Collect(maps.Keys(builtin))
+	for name := range k {
+		if _, ok := builtin[name]; !ok {
+			all = append(all, name)
+		}
 	}
-	kinds.m[name] = kind{needsNode: needsNode, validate: validate}
-}
-
-// Kinds returns the known task kinds, sorted.
-func Kinds() []string {
-	kinds.RLock()
-	defer kinds.RUnlock()
-	return slices.Sorted(maps.Keys(kinds.m))
-}
-
-// LookupKind reports whether kind is known and, if so, whether its tasks need a node.
-func LookupKind(name string) (needsNode, ok bool) {
-	k, ok := lookupKind(name)
-	return k.needsNode, ok
-}
-
-func lookupKind(name string) (kind, bool) {
-	kinds.RLock()
-	defer kinds.RUnlock()
-	k, ok := kinds.m[name]
-	return k, ok
+	slices.Sort(all)
+	return all
 }
 
 // MaxTimeout is the longest statement_timeout or lock_timeout PostgreSQL takes: 2147483647 ms,
@@ -128,7 +108,7 @@ func ReservedSetting(name string) bool {
 //
 // Validate normalizes the job: when it succeeds, every task's Kind is set (an empty Kind with
 // SQL becomes "sql"). On error the job is left unchanged.
-func (j *Job) Validate() error {
+func (j *Job) Validate(kinds Kinds) error {
 	if j == nil {
 		return invalidf("no job")
 	}
@@ -163,7 +143,7 @@ func (j *Job) Validate() error {
 
 	resolved := make([]string, len(j.Tasks))
 	for i, t := range j.Tasks {
-		kind, err := t.validate(index)
+		kind, err := t.validate(index, kinds)
 		if err != nil {
 			return err
 		}
@@ -193,7 +173,7 @@ func checkName(i int, name string) error {
 }
 
 // validate checks one task whose name is known to be valid and returns its resolved kind.
-func (t Task) validate(index map[string]int) (string, error) {
+func (t Task) validate(index map[string]int, kinds Kinds) (string, error) {
 	kind := t.Kind
 	if kind == "" {
 		if t.SQL == "" {
@@ -201,9 +181,9 @@ func (t Task) validate(index map[string]int) (string, error) {
 		}
 		kind = KindSQL
 	}
-	k, ok := lookupKind(kind)
+	k, ok := kinds.lookup(kind)
 	if !ok {
-		return "", invalidf("task %q: unknown kind %q (known kinds: %s)", t.Name, kind, strings.Join(Kinds(), ", "))
+		return "", invalidf("task %q: unknown kind %q (known kinds: %s)", t.Name, kind, strings.Join(kinds.names(), ", "))
 	}
 	if kind == KindSQL {
 		if strings.TrimSpace(t.SQL) == "" {
@@ -216,14 +196,14 @@ func (t Task) validate(index map[string]int) (string, error) {
 	if p := bytes.TrimSpace(payload); len(p) == 0 || bytes.Equal(p, []byte("null")) {
 		payload = nil
 	}
-	if k.validate == nil && payload != nil {
+	if k.Validate == nil && payload != nil {
 		return "", invalidf("task %q: kind %q does not take a payload", t.Name, kind)
 	}
-	if k.needsNode && t.Node == "" {
+	if k.NeedsNode && t.Node == "" {
 		return "", invalidf("task %q: node is required for kind %q", t.Name, kind)
 	}
-	if k.validate != nil {
-		if err := k.validate(payload); err != nil {
+	if k.Validate != nil {
+		if err := k.Validate(payload); err != nil {
 			return "", invalidf("task %q: %s", t.Name, oneLine(err.Error()))
 		}
 	}

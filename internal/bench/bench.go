@@ -23,8 +23,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
@@ -226,7 +227,7 @@ func scratchCatalog(ctx context.Context, admin *pgx.Conn, server string) (dsn st
 		cat.Close()
 	}
 	if err == nil {
-		client, err = engine.Open(ctx, dsn)
+		client, err = engine.Open(ctx, dsn, benchFeature(nil), drop.Feature())
 	}
 	if err != nil {
 		dropDB()
@@ -247,7 +248,7 @@ func startWorkers(ctx context.Context, dsn string, o Options, rec *recorder) (fu
 		}
 		cats = append(cats, cat)
 		w := engine.NewWorker(cat, engine.Config{Name: "bench-" + strconv.Itoa(i), Concurrency: o.Concurrency,
-			Executors: executor.Registry{spec.KindNoop: rec}})
+			Features: []engine.Feature{benchFeature(rec), export.Feature()}})
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Run(runCtx) }() //nolint:errcheck
 	}
@@ -266,7 +267,7 @@ func startWorkers(ctx context.Context, dsn string, o Options, rec *recorder) (fu
 func noopJob(n int) *spec.Job {
 	j := &spec.Job{Description: fmt.Sprintf("bench: %d noop tasks", n), Tasks: make([]spec.Task, n)}
 	for i := range j.Tasks {
-		j.Tasks[i] = spec.Task{Name: "t" + strconv.Itoa(i), Kind: spec.KindNoop}
+		j.Tasks[i] = spec.Task{Name: "t" + strconv.Itoa(i), Kind: benchKind}
 	}
 	return j
 }
@@ -304,7 +305,17 @@ func runJobSplit(ctx context.Context, c *engine.Client, j *spec.Job) (total, wor
 	return job.FinishedAt.Sub(start), job.FinishedAt.Sub(submitted), nil
 }
 
-// recorder is the noop executor, noting when each task starts and ends while it is on.
+// benchKind is the task kind of the throughput and latency runs: it does nothing but note, in
+// a recorder, when each task starts and ends.
+const benchKind = "bench_noop"
+
+// benchFeature runs benchKind tasks with rec (nil for a client, which only submits them).
+func benchFeature(rec *recorder) engine.Feature {
+	return engine.Feature{Name: "bench", Kinds: []engine.Kind{{Name: benchKind,
+		New: func(engine.Deps) engine.Executor { return rec }}}}
+}
+
+// recorder is the executor of benchKind, noting when each task starts and ends while it is on.
 type recorder struct {
 	on     atomic.Bool
 	mu     sync.Mutex
@@ -339,7 +350,7 @@ func (r *recorder) record(on bool) {
 func chainLatency(ctx context.Context, c *engine.Client, n int, rec *recorder) (p50, p99 float64, err error) {
 	j := &spec.Job{Description: fmt.Sprintf("bench: chain of %d", n), Tasks: make([]spec.Task, n)}
 	for i := range j.Tasks {
-		j.Tasks[i] = spec.Task{Name: "c" + strconv.Itoa(i), Kind: spec.KindNoop}
+		j.Tasks[i] = spec.Task{Name: "c" + strconv.Itoa(i), Kind: benchKind}
 		if i > 0 {
 			j.Tasks[i].DependsOn = []string{"c" + strconv.Itoa(i-1)}
 		}
@@ -374,7 +385,7 @@ func percentile(sorted []float64, p float64) float64 {
 // preloadFinished writes n finished tasks (with their attempts) as one old job, as a busy
 // catalog accumulates them, then vacuums so the planner sees the real table sizes.
 func preloadFinished(ctx context.Context, c *engine.Client, n int) error {
-	_, err := c.Catalog.Pool.Exec(ctx, `
+	_, err := c.Catalog().Pool.Exec(ctx, `
 		WITH j AS (
 			INSERT INTO deckhand.job (description, kind, tasks_total, tasks_done, started_at)
 			VALUES ('bench: preloaded history', 'noop', $1, $1, now()) RETURNING id
@@ -391,7 +402,7 @@ func preloadFinished(ctx context.Context, c *engine.Client, n int) error {
 		return fmt.Errorf("preload: %w", err)
 	}
 	for _, table := range []string{"deckhand.task", "deckhand.task_attempt", "deckhand.task_dep", "deckhand.job"} {
-		if _, err := c.Catalog.Pool.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
+		if _, err := c.Catalog().Pool.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -98,7 +99,7 @@ func RunCleanup(ctx context.Context, o CleanupOptions, out io.Writer) (*CleanupR
 	if err := client.AddNode(ctx, deckhandtype.Node{Name: "bench", DSN: nodeDSN, MaxTasks: 4}); err != nil {
 		return nil, err
 	}
-	res := &CleanupResult{LockTimeout: executor.LockTimeout(ctx, client.Catalog)}
+	res := &CleanupResult{LockTimeout: cleanup.LockTimeout(ctx, client.Catalog())}
 	fmt.Fprintf(out, "server: PostgreSQL %s; lock timeout %s; a SELECT holds each table for %s\n", version, res.LockTimeout, o.Hold)
 
 	// A worker with default settings: the engine runs the cleaner on its leader.
@@ -109,7 +110,7 @@ func RunCleanup(ctx context.Context, o CleanupOptions, out io.Writer) (*CleanupR
 		return nil, err
 	}
 	defer cat.Close()
-	w := engine.NewWorker(cat, engine.Config{Concurrency: 8, Executors: cleanup.Executors(cat, pools),
+	w := engine.NewWorker(cat, engine.Config{Concurrency: 8, Features: []engine.Feature{drop.Feature()},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	wctx, stopWorker := context.WithCancel(ctx)
 	workerDone := make(chan struct{})
@@ -130,7 +131,7 @@ func RunCleanup(ctx context.Context, o CleanupOptions, out io.Writer) (*CleanupR
 	if _, err := node.Exec(ctx, `CREATE TABLE sink (v int)`); err != nil {
 		return nil, err
 	}
-	cl := cleanup.New(client.Catalog, pools)
+	cl := cleanup.New(client.Catalog(), pools)
 
 	for round := range o.Rounds {
 		for _, path := range []string{"drop", "deferred"} {
@@ -140,9 +141,9 @@ func RunCleanup(ctx context.Context, o CleanupOptions, out io.Writer) (*CleanupR
 			}
 			m, err := measureDrop(ctx, nodeDSN, table, o.Hold, func() error {
 				if path == "drop" {
-					payload, _ := json.Marshal(executor.DropPayload{Tables: []string{table}})
-					_, err := client.Submit(ctx, &spec.Job{Kind: executor.KindDrop, Tasks: []spec.Task{{
-						Name: "drop", Kind: executor.KindDrop, Node: "bench", Payload: payload}}})
+					payload, _ := json.Marshal(drop.Payload{Tables: []string{table}})
+					_, err := client.Submit(ctx, &spec.Job{Kind: drop.KindDrop, Tasks: []spec.Task{{
+						Name: "drop", Kind: drop.KindDrop, Node: "bench", Payload: payload}}})
 					return err
 				}
 				// An operation that replaces the table and succeeds: a job-wide operation of a
@@ -151,7 +152,7 @@ func RunCleanup(ctx context.Context, o CleanupOptions, out io.Writer) (*CleanupR
 				if err != nil {
 					return err
 				}
-				job, err := client.Catalog.Job(ctx, id)
+				job, err := client.JobRow(ctx, id)
 				if err != nil {
 					return err
 				}

@@ -105,7 +105,7 @@ func RunExport(ctx context.Context, o ExportOptions, out io.Writer) (*ExportResu
 	partSize := max(res.HeapBytes/int64(o.Parts)+8192, 8192)
 	began = time.Now()
 	// Schema-qualified: what a name means must not depend on any session's search_path.
-	e, err := client.Export(ctx, export.Request{Table: "public.bench_events", Group: "bench", To: "file://" + dir, PartSize: partSize})
+	e, err := export.Start(ctx, client, export.Request{Table: "public.bench_events", Group: "bench", To: "file://" + dir, PartSize: partSize})
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +124,7 @@ func RunExport(ctx context.Context, o ExportOptions, out io.Writer) (*ExportResu
 		}
 		return nil, fmt.Errorf("export job %s: %s", job.State, strings.Join(errs, "; "))
 	}
-	done, err := client.Catalog.Export(ctx, e.ID)
+	done, err := client.Export(ctx, e.ID)
 	if err != nil {
 		return nil, err
 	}

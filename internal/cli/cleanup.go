@@ -54,7 +54,7 @@ func (a *app) cleanupList() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			recs, err := c.Catalog.CleanupRecords(cmd.Context(), f)
+			recs, err := c.CleanupRecords(cmd.Context(), f)
 			if err != nil {
 				return classify(err)
 			}
@@ -107,7 +107,7 @@ they are free, for up to --wait. Exits 1 if a record failed for good during the 
 			defer c.Close()
 			pools := executor.NewPools(4)
 			defer pools.Close()
-			cl := cleanup.New(c.Catalog, pools)
+			cl := cleanup.New(c.Catalog(), pools)
 			rep, err := cl.RunOnce(cmd.Context(), cleanup.RunOptions{Wait: wait, Now: true})
 			if err != nil {
 				return Failed("cleanup run: %w", err)
@@ -169,7 +169,7 @@ func (a *app) recordCommand(use, short string, action func(*catalog.Catalog, con
 				return err
 			}
 			defer c.Close()
-			if err := action(c.Catalog, cmd.Context(), id); err != nil {
+			if err := action(c.Catalog(), cmd.Context(), id); err != nil {
 				return classify(err)
 			}
 			fmt.Fprintf(a.stderr, done, id)
@@ -220,7 +220,7 @@ func (a *app) cleanupPin() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			id, err := cleanup.New(c.Catalog, nil).Pin(cmd.Context(), r, reason)
+			id, err := cleanup.New(c.Catalog(), nil).Pin(cmd.Context(), r, reason)
 			if err != nil {
 				return classify(err)
 			}
@@ -250,7 +250,7 @@ func (a *app) cleanupUnpin() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if err := c.Catalog.UnpinResource(cmd.Context(), id); err != nil {
+			if err := c.Unpin(cmd.Context(), id); err != nil {
 				return classify(err)
 			}
 			fmt.Fprintf(a.stderr, "pin %d removed\n", id)
@@ -270,7 +270,7 @@ func (a *app) cleanupPins() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			pins, err := c.Catalog.Pins(cmd.Context())
+			pins, err := c.Pins(cmd.Context())
 			if err != nil {
 				return classify(err)
 			}

@@ -18,11 +18,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/cli"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/move"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -58,7 +61,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return &env{Env: testenv.New(t), t: t}
+	return &env{Env: testenv.New(t, drop.Feature(), move.Feature(), export.Feature()), t: t}
 }
 
 // run runs deckhand against the env's catalog as the superuser.
@@ -529,7 +532,7 @@ func TestSubmitOwnerNotAllowed(t *testing.T) {
 		t.Errorf("job %s: %+v", id2, j)
 	}
 	var owner string
-	if err := e.Client.Catalog.Pool.QueryRow(context.Background(),
+	if err := e.Client.Catalog().Pool.QueryRow(context.Background(),
 		`SELECT owner FROM deckhand.tasks WHERE job_id = $1`, id2).Scan(&owner); err != nil || owner != other {
 		t.Errorf("owner of job %s = %q, %v; want %q", id2, owner, err, other)
 	}

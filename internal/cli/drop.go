@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -48,7 +49,7 @@ role: a table it may not drop fails the job at once with PostgreSQL's reason.`,
 					return Usage("%v", err)
 				}
 			}
-			payload, err := json.Marshal(executor.DropPayload{Tables: args, LockTimeout: spec.Duration(lockTimeout)})
+			payload, err := json.Marshal(drop.Payload{Tables: args, LockTimeout: spec.Duration(lockTimeout)})
 			if err != nil {
 				return err
 			}
@@ -59,8 +60,8 @@ role: a table it may not drop fails the job at once with PostgreSQL's reason.`,
 			defer c.Close()
 			id, err := c.Submit(cmd.Context(), &spec.Job{
 				Description: "drop " + strings.Join(args, ", ") + " on " + node,
-				Kind:        executor.KindDrop,
-				Tasks: []spec.Task{{Name: "drop", Kind: executor.KindDrop, Node: node, Owner: owner,
+				Kind:        drop.KindDrop,
+				Tasks: []spec.Task{{Name: "drop", Kind: drop.KindDrop, Node: node, Owner: owner,
 					Payload: payload, MaxAttempts: attempts, Timeout: spec.Duration(maxRun)}},
 			})
 			if err != nil {

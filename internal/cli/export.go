@@ -45,7 +45,7 @@ is refused unless --force.`,
 				return err
 			}
 			defer c.Close()
-			e, err := c.Export(cmd.Context(), r)
+			e, err := export.Start(cmd.Context(), c, r)
 			if err != nil {
 				return classify(err)
 			}
@@ -77,7 +77,7 @@ is refused unless --force.`,
 				return err
 			}
 			defer c.Close()
-			exports, err := c.Catalog.Exports(cmd.Context(), 100)
+			exports, err := c.Exports(cmd.Context(), 100)
 			if err != nil {
 				return classify(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -42,7 +43,7 @@ func (a *app) jobSubmit() *cobra.Command {
 			if err != nil {
 				return Usage("%v", err)
 			}
-			if err := job.Validate(); err != nil {
+			if err := job.Validate(engine.SubmittableKinds(features()...)); err != nil {
 				return Usage("%v", err)
 			}
 			c, err := a.client(cmd.Context())
@@ -114,7 +115,7 @@ func (a *app) jobList() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			jobs, err := c.Catalog.Jobs(cmd.Context(), f)
+			jobs, err := c.Jobs(cmd.Context(), f)
 			if err != nil {
 				return classify(err)
 			}
@@ -305,7 +306,7 @@ func (a *app) jobWait() *cobra.Command {
 					// The deadline struck while reading the job: read it once more to say
 					// what state it is in (or that it does not exist).
 					rctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-					job, err = c.Catalog.Job(rctx, id)
+					job, err = c.JobRow(rctx, id)
 					cancel()
 					if err != nil {
 						return classify(err)

@@ -49,7 +49,7 @@ func (a *app) nodeCommand() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			nodes, err := c.Catalog.Nodes(cmd.Context())
+			nodes, err := c.Nodes(cmd.Context())
 			if err != nil {
 				return classify(err)
 			}
@@ -73,7 +73,7 @@ func (a *app) nodeCommand() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if err := c.Catalog.RemoveNode(cmd.Context(), args[0]); err != nil {
+			if err := c.RemoveNode(cmd.Context(), args[0]); err != nil {
 				return classify(err)
 			}
 			fmt.Fprintf(a.stderr, "node %s removed\n", args[0])

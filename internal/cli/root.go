@@ -118,7 +118,7 @@ func (a *app) client(ctx context.Context) (*engine.Client, error) {
 	if a.catalogDSN == "" {
 		return nil, Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
 	}
-	c, err := engine.Open(ctx, a.catalogDSN)
+	c, err := engine.Open(ctx, a.catalogDSN, features()...)
 	if err != nil {
 		return nil, Failed("%w", err)
 	}

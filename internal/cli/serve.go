@@ -35,7 +35,8 @@ func (a *app) serveCommand() *cobra.Command {
 			}
 			// The dashboard stays up while running tasks finish, and stops with the worker.
 			defer stopHTTP()
-			w := engine.NewWorker(c.Catalog, cfg)
+			cfg.Features = features()
+			w := engine.NewWorker(c.Catalog(), cfg)
 			return classify(w.Run(ctx))
 		},
 	}

@@ -30,7 +30,7 @@ func (a *app) settingCommand() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			set, err := c.Catalog.Settings(cmd.Context())
+			set, err := c.Settings(cmd.Context())
 			if err != nil {
 				return classify(err)
 			}
@@ -83,7 +83,7 @@ func (a *app) changeSetting(cmd *cobra.Command, name, value string) error {
 		return err
 	}
 	defer c.Close()
-	if err := c.Catalog.SetSetting(cmd.Context(), name, value); err != nil {
+	if err := c.SetSetting(cmd.Context(), name, value); err != nil {
 		return classify(err)
 	}
 	if value == "" {

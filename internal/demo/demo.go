@@ -293,7 +293,7 @@ func (r *runner) stopCluster(cl *pgtest.Cluster) {
 
 // loadNodes reads the demo's nodes from the catalog; each must be registered.
 func (r *runner) loadNodes(ctx context.Context, client *engine.Client) error {
-	byName, err := client.Catalog.NodesByName(ctx, r.opts.Nodes)
+	byName, err := client.Catalog().NodesByName(ctx, r.opts.Nodes)
 	if err != nil {
 		return err
 	}
@@ -519,7 +519,7 @@ func pad(s string, n int, fill string) string { return s + strings.Repeat(fill, 
 func (r *runner) runJob(ctx context.Context, client *engine.Client, ws *workers) error {
 	job := r.buildJob()
 	var submitter string
-	if err := client.Catalog.Pool.QueryRow(ctx, "SELECT session_user").Scan(&submitter); err != nil {
+	if err := client.Catalog().Pool.QueryRow(ctx, "SELECT session_user").Scan(&submitter); err != nil {
 		return fmt.Errorf("read the catalog user: %w", err)
 	}
 	r.printDAG(job, submitter)

@@ -224,7 +224,7 @@ func newCatalogEnv(t *testing.T, owner string, ownsDBs bool, nodes ...string) *c
 
 func (e *catalogEnv) lastJob(t *testing.T) *engine.JobDetail {
 	t.Helper()
-	jobs, err := e.client.Catalog.Jobs(context.Background(), deckhandtype.JobFilter{Limit: 1})
+	jobs, err := e.client.Jobs(context.Background(), deckhandtype.JobFilter{Limit: 1})
 	if err != nil || len(jobs) == 0 {
 		t.Fatalf("no job in the catalog (err %v)", err)
 	}
@@ -267,7 +267,7 @@ func TestDemoWithConfiguredCatalog(t *testing.T) {
 			t.Errorf("task %s: %s as %s on %v, want done as shopper on %s", task.Name, task.State, task.Owner, task.Node, want[task.Name])
 		}
 	}
-	workers, err := e.client.Catalog.Workers(context.Background(), true)
+	workers, err := e.client.Workers(context.Background(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestDemoNeedsRegisteredNodes(t *testing.T) {
 	if !errors.Is(err, catalog.ErrNotFound) || !strings.Contains(err.Error(), "node us") {
 		t.Fatalf("Run without node us registered: got %v, want a not-found error naming us", err)
 	}
-	if jobs, _ := e.client.Catalog.Jobs(context.Background(), deckhandtype.JobFilter{}); len(jobs) != 0 {
+	if jobs, _ := e.client.Jobs(context.Background(), deckhandtype.JobFilter{}); len(jobs) != 0 {
 		t.Errorf("%d jobs submitted, want none", len(jobs))
 	}
 }
@@ -403,7 +403,7 @@ func TestOptionsAreValidated(t *testing.T) {
 func TestJobShape(t *testing.T) {
 	r := &runner{opts: Options{Nodes: []string{"a", "b", "c"}}.withDefaults()}
 	job := r.buildJob()
-	if err := job.Validate(); err != nil {
+	if err := job.Validate(nil); err != nil {
 		t.Fatal(err)
 	}
 	byName := map[string][]string{}

@@ -31,14 +31,16 @@ type Env struct {
 	DB      string // catalog database
 	DSN     string // catalog conninfo (as the superuser)
 	Client  *engine.Client
+	// Features are the feature packages the env's clients submit to and its workers run.
+	Features []engine.Feature
 }
 
-// New creates a catalog database, migrates it and opens a client on it.
-func New(t testing.TB) *Env {
+// New creates a catalog database, migrates it and opens a client on it that knows features.
+func New(t testing.TB, features ...engine.Feature) *Env {
 	t.Helper()
 	cl := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
-	e := &Env{T: t, Cluster: cl, DB: db, DSN: cl.DSN(db, "postgres")}
+	e := &Env{T: t, Cluster: cl, DB: db, DSN: cl.DSN(db, "postgres"), Features: features}
 	cat, err := catalog.Open(context.Background(), e.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +49,7 @@ func New(t testing.TB) *Env {
 		t.Fatal(err)
 	}
 	cat.Close()
-	c, err := engine.Open(context.Background(), e.DSN)
+	c, err := engine.Open(context.Background(), e.DSN, features...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +118,7 @@ func (e *Env) Submitter(prefix string, memberOf ...string) (string, *engine.Clie
 	for _, r := range memberOf {
 		e.Exec("postgres", "GRANT "+pgx.Identifier{r}.Sanitize()+" TO "+q)
 	}
-	c, err := engine.Open(context.Background(), e.RoleDSN(role))
+	c, err := engine.Open(context.Background(), e.RoleDSN(role), e.Features...)
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -130,6 +132,9 @@ func (e *Env) Worker(cfg engine.Config) (w *engine.Worker, stop func()) {
 	cat, err := catalog.Open(context.Background(), e.DSN)
 	if err != nil {
 		e.T.Fatal(err)
+	}
+	if cfg.Features == nil {
+		cfg.Features = e.Features
 	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 2 * time.Second

@@ -1,4 +1,6 @@
-package executor
+// Package drop is the drop feature: the task kind "drop" drops tables as soon as no query uses
+// them, never making writers queue behind its lock for longer than the lock timeout.
+package drop
 
 import (
 	"context"
@@ -8,49 +10,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/spec"
+	"github.com/jackc/pgx/v5"
 )
 
 // KindDrop drops tables as soon as no query uses them.
 const KindDrop = "drop"
 
-func init() {
-	spec.RegisterKind(KindDrop, true, func(raw json.RawMessage) error {
-		_, err := ParseDropPayload(raw)
-		return err
-	})
-}
-
-// DefaultLockTimeout bounds how long a drop may make other sessions queue behind its ACCESS
-// EXCLUSIVE lock request. The catalog setting cleanup_lock_timeout overrides it.
-const DefaultLockTimeout = 100 * time.Millisecond
-
-// LockTimeoutSetting is the deckhand.setting that overrides DefaultLockTimeout.
-const LockTimeoutSetting = "cleanup_lock_timeout"
-
-// LockTimeout reads the configured lock timeout of drops, DefaultLockTimeout when unset or invalid.
-func LockTimeout(ctx context.Context, cat *catalog.Catalog) time.Duration {
-	if cat == nil {
-		return DefaultLockTimeout
-	}
-	v, err := cat.Setting(ctx, LockTimeoutSetting, "")
-	if err != nil || v == "" {
-		return DefaultLockTimeout
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return DefaultLockTimeout
-	}
-	return d
-}
-
-// DropPayload is the payload of a drop task.
-type DropPayload struct {
+// Payload is the payload of a drop task.
+type Payload struct {
 	// Tables to drop, each "schema.table" or "table" (resolved with the job's search_path);
 	// quoted identifiers ("My Table") keep their case.
 	Tables []string `json:"tables"`
@@ -58,17 +32,17 @@ type DropPayload struct {
 	LockTimeout spec.Duration `json:"lock_timeout,omitempty"`
 }
 
-// ParseDropPayload reads and checks a drop task's payload.
-func ParseDropPayload(raw json.RawMessage) (DropPayload, error) {
-	var p DropPayload
-	if err := DecodePayload(KindDrop, raw, &p, `{"tables": ["schema.table", ...]}`); err != nil {
+// ParsePayload reads and checks a drop task's payload.
+func ParsePayload(raw json.RawMessage) (Payload, error) {
+	var p Payload
+	if err := spec.DecodePayload(KindDrop, raw, &p, `{"tables": ["schema.table", ...]}`); err != nil {
 		return p, err
 	}
 	if len(p.Tables) == 0 {
 		return p, errors.New("drop: payload names no tables")
 	}
 	for _, t := range p.Tables {
-		if _, err := ParseQualifiedName(t); err != nil {
+		if _, err := executor.ParseQualifiedName(t); err != nil {
 			return p, fmt.Errorf("drop: %w", err)
 		}
 	}
@@ -80,86 +54,6 @@ func ParseDropPayload(raw json.RawMessage) (DropPayload, error) {
 	return p, nil
 }
 
-// InUse reports whether a drop failed only because something else holds the object: its
-// lock_timeout expired (55P03), the object is in use (55006: an active replication slot), or
-// it lost a deadlock (40P01). Such drops are retried once the object is free.
-func InUse(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
-	case "55P03", "55006", "40P01":
-		return true
-	}
-	return false
-}
-
-// DropInTx runs a DROP statement in its own transaction under lock_timeout, so that sessions
-// arriving after it queue behind its lock request for at most that long.
-func DropInTx(ctx context.Context, conn *pgx.Conn, stmt string, lockTimeout time.Duration) error {
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if err := SetLockTimeout(ctx, tx, lockTimeout); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, stmt)
-		return err
-	})
-}
-
-// SetLockTimeout sets lock_timeout for the rest of tx.
-func SetLockTimeout(ctx context.Context, tx pgx.Tx, d time.Duration) error {
-	_, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('lock_timeout'::pg_catalog.text, $1::pg_catalog.text, true)`, millis(d))
-	return err
-}
-
-func millis(d time.Duration) string {
-	return fmt.Sprintf("%dms", max(d.Milliseconds(), 1))
-}
-
-// RelationBusy reports whether another session holds, or waits for, a lock on any of the
-// relations (qualified, quoted names); relations that do not exist count as free. Reading
-// pg_locks takes no lock on the relations, so probing never gets in anyone's way.
-func RelationBusy(ctx context.Context, conn *pgx.Conn, relations []string) (bool, error) {
-	var busy bool
-	err := conn.QueryRow(ctx, relationBusySQL, relations).Scan(&busy)
-	return busy, err
-}
-
-// relationBusySQL runs in owner sessions whose search_path is SafeSearchPath, so its operators
-// are pg_catalog's; its functions are named with their schema and argument types.
-const relationBusySQL = `
-	SELECT EXISTS (
-		SELECT 1 FROM pg_catalog.pg_locks l
-		WHERE l.locktype = 'relation'
-		  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-		  AND l.relation IN (SELECT pg_catalog.to_regclass(r)::pg_catalog.oid FROM pg_catalog.unnest($1::pg_catalog.text[]) AS r
-		                     UNION ALL
-		                     SELECT i.indrelid FROM pg_catalog.pg_index i
-		                     WHERE i.indexrelid IN (SELECT pg_catalog.to_regclass(r)::pg_catalog.oid FROM pg_catalog.unnest($1::pg_catalog.text[]) AS r))
-		  AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid())`
-
-// WaitFree waits until busy reports false or max has passed, probing every interval. It
-// returns ctx's error when ctx ends first.
-func WaitFree(ctx context.Context, interval, max time.Duration, busy func(context.Context) (bool, error)) error {
-	deadline := time.Now().Add(max)
-	for time.Now().Before(deadline) {
-		b, err := busy(ctx)
-		if err != nil {
-			return err
-		}
-		if !b {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(min(interval, time.Until(deadline))):
-		}
-	}
-	return ctx.Err()
-}
-
 // Drop runs drop tasks: each table is dropped in its own short transaction with a short
 // lock_timeout, as soon as no query uses it. While pg_locks shows the table in use (probed
 // every ProbeInterval) the drop does not even ask for its lock; when it asks and a query holds
@@ -169,7 +63,7 @@ func WaitFree(ctx context.Context, interval, max time.Duration, busy func(contex
 // CASCADE, refuses pinned tables, and runs connected as the task's owner: a table the owner
 // may not drop fails at once, permanently, with PostgreSQL's reason.
 type Drop struct {
-	Pools   *Pools
+	Pools   *executor.Pools
 	Catalog *catalog.Catalog // pins and the lock timeout setting
 	// Zero values mean the defaults: the catalog's cleanup_lock_timeout (DefaultLockTimeout),
 	// 50ms, 1s and 30s.
@@ -180,20 +74,20 @@ type Drop struct {
 }
 
 func (d Drop) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
-	o, err := TaskOwner(t)
+	o, err := executor.TaskOwner(t)
 	if err != nil {
 		return err
 	}
-	p, err := ParseDropPayload(t.Payload)
+	p, err := ParsePayload(t.Payload)
 	if err != nil {
-		return Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	lockTimeout := time.Duration(p.LockTimeout)
 	if lockTimeout == 0 {
 		lockTimeout = d.LockTimeout
 	}
 	if lockTimeout == 0 {
-		lockTimeout = LockTimeout(ctx, d.Catalog)
+		lockTimeout = cleanup.LockTimeout(ctx, d.Catalog)
 	}
 	probe, minBackoff, maxBackoff := d.ProbeInterval, d.MinBackoff, d.MaxBackoff
 	if probe <= 0 {
@@ -224,7 +118,7 @@ func (d Drop) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 				return err
 			}
 			if by != "" {
-				return Permanent(fmt.Errorf("refusing to drop table %s: it is pinned by %s", tb.Sanitize(), by))
+				return taskerr.Permanent(fmt.Errorf("refusing to drop table %s: it is pinned by %s", tb.Sanitize(), by))
 			}
 		}
 	}
@@ -242,19 +136,19 @@ func (d Drop) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 func (d Drop) dropOne(ctx context.Context, conn *pgx.Conn, tb pgx.Identifier, lockTimeout, probe, backoff, maxBackoff time.Duration) error {
 	name := tb.Sanitize()
 	stmt := "DROP TABLE IF EXISTS " + name
-	busy := func(ctx context.Context) (bool, error) { return RelationBusy(ctx, conn, []string{name}) }
+	busy := func(ctx context.Context) (bool, error) { return cleanup.RelationBusy(ctx, conn, []string{name}) }
 	// A table seen in use is waited for before anyone is made to queue behind a lock request.
-	if err := WaitFree(ctx, probe, backoff, busy); err != nil {
+	if err := cleanup.WaitFree(ctx, probe, backoff, busy); err != nil {
 		return err
 	}
 	for {
-		err := DropInTx(ctx, conn, stmt, lockTimeout)
-		if err == nil || !InUse(err) {
+		err := cleanup.DropInTx(ctx, conn, stmt, lockTimeout)
+		if err == nil || !taskerr.InUse(err) {
 			return err
 		}
 		// In use: step back so that nobody queues behind us, and come back the moment the
 		// table is free (or after the backoff, for a table never seen free).
-		if err := WaitFree(ctx, probe, backoff, busy); err != nil {
+		if err := cleanup.WaitFree(ctx, probe, backoff, busy); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, maxBackoff)
@@ -283,15 +177,15 @@ func checkOwnership(ctx context.Context, conn *pgx.Conn, tables []pgx.Identifier
 		if err != nil {
 			return err
 		}
-		err = SetLockTimeout(ctx, tx, lockTimeout)
+		err = cleanup.SetLockTimeout(ctx, tx, lockTimeout)
 		if err == nil {
 			_, err = tx.Exec(ctx, "DROP TABLE IF EXISTS "+name)
 		}
 		if rbErr := tx.Rollback(ctx); rbErr != nil && err == nil {
 			err = rbErr
 		}
-		if err != nil && !InUse(err) && !Retryable(err) {
-			return Permanent(err)
+		if err != nil && !taskerr.InUse(err) && !taskerr.Retryable(err) {
+			return taskerr.Permanent(err)
 		}
 		if err != nil {
 			return err
@@ -306,13 +200,13 @@ func checkOwnership(ctx context.Context, conn *pgx.Conn, tables []pgx.Identifier
 func resolveTables(ctx context.Context, conn *pgx.Conn, searchPath string, names []string, firstRun bool) ([]pgx.Identifier, error) {
 	ids := make([]pgx.Identifier, len(names))
 	for i, n := range names {
-		id, err := ParseQualifiedName(n)
+		id, err := executor.ParseQualifiedName(n)
 		if err != nil {
-			return nil, Permanent(err)
+			return nil, taskerr.Permanent(err)
 		}
 		ids[i] = id
 	}
-	oids, err := ResolveNames(ctx, conn, searchPath, ids)
+	oids, err := executor.ResolveNames(ctx, conn, searchPath, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +222,7 @@ func resolveTables(ctx context.Context, conn *pgx.Conn, searchPath string, names
 			continue
 		}
 		seen[oid] = true
-		rel, err := Relation(ctx, conn, oid)
+		rel, err := executor.Relation(ctx, conn, oid)
 		if err != nil {
 			return nil, err
 		}
@@ -337,12 +231,24 @@ func resolveTables(ctx context.Context, conn *pgx.Conn, searchPath string, names
 			continue
 		}
 		if rel.Kind != "r" && rel.Kind != "p" {
-			return nil, Permanent(fmt.Errorf("%s is not a table (relkind %s)", ids[i].Sanitize(), rel.Kind))
+			return nil, taskerr.Permanent(fmt.Errorf("%s is not a table (relkind %s)", ids[i].Sanitize(), rel.Kind))
 		}
 		out = append(out, rel.Name)
 	}
 	if len(missing) > 0 && firstRun {
-		return nil, Permanent(fmt.Errorf("table %s does not exist; nothing was dropped", strings.Join(missing, ", ")))
+		return nil, taskerr.Permanent(fmt.Errorf("table %s does not exist; nothing was dropped", strings.Join(missing, ", ")))
 	}
 	return out, nil
+}
+
+// Feature is the drop feature, for engine.Open and engine.NewWorker.
+func Feature() engine.Feature {
+	return engine.Feature{Name: "drop", Kinds: []engine.Kind{{
+		Name: KindDrop, NeedsNode: true,
+		Validate: func(raw json.RawMessage) error {
+			_, err := ParsePayload(raw)
+			return err
+		},
+		New: func(d engine.Deps) engine.Executor { return Drop{Catalog: d.Catalog, Pools: d.Nodes} },
+	}}}
 }

@@ -1,4 +1,6 @@
-package cleanup
+// Package move is the move_table feature: it moves a table to another node through logical
+// replication, registering everything it creates with the cleaner first.
+package move
 
 import (
 	"context"
@@ -13,21 +15,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/conninfo"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
 // KindMoveTable moves a table to another node through logical replication.
 const KindMoveTable = "move_table"
-
-func init() {
-	spec.RegisterKind(KindMoveTable, true, func(raw json.RawMessage) error {
-		_, err := ParseMovePayload(raw)
-		return err
-	})
-}
 
 // The steps of a move, in order. Each registers what it is about to create first.
 const (
@@ -51,7 +49,7 @@ type MovePayload struct {
 	// default the source node's conninfo. Like every conninfo it must not hold a password:
 	// the target server needs its own (pgpass of its OS user).
 	SourceConninfo string `json:"source_conninfo,omitempty"`
-	// LockTimeout bounds how long the switch makes other sessions queue behind its lock request.
+	// cleanup.LockTimeout bounds how long the switch makes other sessions queue behind its lock request.
 	LockTimeout spec.Duration `json:"lock_timeout,omitempty"`
 	// CatchUpTimeout bounds the wait for the target to catch up while writes are blocked; default 30s.
 	CatchUpTimeout spec.Duration `json:"catch_up_timeout,omitempty"`
@@ -71,7 +69,7 @@ type MovePayload struct {
 // connection, the worker process — the cleaner restores the state before the move (or, after
 // the switch, finishes it).
 type MoveTable struct {
-	Cleaner *Cleaner
+	Cleaner *cleanup.Cleaner
 	// LeaveToCleaner skips removing resources inline after the move ends, leaving them all to
 	// the cleaner (tests use it to exercise `deckhand cleanup run`).
 	LeaveToCleaner bool
@@ -80,7 +78,7 @@ type MoveTable struct {
 // ParseMovePayload reads and checks a move_table payload.
 func ParseMovePayload(raw json.RawMessage) (MovePayload, error) {
 	var p MovePayload
-	if err := executor.DecodePayload(KindMoveTable, raw, &p, `{"table": "schema.table", "to": "node"}`); err != nil {
+	if err := spec.DecodePayload(KindMoveTable, raw, &p, `{"table": "schema.table", "to": "node"}`); err != nil {
 		return p, err
 	}
 	if p.Table == "" || p.To == "" {
@@ -130,14 +128,14 @@ func (d tableDef) createSQL() string {
 func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error) {
 	c := m.Cleaner
 	if t.Node == nil || t.NodeDSN == nil {
-		return executor.Permanent(errors.New("the task's node is no longer registered"))
+		return taskerr.Permanent(errors.New("the task's node is no longer registered"))
 	}
 	p, err := ParseMovePayload(t.Payload)
 	if err != nil {
-		return executor.Permanent(err)
+		return taskerr.Permanent(err)
 	}
 	if p.To == *t.Node {
-		return executor.Permanent(fmt.Errorf("move_table: source and target are both node %s", p.To))
+		return taskerr.Permanent(fmt.Errorf("move_table: source and target are both node %s", p.To))
 	}
 	nodes, err := c.Catalog.NodesByName(ctx, []string{p.To})
 	if err != nil {
@@ -145,14 +143,14 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 	}
 	target, ok := nodes[p.To]
 	if !ok {
-		return executor.Permanent(fmt.Errorf("move_table: unknown target node %q", p.To))
+		return taskerr.Permanent(fmt.Errorf("move_table: unknown target node %q", p.To))
 	}
 	// An earlier attempt may have switched and then died before the engine heard of it: the
 	// move is done, and what it left is the cleaner's.
 	if done, err := c.Catalog.SucceededOperationOfTask(ctx, t.ID); err != nil {
 		return err
 	} else if done != 0 {
-		c.log().Info("move_table: an earlier attempt already moved the table", "task", t.ID, "operation", done)
+		c.Log().Info("move_table: an earlier attempt already moved the table", "task", t.ID, "operation", done)
 		return nil
 	}
 	source := *t.Node
@@ -162,7 +160,7 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 	}
 	lockTimeout := time.Duration(p.LockTimeout)
 	if lockTimeout <= 0 {
-		lockTimeout = c.lockTimeout(ctx)
+		lockTimeout = c.LockTimeoutFor(ctx)
 	}
 	catchUp := time.Duration(p.CatchUpTimeout)
 	if catchUp <= 0 {
@@ -190,10 +188,10 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 	if err != nil {
 		return err
 	}
-	if by, err := c.Catalog.PinnedBy(ctx, Table(source, def.schema, def.name)); err != nil {
+	if by, err := c.Catalog.PinnedBy(ctx, cleanup.Table(source, def.schema, def.name)); err != nil {
 		return err
 	} else if by != "" {
-		return executor.Permanent(fmt.Errorf("move_table: table %s is pinned by %s", def.ident(), by))
+		return taskerr.Permanent(fmt.Errorf("move_table: table %s is pinned by %s", def.ident(), by))
 	}
 
 	op, err := c.Begin(ctx, t, fmt.Sprintf("move table %s from %s to %s", def.ident(), source, p.To))
@@ -208,12 +206,12 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if ferr := op.Fail(fctx, err); ferr != nil {
-			c.log().Warn("move_table: could not record the failure; the cleaner will find the orphan", "operation", op.ID(), "err", ferr)
+			c.Log().Warn("move_table: could not record the failure; the cleaner will find the orphan", "operation", op.ID(), "err", ferr)
 			return
 		}
 		if !m.LeaveToCleaner {
 			if _, rerr := op.RemoveDue(fctx, 0); rerr != nil {
-				c.log().Warn("move_table: removal after failure left work to the cleaner", "operation", op.ID(), "err", rerr)
+				c.Log().Warn("move_table: removal after failure left work to the cleaner", "operation", op.ID(), "err", rerr)
 			}
 		}
 	}()
@@ -230,11 +228,11 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 	if err := step(StepCreateTable, m.createTable(ctx, op, dstConn, p.To, def)); err != nil {
 		return err
 	}
-	if err := step(StepCreatePublication, createIn(ctx, op, srcConn, Publication(source, name),
+	if err := step(StepCreatePublication, createIn(ctx, op, srcConn, cleanup.Publication(source, name),
 		"CREATE PUBLICATION "+pgx.Identifier{name}.Sanitize()+" FOR TABLE "+def.ident())); err != nil {
 		return err
 	}
-	if _, err := op.Register(ctx, ReplicationSlot(source, name), Always); err != nil {
+	if _, err := op.Register(ctx, cleanup.ReplicationSlot(source, name), cleanup.Always); err != nil {
 		return err
 	}
 	repl, snapshot, err := createSlot(ctx, srcOwner, t, name)
@@ -242,7 +240,7 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 		return step(StepCreateSlot, err)
 	}
 	defer repl.Close(context.Background()) //nolint:errcheck
-	if err := step(StepCreateSubscription, createIn(ctx, op, dstConn, Subscription(p.To, name),
+	if err := step(StepCreateSubscription, createIn(ctx, op, dstConn, cleanup.Subscription(p.To, name),
 		"CREATE SUBSCRIPTION "+pgx.Identifier{name}.Sanitize()+" CONNECTION "+literal(sourceConninfo)+
 			" PUBLICATION "+pgx.Identifier{name}.Sanitize()+
 			" WITH (create_slot = false, slot_name = "+literal(name)+", copy_data = false, enabled = false)")); err != nil {
@@ -261,17 +259,17 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 	if !m.LeaveToCleaner {
 		rep, err := op.RemoveDue(ctx, 5*time.Second)
 		if err != nil {
-			c.log().Warn("move_table: removal left work to the cleaner", "operation", op.ID(), "err", err)
+			c.Log().Warn("move_table: removal left work to the cleaner", "operation", op.ID(), "err", err)
 		} else if left := len(rep.Actions) - rep.Count(deckhandtype.CleanupRemoved); left > 0 {
-			c.log().Info("move_table: the cleaner will finish removing", "operation", op.ID(), "left", left)
+			c.Log().Info("move_table: the cleaner will finish removing", "operation", op.ID(), "left", left)
 		}
 	}
 	return nil
 }
 
 // createIn registers r, then runs stmt (which creates it) on conn.
-func createIn(ctx context.Context, op *Operation, conn *pgx.Conn, r Resource, stmt string) error {
-	id, err := op.Register(ctx, r, Always)
+func createIn(ctx context.Context, op *cleanup.Operation, conn *pgx.Conn, r cleanup.Resource, stmt string) error {
+	id, err := op.Register(ctx, r, cleanup.Always)
 	if err != nil {
 		return err
 	}
@@ -281,7 +279,7 @@ func createIn(ctx context.Context, op *Operation, conn *pgx.Conn, r Resource, st
 			if ferr := op.Forget(ctx, id); ferr != nil {
 				return errors.Join(err, ferr)
 			}
-			return executor.Permanent(err)
+			return taskerr.Permanent(err)
 		}
 		return err
 	}
@@ -290,7 +288,7 @@ func createIn(ctx context.Context, op *Operation, conn *pgx.Conn, r Resource, st
 
 // createTable creates the table, and its schema if missing, on the target. Both are checked
 // to be free first: a record naming something that was already there would remove it.
-func (m MoveTable) createTable(ctx context.Context, op *Operation, conn *pgx.Conn, node string, def tableDef) error {
+func (m MoveTable) createTable(ctx context.Context, op *cleanup.Operation, conn *pgx.Conn, node string, def tableDef) error {
 	var schemaExists, tableExists bool
 	err := conn.QueryRow(ctx, `
 		SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1::pg_catalog.text),
@@ -300,10 +298,10 @@ func (m MoveTable) createTable(ctx context.Context, op *Operation, conn *pgx.Con
 		return err
 	}
 	if tableExists {
-		return executor.Permanent(fmt.Errorf("table %s already exists on node %s", def.ident(), node))
+		return taskerr.Permanent(fmt.Errorf("table %s already exists on node %s", def.ident(), node))
 	}
 	if !schemaExists {
-		id, err := op.Register(ctx, Schema(node, def.schema), OnFailure)
+		id, err := op.Register(ctx, cleanup.Schema(node, def.schema), cleanup.OnFailure)
 		if err != nil {
 			return err
 		}
@@ -318,7 +316,7 @@ func (m MoveTable) createTable(ctx context.Context, op *Operation, conn *pgx.Con
 			}
 		}
 	}
-	id, err := op.Register(ctx, Table(node, def.schema, def.name), OnFailure)
+	id, err := op.Register(ctx, cleanup.Table(node, def.schema, def.name), cleanup.OnFailure)
 	if err != nil {
 		return err
 	}
@@ -328,7 +326,7 @@ func (m MoveTable) createTable(ctx context.Context, op *Operation, conn *pgx.Con
 			if ferr := op.Forget(ctx, id); ferr != nil {
 				return errors.Join(err, ferr)
 			}
-			return executor.Permanent(err)
+			return taskerr.Permanent(err)
 		}
 		return err
 	}
@@ -340,7 +338,7 @@ func (m MoveTable) createTable(ctx context.Context, op *Operation, conn *pgx.Con
 func readTableDef(ctx context.Context, conn *pgx.Conn, searchPath, table string) (tableDef, error) {
 	id, err := executor.ParseQualifiedName(table)
 	if err != nil {
-		return tableDef{}, executor.Permanent(err)
+		return tableDef{}, taskerr.Permanent(err)
 	}
 	oids, err := executor.ResolveNames(ctx, conn, searchPath, []pgx.Identifier{id})
 	if err != nil {
@@ -352,10 +350,10 @@ func readTableDef(ctx context.Context, conn *pgx.Conn, searchPath, table string)
 		return tableDef{}, err
 	}
 	if rel.Kind == "" {
-		return tableDef{}, executor.Permanent(fmt.Errorf("table %s does not exist", id.Sanitize()))
+		return tableDef{}, taskerr.Permanent(fmt.Errorf("table %s does not exist", id.Sanitize()))
 	}
 	if rel.Kind != "r" {
-		return tableDef{}, executor.Permanent(fmt.Errorf("%s is not a plain table (relkind %s)", id.Sanitize(), rel.Kind))
+		return tableDef{}, taskerr.Permanent(fmt.Errorf("%s is not a plain table (relkind %s)", id.Sanitize(), rel.Kind))
 	}
 	d := tableDef{schema: rel.Name[0], name: rel.Name[1]}
 	// The session's search_path is pg_catalog's alone: operators here are pg_catalog's.
@@ -367,7 +365,7 @@ func readTableDef(ctx context.Context, conn *pgx.Conn, searchPath, table string)
 	var notNull, generated bool
 	_, err = pgx.ForEachRow(rows, []any{&colName, &colType, &notNull, &generated}, func() error {
 		if generated {
-			return executor.Permanent(fmt.Errorf("table %s has a generated column (%s), which move_table does not support", d.ident(), colName))
+			return taskerr.Permanent(fmt.Errorf("table %s has a generated column (%s), which move_table does not support", d.ident(), colName))
 		}
 		col := pgx.Identifier{colName}.Sanitize() + " " + colType
 		if notNull {
@@ -388,7 +386,7 @@ func readTableDef(ctx context.Context, conn *pgx.Conn, searchPath, table string)
 		return d, err
 	}
 	if len(d.primaryKey) == 0 {
-		return d, executor.Permanent(fmt.Errorf("table %s has no primary key, which logical replication needs", d.ident()))
+		return d, taskerr.Permanent(fmt.Errorf("table %s has no primary key, which logical replication needs", d.ident()))
 	}
 	return d, nil
 }
@@ -401,7 +399,7 @@ func readTableDef(ctx context.Context, conn *pgx.Conn, searchPath, table string)
 func createSlot(ctx context.Context, o executor.Owner, t *deckhandtype.ClaimedTask, name string) (*pgconn.PgConn, string, error) {
 	cfg, err := pgconn.ParseConfig(conninfo.WithUser(o.DSN, o.Role))
 	if err != nil || cfg.User != o.Role {
-		return nil, "", executor.Permanent(errors.New("node conninfo cannot be parsed"))
+		return nil, "", taskerr.Permanent(errors.New("node conninfo cannot be parsed"))
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["search_path"] = executor.SafeSearchPath
@@ -457,10 +455,10 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, snapshot string, def tab
 
 // switchOver blocks writes to the source, waits until the target has applied everything, and
 // ends the operation successfully — the switch — before letting writers go.
-func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.Conn, source string, def tableDef, sub string, lockTimeout, catchUp time.Duration) error {
+func (m MoveTable) switchOver(ctx context.Context, op *cleanup.Operation, src, dst *pgx.Conn, source string, def tableDef, sub string, lockTimeout, catchUp time.Duration) error {
 	// The source table goes once the move has succeeded (a deferred drop, once no query uses
 	// it), and stays if it fails.
-	if _, err := op.Register(ctx, Table(source, def.schema, def.name), DeferredOnSuccess); err != nil {
+	if _, err := op.Register(ctx, cleanup.Table(source, def.schema, def.name), cleanup.DeferredOnSuccess); err != nil {
 		return err
 	}
 	// Catch up without blocking anyone first, so that the wait under the lock is short.
@@ -475,7 +473,7 @@ func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.
 		if err != nil {
 			return err
 		}
-		err = executor.SetLockTimeout(ctx, tx, lockTimeout)
+		err = cleanup.SetLockTimeout(ctx, tx, lockTimeout)
 		if err == nil {
 			_, err = tx.Exec(ctx, "LOCK TABLE "+def.ident()+" IN EXCLUSIVE MODE")
 		}
@@ -483,11 +481,11 @@ func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.
 			break
 		}
 		tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-		if !executor.InUse(err) {
+		if !taskerr.InUse(err) {
 			return err
 		}
-		err = executor.WaitFree(ctx, 50*time.Millisecond, backoff, func(ctx context.Context) (bool, error) {
-			return executor.RelationBusy(ctx, src, []string{def.ident()})
+		err = cleanup.WaitFree(ctx, 50*time.Millisecond, backoff, func(ctx context.Context) (bool, error) {
+			return cleanup.RelationBusy(ctx, src, []string{def.ident()})
 		})
 		if err != nil {
 			return err
@@ -503,7 +501,7 @@ func (m MoveTable) switchOver(ctx context.Context, op *Operation, src, dst *pgx.
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// The move has succeeded; this only ends the write block a moment later.
-		m.Cleaner.log().Warn("move_table: releasing the source lock failed", "operation", op.ID(), "err", err)
+		m.Cleaner.Log().Warn("move_table: releasing the source lock failed", "operation", op.ID(), "err", err)
 	}
 	return nil
 }
@@ -557,4 +555,16 @@ func waitLSN(ctx context.Context, dst *pgx.Conn, sub, lsn string, timeout time.D
 func literal(s string) string {
 	s = strings.ReplaceAll(s, "\x00", "")
 	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// Feature is the move_table feature, for engine.Open and engine.NewWorker.
+func Feature() engine.Feature {
+	return engine.Feature{Name: "move", Kinds: []engine.Kind{{
+		Name: KindMoveTable, NeedsNode: true,
+		Validate: func(raw json.RawMessage) error {
+			_, err := ParseMovePayload(raw)
+			return err
+		},
+		New: func(d engine.Deps) engine.Executor { return MoveTable{Cleaner: d.Cleaner} },
+	}}}
 }

@@ -1,12 +1,11 @@
-// Package executor runs one claimed task of each kind: SQL on a node as its owner, noop.
-// It knows nothing about claiming or recording results; the engine does that with what
-// Run returns, classified by Classify.
-package executor
+// Package taskerr classifies what a task's attempt returned: permanent (fail now), superseded
+// (cancel: newer work replaced it), retryable (run again after a backoff), or in use (wait for
+// the resource). The engine decides a task's fate from it; executors mark their errors with it.
+package taskerr
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -15,26 +14,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Executor runs one attempt of a task. It must return promptly once ctx is done.
-type Executor interface {
-	Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
-}
-
-// Func adapts a function to Executor.
-type Func func(ctx context.Context, t *deckhandtype.ClaimedTask) error
-
-func (f Func) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error { return f(ctx, t) }
-
-// Noop does nothing; it measures the engine's own overhead.
-var Noop = Func(func(context.Context, *deckhandtype.ClaimedTask) error { return nil })
-
 // permanentError marks an error that retrying cannot fix.
 type permanentError struct{ err error }
 
 func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
-// Permanent wraps err so that Classify never retries it.
+// Permanent wraps err so that Retryable never retries it.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -119,14 +105,17 @@ func Describe(err error) *deckhandtype.TaskError {
 	return &deckhandtype.TaskError{Message: err.Error()}
 }
 
-// Registry maps task kinds to executors.
-type Registry map[string]Executor
-
-// Run dispatches t to the executor of its kind.
-func (r Registry) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
-	ex, ok := r[t.Kind]
-	if !ok {
-		return Permanent(fmt.Errorf("no executor for task kind %q on this worker", t.Kind))
+// InUse reports whether a drop failed only because something else holds the object: its
+// lock_timeout expired (55P03), the object is in use (55006: an active replication slot), or
+// it lost a deadlock (40P01). Such drops are retried once the object is free.
+func InUse(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
 	}
-	return ex.Run(ctx, t)
+	switch pgErr.Code {
+	case "55P03", "55006", "40P01":
+		return true
+	}
+	return false
 }

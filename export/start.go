@@ -1,4 +1,4 @@
-package engine
+package export
 
 import (
 	"context"
@@ -6,52 +6,49 @@ import (
 	"fmt"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
-	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/spec"
 )
 
-// Export starts an export of a partition (see package export). It normalizes and checks the
-// request, finds the group's primary and checks there that the submitter may act as the owner
-// (for a clear refusal: the workers check again on every node before anything runs). The
-// catalog's deckhand.submit_export then decides where the submitter may write, and refuses a
+// Start starts an export of a partition. It normalizes and checks the request, finds the
+// group's primary and checks there that the submitter may act as the owner (for a clear
+// refusal: the workers check again on every node before anything runs). The catalog's
+// deckhand.submit_export then decides where the submitter may write, and refuses a
 // destination that already has an export unless req.Force.
-func (c *Client) Export(ctx context.Context, req export.Request) (*deckhandtype.Export, error) {
+func Start(ctx context.Context, c *engine.Client, req Request) (*deckhandtype.Export, error) {
 	if err := req.Normalize(); err != nil {
 		return nil, err
 	}
-	primary, err := c.groupPrimary(ctx, req.Group)
+	primary, err := groupPrimary(ctx, c, req.Group)
 	if err != nil {
 		return nil, err
 	}
-	var submitter string
-	if err := c.Catalog.Pool.QueryRow(ctx, `SELECT session_user`).Scan(&submitter); err != nil {
+	submitter, err := c.Submitter(ctx)
+	if err != nil {
 		return nil, err
 	}
 	owner := req.Owner
 	if owner == "" {
 		owner = submitter
 	}
-	// The same checks as any task on the primary: the owner exists, the submitter is a member.
-	check := &spec.Job{Tasks: []spec.Task{{Name: "coordinator", Kind: spec.KindSQL, Node: primary, Owner: owner, SQL: "-"}}}
-	if err := c.authorize(ctx, check, submitter); err != nil {
+	if err := c.CheckOwner(ctx, primary, owner, submitter); err != nil {
 		return nil, err
 	}
-	exportID, _, err := c.Catalog.CreateExport(ctx, req.Record(primary, owner))
+	exportID, _, err := c.Catalog().CreateExport(ctx, req.Record(primary, owner))
 	if errors.Is(err, catalog.ErrExportExists) {
 		return nil, invalid("%v", err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return c.Catalog.Export(ctx, exportID)
+	return c.Export(ctx, exportID)
 }
 
 // groupPrimary finds the primary of a node group, probing the members when the leader has not
 // recorded their roles yet.
-func (c *Client) groupPrimary(ctx context.Context, group string) (string, error) {
-	nodes, err := c.Catalog.Nodes(ctx)
+func groupPrimary(ctx context.Context, c *engine.Client, group string) (string, error) {
+	nodes, err := c.Nodes(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -1,0 +1,14 @@
+package cli
+
+import (
+	"github.com/deckhandhq/deckhand/drop"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/move"
+)
+
+// features are the feature packages this command line ships: what its clients may submit and
+// its workers run, besides the engine's own sql and noop.
+func features() []engine.Feature {
+	return []engine.Feature{drop.Feature(), move.Feature(), export.Feature()}
+}
