@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -409,6 +410,66 @@ func TestDashboardIsServedWithAStrictPolicy(t *testing.T) {
 			t.Errorf("revalidating %s: %d, want 304", asset, r.code)
 		}
 	}
+}
+
+// The dashboard lists states in the order /api/meta gives and offers Cancel and Retry
+// where it says: check that it says what the catalog allows.
+func TestMetaDescribesEveryState(t *testing.T) {
+	h := newHarness(t)
+	var meta api.Meta
+	h.mustGet("/api/meta", &meta)
+	if !slices.Equal(meta.JobStates, catalog.JobStates) || !slices.Equal(meta.TaskStates, catalog.TaskStates) {
+		t.Errorf("job_states %q, task_states %q: want the catalog's, in lifecycle order", meta.JobStates, meta.TaskStates)
+	}
+	var jobs []string
+	for _, s := range meta.States.Jobs {
+		jobs = append(jobs, s.Name)
+		want := api.JobState{Name: s.Name, Ended: catalog.JobTerminal(s.Name),
+			Cancel: !catalog.JobTerminal(s.Name) && s.Name != catalog.JobCancelling,
+			Retry:  s.Name == catalog.JobFailed || s.Name == catalog.JobCancelled}
+		if s != want {
+			t.Errorf("job state %+v, want %+v", s, want)
+		}
+	}
+	if want := []string{"running", "scheduled", "failing", "cancelling", "finished", "failed", "cancelled"}; !slices.Equal(jobs, want) {
+		t.Errorf("job states in the order %q, want %q", jobs, want)
+	}
+	var tasks []string
+	for _, s := range meta.States.Tasks {
+		tasks = append(tasks, s.Name)
+		if s.Ended != catalog.TaskTerminal(s.Name) {
+			t.Errorf("task state %+v: ended should be %v", s, catalog.TaskTerminal(s.Name))
+		}
+		if n := btoi(s.Pending) + btoi(s.Active) + btoi(s.Ended); n != 1 {
+			t.Errorf("task state %+v: want exactly one of pending, active and ended", s)
+		}
+	}
+	if want := []string{"done", "running", "cancelling", "runnable", "blocked", "failed", "unscheduled", "cancelled"}; !slices.Equal(tasks, want) {
+		t.Errorf("task states in the order %q, want %q", tasks, want)
+	}
+	for _, c := range []struct {
+		name string
+		want api.TaskState
+	}{
+		{catalog.TaskBlocked, api.TaskState{Pending: true}},
+		{catalog.TaskRunnable, api.TaskState{Pending: true, Claimable: true}},
+		{catalog.TaskRunning, api.TaskState{Active: true}},
+		{catalog.TaskCancelling, api.TaskState{Active: true}},
+		{catalog.TaskDone, api.TaskState{Succeeded: true, Ended: true}},
+		{catalog.TaskFailed, api.TaskState{Ended: true}},
+	} {
+		c.want.Name = c.name
+		if i := slices.IndexFunc(meta.States.Tasks, func(s api.TaskState) bool { return s.Name == c.name }); i < 0 || meta.States.Tasks[i] != c.want {
+			t.Errorf("task state %s: %+v, want %+v", c.name, meta.States.Tasks, c.want)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func TestExportsAndCleanupAreListed(t *testing.T) {
