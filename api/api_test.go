@@ -394,14 +394,14 @@ func TestPagesAreAddedByRegistering(t *testing.T) {
 func TestDashboardIsServedWithAStrictPolicy(t *testing.T) {
 	h := newHarness(t)
 	r := h.get("/")
-	if r.code != http.StatusOK || !strings.Contains(r.body, `<script src="/assets/app.js"`) {
+	if r.code != http.StatusOK || !strings.Contains(r.body, `<script type="module" src="/assets/js/main.js">`) {
 		t.Fatalf("GET /: %d", r.code)
 	}
 	csp := r.header.Get("Content-Security-Policy")
 	if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
 		t.Errorf("CSP %q", csp)
 	}
-	for _, asset := range []string{"app.js", "app.css", "favicon.svg"} {
+	for _, asset := range []string{"js/main.js", "js/views/job.js", "app.css", "favicon.svg"} {
 		r := h.get("/assets/" + asset)
 		if r.code != http.StatusOK || r.header.Get("ETag") == "" {
 			t.Errorf("GET /assets/%s: %d etag %q", asset, r.code, r.header.Get("ETag"))
