@@ -281,7 +281,8 @@ type Meta struct {
 
 // States describes every job and task state in the order the dashboard lists them, with
 // what each means for display and for the buttons it offers. The dashboard knows no state
-// by name: a state added to the catalog shows up without a change to its JavaScript.
+// by name: a state added to the catalog needs a place in the orders below, not a change to
+// its JavaScript.
 type States struct {
 	Jobs  []JobState  `json:"jobs"`
 	Tasks []TaskState `json:"tasks"`
@@ -307,7 +308,7 @@ type TaskState struct {
 
 // The dashboard's orders: jobs with what is moving first, then what waits, then what ended;
 // a job's tasks with what is done first, as its progress bar reads. Every state appears
-// once (TestMetaDescribesEveryState).
+// once (TestMetaStatesCoverTheCatalog).
 var (
 	dashboardJobOrder = []string{catalog.JobRunning, catalog.JobScheduled, catalog.JobFailing, catalog.JobCancelling,
 		catalog.JobFinished, catalog.JobFailed, catalog.JobCancelled}
