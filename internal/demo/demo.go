@@ -41,8 +41,6 @@ const (
 	catalogDB       = "deckhand"
 	nodeMaxTasks    = 4
 	workerTasks     = 4
-	taskTimeout     = 2 * time.Minute
-	taskAttempts    = 3
 	shutdownGrace   = 5 * time.Second
 	customersPerRow = 10 // one customer per this many orders
 )
@@ -144,6 +142,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) (err error) {
 		return &spec.Error{Msg: err.Error()}
 	}
 	opts = opts.withDefaults()
+	job, err := buildJob(opts)
+	if err != nil {
+		// The embedded spec is broken, whatever the options: not the caller's bad input.
+		return fmt.Errorf("the demo's job.yaml: %v", err)
+	}
 	r := &runner{opts: opts, out: out, status: opts.Status, start: time.Now()}
 	if r.status == nil {
 		r.status = plainStatus{out}
@@ -189,7 +192,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (err error) {
 	}
 	defer ws.stop(r)
 
-	return r.runJob(ctx, client, ws)
+	return r.runJob(ctx, client, ws, job)
 }
 
 type runner struct {
@@ -425,62 +428,6 @@ func (ws *workers) stop(r *runner) {
 	r.status.Update("")
 }
 
-// task names a task of the demo job on node n.
-func task(n, step string) string { return n + "/" + step }
-
-// buildJob is the demo's DAG: per node, tables → (customers ∥ orders → index) → analyze;
-// then one report after every node's analyze.
-func (r *runner) buildJob() *spec.Job {
-	noTx := false
-	rows, customers := r.opts.Rows, r.opts.customers()
-	t := func(name, node, sql string, deps ...string) spec.Task {
-		return spec.Task{Name: name, Node: node, Owner: r.opts.Owner, SQL: sql, DependsOn: deps,
-			MaxAttempts: taskAttempts, Timeout: spec.Duration(taskTimeout)}
-	}
-	job := &spec.Job{
-		Description: fmt.Sprintf("deckhand demo: shop tables on %s, then a report", strings.Join(r.opts.Nodes, ", ")),
-		SearchPath:  Schema,
-	}
-	var analyzed []string
-	for _, n := range r.opts.Nodes {
-		region := strings.ReplaceAll(n, "'", "''")
-		job.Tasks = append(job.Tasks,
-			t(task(n, "tables"), n, `
-CREATE SCHEMA IF NOT EXISTS `+Schema+`;
-DROP TABLE IF EXISTS orders, customers, top_customers;
-CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL, region text NOT NULL);
-CREATE TABLE orders (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    customer_id bigint NOT NULL,
-    amount numeric(10,2) NOT NULL,
-    ordered_at timestamptz NOT NULL
-);`),
-			t(task(n, "customers"), n, fmt.Sprintf(`
-INSERT INTO customers (id, name, region)
-SELECT g, 'customer ' || g, '%s' FROM generate_series(1, %d) g`, region, customers),
-				task(n, "tables")),
-			t(task(n, "orders"), n, fmt.Sprintf(`
-INSERT INTO orders (customer_id, amount, ordered_at)
-SELECT 1 + (g::bigint * 7919) %% %d, round((5 + random() * 495)::numeric, 2), now() - g * interval '17 seconds'
-FROM generate_series(1, %d) g`, customers, rows),
-				task(n, "tables")),
-		)
-		idx := t(task(n, "index"), n, `CREATE INDEX CONCURRENTLY orders_customer_id_idx ON orders (customer_id)`, task(n, "orders"))
-		idx.Transaction = &noTx
-		job.Tasks = append(job.Tasks, idx,
-			t(task(n, "analyze"), n, `ANALYZE orders, customers`, task(n, "index"), task(n, "customers")))
-		analyzed = append(analyzed, task(n, "analyze"))
-	}
-	job.Tasks = append(job.Tasks, t("report", r.opts.Nodes[0], `
-CREATE TABLE top_customers AS
-SELECT c.id, c.name, count(*) AS orders, sum(o.amount) AS revenue
-FROM orders o JOIN customers c ON c.id = o.customer_id
-GROUP BY c.id, c.name
-ORDER BY revenue DESC, c.id
-LIMIT 10`, analyzed...))
-	return job
-}
-
 // printDAG draws the job's shape, generated from the node names, and what each step does.
 func (r *runner) printDAG(job *spec.Job, submitter string) {
 	r.printf("\nthe job: %d tasks, submitted by %s; every task runs as role %s\n\n", len(job.Tasks), submitter, r.opts.Owner)
@@ -515,8 +462,7 @@ func pad(s string, n int, fill string) string { return s + strings.Repeat(fill, 
 
 // runJob submits the job, waits for it with live progress, prints the summary and verifies
 // the result on the nodes.
-func (r *runner) runJob(ctx context.Context, client *engine.Client, ws *workers) error {
-	job := r.buildJob()
+func (r *runner) runJob(ctx context.Context, client *engine.Client, ws *workers, job *spec.Job) error {
 	var submitter string
 	if err := client.Catalog.Pool.QueryRow(ctx, "SELECT session_user").Scan(&submitter); err != nil {
 		return fmt.Errorf("read the catalog user: %w", err)
