@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -394,14 +395,14 @@ func TestPagesAreAddedByRegistering(t *testing.T) {
 func TestDashboardIsServedWithAStrictPolicy(t *testing.T) {
 	h := newHarness(t)
 	r := h.get("/")
-	if r.code != http.StatusOK || !strings.Contains(r.body, `<script src="/assets/app.js"`) {
+	if r.code != http.StatusOK || !strings.Contains(r.body, `<script type="module" src="/assets/js/main.js">`) {
 		t.Fatalf("GET /: %d", r.code)
 	}
 	csp := r.header.Get("Content-Security-Policy")
 	if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
 		t.Errorf("CSP %q", csp)
 	}
-	for _, asset := range []string{"app.js", "app.css", "favicon.svg"} {
+	for _, asset := range []string{"js/main.js", "js/views/job.js", "app.css", "favicon.svg"} {
 		r := h.get("/assets/" + asset)
 		if r.code != http.StatusOK || r.header.Get("ETag") == "" {
 			t.Errorf("GET /assets/%s: %d etag %q", asset, r.code, r.header.Get("ETag"))
@@ -410,6 +411,66 @@ func TestDashboardIsServedWithAStrictPolicy(t *testing.T) {
 			t.Errorf("revalidating %s: %d, want 304", asset, r.code)
 		}
 	}
+}
+
+// The dashboard lists states in the order /api/meta gives and offers Cancel and Retry
+// where it says: check that it says what the catalog allows.
+func TestMetaDescribesEveryState(t *testing.T) {
+	h := newHarness(t)
+	var meta api.Meta
+	h.mustGet("/api/meta", &meta)
+	if !slices.Equal(meta.JobStates, deckhandtype.JobStates) || !slices.Equal(meta.TaskStates, deckhandtype.TaskStates) {
+		t.Errorf("job_states %q, task_states %q: want the catalog's, in lifecycle order", meta.JobStates, meta.TaskStates)
+	}
+	var jobs []string
+	for _, s := range meta.States.Jobs {
+		jobs = append(jobs, string(s.Name))
+		want := api.JobState{Name: s.Name, Ended: s.Name.Terminal(),
+			Cancel: !s.Name.Terminal() && s.Name != deckhandtype.JobCancelling,
+			Retry:  s.Name == deckhandtype.JobFailed || s.Name == deckhandtype.JobCancelled}
+		if s != want {
+			t.Errorf("job state %+v, want %+v", s, want)
+		}
+	}
+	if want := []string{"running", "scheduled", "failing", "cancelling", "finished", "failed", "cancelled"}; !slices.Equal(jobs, want) {
+		t.Errorf("job states in the order %q, want %q", jobs, want)
+	}
+	var tasks []string
+	for _, s := range meta.States.Tasks {
+		tasks = append(tasks, string(s.Name))
+		if s.Ended != s.Name.Terminal() {
+			t.Errorf("task state %+v: ended should be %v", s, s.Name.Terminal())
+		}
+		if n := btoi(s.Pending) + btoi(s.Active) + btoi(s.Ended); n != 1 {
+			t.Errorf("task state %+v: want exactly one of pending, active and ended", s)
+		}
+	}
+	if want := []string{"done", "running", "cancelling", "runnable", "blocked", "failed", "unscheduled", "cancelled"}; !slices.Equal(tasks, want) {
+		t.Errorf("task states in the order %q, want %q", tasks, want)
+	}
+	for _, c := range []struct {
+		name deckhandtype.TaskState
+		want api.TaskState
+	}{
+		{deckhandtype.TaskBlocked, api.TaskState{Pending: true}},
+		{deckhandtype.TaskRunnable, api.TaskState{Pending: true, Claimable: true}},
+		{deckhandtype.TaskRunning, api.TaskState{Active: true}},
+		{deckhandtype.TaskCancelling, api.TaskState{Active: true}},
+		{deckhandtype.TaskDone, api.TaskState{Succeeded: true, Ended: true}},
+		{deckhandtype.TaskFailed, api.TaskState{Ended: true}},
+	} {
+		c.want.Name = c.name
+		if i := slices.IndexFunc(meta.States.Tasks, func(s api.TaskState) bool { return s.Name == c.name }); i < 0 || meta.States.Tasks[i] != c.want {
+			t.Errorf("task state %s: %+v, want %+v", c.name, meta.States.Tasks, c.want)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func TestExportsAndCleanupAreListed(t *testing.T) {

@@ -14,11 +14,22 @@ import (
 	"time"
 )
 
-// The dashboard is hand-written HTML, CSS and JavaScript embedded in the binary: no build
-// step, no CDN, nothing fetched at run time.
+// The dashboard is hand-written HTML, CSS and JavaScript modules embedded in the binary: no
+// build step, no CDN, nothing fetched at run time. index.html loads ui/js/main.js, which
+// imports the other modules by relative path, so they are all served under /assets/js/.
 //
 //go:embed ui
 var uiFiles embed.FS
+
+// assetTypes fixes the types the dashboard depends on rather than take them from the
+// machine's mime.types: browsers run a module script only when it is served as JavaScript,
+// and nosniff makes them hold stylesheets to text/css.
+var assetTypes = map[string]string{
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+	".html": "text/html; charset=utf-8",
+	".svg":  "image/svg+xml",
+}
 
 type asset struct {
 	body  []byte
@@ -37,7 +48,10 @@ var assets = func() map[string]asset {
 			return err
 		}
 		sum := sha256.Sum256(body)
-		ctype := mime.TypeByExtension(path.Ext(p))
+		ctype := assetTypes[path.Ext(p)]
+		if ctype == "" {
+			ctype = mime.TypeByExtension(path.Ext(p))
+		}
 		if ctype == "" {
 			ctype = "application/octet-stream"
 		}
@@ -51,7 +65,8 @@ var assets = func() map[string]asset {
 }()
 
 // serveAsset answers with an ETag, so browsers revalidate each load for a few bytes and
-// always run the assets of the binary they talk to.
+// always run the assets of the binary they talk to: the modules of one page then never mix
+// two versions of the dashboard, as they could under max-age after an upgrade.
 func serveAsset(w http.ResponseWriter, r *http.Request, name string) {
 	a, ok := assets[name]
 	if !ok {

@@ -2,17 +2,23 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/deckhandhq/deckhand/api"
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -79,6 +85,17 @@ func (b *browser) onEvent(ev any) {
 		for _, a := range e.Args {
 			msg += " " + string(a.Value) + a.Description
 		}
+	case *log.EventEntryAdded:
+		// What the browser itself reports: a module that failed to load (404, or not served
+		// as JavaScript), a script the content security policy blocked.
+		if e.Entry.Level != log.EntryLevelError {
+			return
+		}
+		// The sign-in page is answered 401 on purpose.
+		if e.Entry.Source == log.EntrySourceNetwork && strings.Contains(e.Entry.Text, "status of 401") {
+			return
+		}
+		msg = e.Entry.Text + " " + e.Entry.URL
 	default:
 		return
 	}
@@ -120,15 +137,32 @@ func (b *browser) waitJS(what, expr string, timeout time.Duration) {
 	}
 }
 
-// signIn fills in the dashboard's sign-in form as u; everything after runs on the session.
-func (b *browser) signIn(h *harness, u user) {
+// eval is the value of the JavaScript expression, once its promise resolves.
+func (b *browser) eval(what, expr string) string {
 	b.t.Helper()
-	b.do("open the dashboard", chromedp.Navigate(h.http.URL+"/"))
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// signIn fills in the dashboard's sign-in form at base as u; everything after runs on the
+// session. It returns once every module has loaded and the first page is up.
+func (b *browser) signIn(base string, u user) {
+	b.t.Helper()
+	b.do("open the dashboard", chromedp.Navigate(base+"/"))
 	b.waitJS("the sign-in form shows", `document.querySelector('form[action="/login"] #role') !== null`, 10*time.Second)
 	b.do("sign in", chromedp.SendKeys(chromedp.CSS("#role"), u.role), chromedp.SendKeys(chromedp.CSS("#password"), u.password),
 		chromedp.Click(chromedp.CSS(`form[action="/login"] button[type="submit"]`)), chromedp.WaitReady(chromedp.CSS("#main")))
 	b.waitJS("the dashboard shows who signed in", fmt.Sprintf(`document.querySelector('#user') !== null && document.querySelector('#user').textContent === %q`, u.role), 15*time.Second)
+	b.waitJS("the entry module has started", `'ready' in document.documentElement.dataset`, 10*time.Second)
 }
+
+// jobCounts is the expression for the states of the jobs page's count cards, in order.
+const jobCounts = `[...document.querySelectorAll('.counts .count')].map(e => e.dataset.state).join(',')`
 
 // The dashboard, driven like a person would: sign in as a catalog role, watch a job finish
 // live, open a running job and cancel it with its button, sign out.
@@ -138,9 +172,13 @@ func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	h.AddNode("n1", 4)
 	h.worker()
 
-	b.signIn(h, h.user)
+	b.signIn(h.http.URL, h.user)
 	b.waitJS("the live stream connects", `document.querySelector('#live.on') !== null`, 15*time.Second)
 	b.waitJS("the jobs page renders", `document.querySelector('table.jobs tbody tr') !== null`, 10*time.Second)
+	// The meta as the page's session reads it: a request with other credentials would keep
+	// connections of the role open past the sign-out checked below.
+	order := b.eval("read the meta", `fetch('/api/meta').then(r => r.json()).then(m => ['all', ...m.states.jobs.map(s => s.name)].join(','))`)
+	b.waitJS("the counts follow the meta's order", fmt.Sprintf(`%s === %q`, jobCounts, order), 10*time.Second)
 
 	quick := h.submit(sqlJob("finishes while watched", "n1", "SELECT pg_sleep(0.3)", "SELECT 1"))
 	b.waitJS("the new job shows up", fmt.Sprintf(`document.querySelector('tr[data-job="%d"]') !== null`, quick), 10*time.Second)
@@ -172,4 +210,66 @@ func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	b.waitJS("the sign-in form shows again", `document.querySelector('form[action="/login"] #role') !== null`, 10*time.Second)
 	// Every API connection of the role was the browser session's.
 	testenv.Eventually(t, 10*time.Second, func() bool { return h.backends(h.user.role) == 0 }, "signing out closes the session's catalog connections")
+}
+
+// rewriteMeta serves next with GET /api/meta's answer passed through edit.
+func rewriteMeta(t *testing.T, next http.Handler, edit func(*api.Meta)) *httptest.Server {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/meta" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		var m api.Meta
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &m) != nil {
+			t.Errorf("GET /api/meta: %d %s", rec.Code, rec.Body)
+			return
+		}
+		edit(&m)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(m)
+	}))
+	// The browser is still open, its event stream with it: cut it, or Close waits for it.
+	t.Cleanup(func() { hs.CloseClientConnections(); hs.Close() })
+	return hs
+}
+
+// The dashboard lists the job and task states /api/meta gives, in its order, and offers the
+// buttons it says: served a meta with the orders reversed, a state the catalog does not have,
+// and Retry moved from failed to finished jobs, it follows.
+func TestBrowserTakesStatesFromMeta(t *testing.T) {
+	b := newBrowser(t, 1440, 900)
+	h := newHarness(t)
+	h.AddNode("n1", 4)
+	h.worker()
+	fails := h.submit(sqlJob("fails", "n1", "SELECT 1/0", "SELECT 1"))
+	finishes := h.submit(sqlJob("finishes", "n1", "SELECT 1"))
+	h.Wait(fails, 20*time.Second)
+	h.Wait(finishes, 20*time.Second)
+
+	var meta api.Meta
+	h.mustGet("/api/meta", &meta)
+	order := []string{"all", "on-hold"}
+	for _, s := range slices.Backward(meta.States.Jobs) {
+		order = append(order, string(s.Name))
+	}
+	hs := rewriteMeta(t, h.srv.Handler(), func(m *api.Meta) {
+		slices.Reverse(m.States.Jobs)
+		slices.Reverse(m.States.Tasks)
+		for i, s := range m.States.Jobs {
+			m.States.Jobs[i].Retry = s.Name == deckhandtype.JobFinished
+		}
+		m.States.Jobs = append([]api.JobState{{Name: "on-hold"}}, m.States.Jobs...)
+	})
+	b.signIn(hs.URL, h.user)
+	b.waitJS("the jobs are listed", fmt.Sprintf(`document.querySelector('tr[data-job="%d"]') && document.querySelector('tr[data-job="%d"]')`, fails, finishes), 10*time.Second)
+	b.waitJS("the counts follow the served order, with the served state", fmt.Sprintf(`%s === %q`, jobCounts, strings.Join(order, ",")), 10*time.Second)
+	b.waitJS("the served state counts none", `document.querySelector('.count[data-state="on-hold"] .n').textContent === '0'`, time.Second)
+	b.waitJS("Retry is offered where the meta says", fmt.Sprintf(`document.querySelector('tr[data-job="%d"] button[data-action="retry"]') !== null &&
+		document.querySelector('tr[data-job="%d"] button[data-action="retry"]') === null`, finishes, fails), 10*time.Second)
+
+	b.do("open the failed job", chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", hs.URL, fails)))
+	b.waitJS("the task counts follow the served order", `[...document.querySelectorAll('.summary-bar .legend span')].map(e => e.textContent).join(',') === '1 unscheduled,1 failed'`, 10*time.Second)
+	b.checkErrors()
 }

@@ -194,7 +194,7 @@ func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, 
 		s.serverError(w, r, err)
 	case action == "cancel" && job.State.Terminal():
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is already %s", id, job.State))
-	case action == "retry" && job.State != deckhandtype.JobFailed && job.State != deckhandtype.JobCancelled:
+	case action == "retry" && !retryable(job.State):
 		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is %s: only failed or cancelled jobs can be retried", id, job.State))
 	default:
 		s.serverError(w, r, err)
@@ -270,18 +270,80 @@ func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
 // Meta is the answer to GET /api/meta: what the dashboard needs to draw its frame.
 type Meta struct {
 	SchemaVersion int                      `json:"schema_version"`
-	User          string                   `json:"user"` // the catalog role the caller acts as
-	JobStates     []deckhandtype.JobState  `json:"job_states"`
-	TaskStates    []deckhandtype.TaskState `json:"task_states"`
+	User          string                   `json:"user"`        // the catalog role the caller acts as
+	JobStates     []deckhandtype.JobState  `json:"job_states"`  // every job state, in lifecycle order
+	TaskStates    []deckhandtype.TaskState `json:"task_states"` // every task state, in lifecycle order
+	States        States                   `json:"states"`
 	Pages         []Page                   `json:"pages"`
 }
+
+// States describes every job and task state in the order the dashboard lists them, with
+// what each means for display and for the buttons it offers. The dashboard knows no state
+// by name: a state added to the catalog needs a place in the orders below, not a change to
+// its JavaScript.
+type States struct {
+	Jobs  []JobState  `json:"jobs"`
+	Tasks []TaskState `json:"tasks"`
+}
+
+// JobState is one job state as the dashboard shows it.
+type JobState struct {
+	Name   deckhandtype.JobState `json:"name"`
+	Ended  bool                  `json:"ended"`  // the job will not change again on its own
+	Cancel bool                  `json:"cancel"` // the dashboard offers Cancel: not ended, and no cancel requested yet
+	Retry  bool                  `json:"retry"`  // POST /api/jobs/{id}/retry accepts a job in this state
+}
+
+// TaskState is one task state as the dashboard shows it.
+type TaskState struct {
+	Name      deckhandtype.TaskState `json:"name"`
+	Pending   bool                   `json:"pending"`   // not started: waits for its dependencies or for a worker
+	Claimable bool                   `json:"claimable"` // a worker may claim it once not_before (its backoff) has passed
+	Active    bool                   `json:"active"`    // a backend runs it on its node
+	Succeeded bool                   `json:"succeeded"` // it did its work: its dependents may run
+	Ended     bool                   `json:"ended"`     // it will not run again on its own
+}
+
+// The dashboard's orders: jobs with what is moving first, then what waits, then what ended;
+// a job's tasks with what is done first, as its progress bar reads. Every state appears
+// once (TestMetaStatesCoverTheCatalog).
+var (
+	dashboardJobOrder = []deckhandtype.JobState{deckhandtype.JobRunning, deckhandtype.JobScheduled, deckhandtype.JobFailing, deckhandtype.JobCancelling,
+		deckhandtype.JobFinished, deckhandtype.JobFailed, deckhandtype.JobCancelled}
+	dashboardTaskOrder = []deckhandtype.TaskState{deckhandtype.TaskDone, deckhandtype.TaskRunning, deckhandtype.TaskCancelling, deckhandtype.TaskRunnable,
+		deckhandtype.TaskBlocked, deckhandtype.TaskFailed, deckhandtype.TaskUnscheduled, deckhandtype.TaskCancelled}
+)
+
+// retryable reports whether a job in state s can be retried.
+func retryable(s deckhandtype.JobState) bool {
+	return s == deckhandtype.JobFailed || s == deckhandtype.JobCancelled
+}
+
+// states is computed once: it depends on nothing but the catalog's definitions.
+var states = func() States {
+	var out States
+	for _, s := range dashboardJobOrder {
+		ended := s.Terminal()
+		out.Jobs = append(out.Jobs, JobState{Name: s, Ended: ended,
+			Cancel: !ended && s != deckhandtype.JobCancelling, Retry: retryable(s)})
+	}
+	for _, s := range dashboardTaskOrder {
+		out.Tasks = append(out.Tasks, TaskState{Name: s,
+			Pending:   s == deckhandtype.TaskBlocked || s == deckhandtype.TaskRunnable,
+			Claimable: s == deckhandtype.TaskRunnable,
+			Active:    s == deckhandtype.TaskRunning || s == deckhandtype.TaskCancelling,
+			Succeeded: s == deckhandtype.TaskDone,
+			Ended:     s.Terminal()})
+	}
+	return out
+}()
 
 func (s *Server) meta(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	pages := append([]Page{}, s.pages...)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, Meta{SchemaVersion: catalog.SchemaVersion(), User: CallerRole(r),
-		JobStates: deckhandtype.JobStates, TaskStates: deckhandtype.TaskStates, Pages: pages})
+		JobStates: deckhandtype.JobStates, TaskStates: deckhandtype.TaskStates, States: states, Pages: pages})
 }
 
 // Health is the answer to GET /healthz.

@@ -92,7 +92,7 @@ func TestLargeCatalogStaysFast(t *testing.T) {
 		took = append(took, st.Took)
 	}
 	slices.Sort(took)
-	t.Logf("catalog.Stats (uncached) median %s: jobs %v tasks %v", took[2].Round(10*time.Microsecond), st.Jobs, st.Tasks)
+	t.Logf("deckhandtype.Stats (uncached) median %s: jobs %v tasks %v", took[2].Round(10*time.Microsecond), st.Jobs, st.Tasks)
 	var jobs int64
 	for _, n := range st.Jobs {
 		jobs += n

@@ -102,7 +102,7 @@ func TestScreenshots(t *testing.T) {
 				FROM generate_series(1, 150000) g`)
 		}
 		exp, err := export.Start(ctx, h.Client, export.Request{Table: "orders", Partition: part, Group: "eu-central-1",
-			To: "file://" + exportDir + "/orders", PartSize: 2 << 20, MaxAttempts: 3})
+			To: "file://" + exportDir + "/" + part, PartSize: 2 << 20, MaxAttempts: 3})
 		if err != nil {
 			t.Fatalf("export: %v", err)
 		}
@@ -174,7 +174,7 @@ func TestScreenshots(t *testing.T) {
 		}
 		t.Logf("wrote %s", path)
 	}
-	b.signIn(h, h.user)
+	b.signIn(h.http.URL, h.user)
 	setTheme := func(theme string) {
 		b.do("theme "+theme, chromedp.Navigate(h.http.URL+"/"), chromedp.Func(func(c context.Context, tg *chromedp.Target) error {
 			_, err := chromedp.Evaluate[any](`localStorage.setItem('deckhand-theme', '`+theme+`')`)(c, tg)

@@ -3,30 +3,25 @@
 // databases; with one it uses the nodes already registered there. Either way it submits a
 // DAG job through engine.Client, runs it with two in-process workers, shows progress, prints
 // a summary, reads the result back from the nodes, and leaves nothing running.
+//
+// The job is job.yaml, a job spec like a user's (job.go fills in its values). Run, here, drives
+// the demo with the help of cluster.go (the throwaway cluster, the catalog's nodes), workers.go
+// and verify.go (reading the result back); what it shows is in progress.go (the live line or
+// the log of task state changes) and render.go (the job's picture, the summary table, the
+// verification line).
 package demo
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"text/tabwriter"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/conninfo"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -39,12 +34,6 @@ const (
 	// own tables when it runs against a real catalog.
 	Schema = "deckhand_demo"
 
-	catalogDB       = "deckhand"
-	nodeMaxTasks    = 4
-	workerTasks     = 4
-	taskTimeout     = 2 * time.Minute
-	taskAttempts    = 3
-	shutdownGrace   = 5 * time.Second
 	customersPerRow = 10 // one customer per this many orders
 )
 
@@ -56,14 +45,6 @@ var ErrJobFailed = errors.New("demo job failed")
 
 // ErrInterrupted is returned (wrapped) when ctx ends before the demo does (Ctrl-C).
 var ErrInterrupted = errors.New("demo interrupted")
-
-// Status draws a live status line; *cli.Progress implements it. Update redraws the line on a
-// terminal and does nothing elsewhere; Done replaces it with a permanent line.
-type Status interface {
-	Terminal() bool
-	Update(line string)
-	Done(final string)
-}
 
 // Options tune the demo. The zero value starts a throwaway cluster with the defaults.
 type Options struct {
@@ -145,6 +126,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) (err error) {
 		return &spec.Error{Msg: err.Error()}
 	}
 	opts = opts.withDefaults()
+	job, err := buildJob(opts)
+	if err != nil {
+		// The embedded spec is broken, whatever the options: not the caller's bad input.
+		return fmt.Errorf("the demo's job.yaml: %v", err)
+	}
 	r := &runner{opts: opts, out: out, status: opts.Status, start: time.Now()}
 	if r.status == nil {
 		r.status = plainStatus{out}
@@ -190,7 +176,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (err error) {
 	}
 	defer ws.stop(r)
 
-	return r.runJob(ctx, client, ws)
+	return r.runJob(ctx, client, ws, job)
 }
 
 type runner struct {
@@ -203,324 +189,12 @@ type runner struct {
 	jobTime    string
 }
 
-// plainStatus is the Status for a plain writer: only permanent lines appear.
-type plainStatus struct{ w io.Writer }
-
-func (plainStatus) Terminal() bool      { return false }
-func (plainStatus) Update(string)       {}
-func (p plainStatus) Done(final string) { fmt.Fprintln(p.w, final) }
-
-func (r *runner) printf(format string, args ...any) { fmt.Fprintf(r.out, format, args...) }
-
-func (r *runner) bar(done, total, width int) string {
-	if r.opts.Bar != nil {
-		return r.opts.Bar(done, total, width)
-	}
-	return fmt.Sprintf("%d/%d", done, total)
-}
-
-// nodeDB is the database a node of the throwaway cluster lives in.
-func nodeDB(node string) string { return "shop_" + node }
-
-// startCluster starts the throwaway cluster and prepares the catalog, the node databases and
-// the owner role on it. It returns the cluster, if it started, even on error, so that the
-// caller stops it.
-func (r *runner) startCluster(ctx context.Context) (*pgtest.Cluster, error) {
-	r.status.Update("starting a throwaway PostgreSQL cluster…")
-	t0 := time.Now()
-	cl, err := pgtest.Start(ctx, pgtest.Options{})
-	if err != nil {
-		r.status.Done("could not start PostgreSQL")
-		return nil, err
-	}
-	conn, err := cl.Connect(ctx, "postgres")
-	if err != nil {
-		return cl, err
-	}
-	defer conn.Close(context.Background()) //nolint:errcheck
-	var version string
-	if err := conn.QueryRow(ctx, "SELECT split_part(current_setting('server_version'), ' ', 1)").Scan(&version); err != nil {
-		return cl, err
-	}
-	r.status.Done(fmt.Sprintf("  postgres  PostgreSQL %s on %s, started in %s\n            a throwaway cluster in %s, removed on exit",
-		version, cl.Addr(), since(t0), cl.Dir))
-
-	owner := pgx.Identifier{r.opts.Owner}.Sanitize()
-	stmts := []string{
-		"CREATE ROLE " + owner + " LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE",
-		"CREATE DATABASE " + catalogDB,
-	}
-	for _, n := range r.opts.Nodes {
-		stmts = append(stmts, "CREATE DATABASE "+pgx.Identifier{nodeDB(n)}.Sanitize()+" OWNER "+owner)
-	}
-	for _, s := range stmts {
-		// CREATE DATABASE refuses a transaction block, so one statement at a time.
-		if _, err := conn.Exec(ctx, s); err != nil {
-			return cl, fmt.Errorf("prepare the cluster: %s: %w", s, err)
-		}
-	}
-	r.catalogDSN = cl.DSN(catalogDB, pgtest.Superuser)
-	cat, err := catalog.Open(ctx, r.catalogDSN)
-	if err != nil {
-		return cl, err
-	}
-	defer cat.Close()
-	if _, err := cat.Migrate(ctx); err != nil {
-		return cl, err
-	}
-	var dbs []string
-	for _, n := range r.opts.Nodes {
-		err := cat.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(nodeDB(n), pgtest.Superuser), Group: n, MaxTasks: nodeMaxTasks})
-		if err != nil {
-			return cl, err
-		}
-		dbs = append(dbs, nodeDB(n))
-	}
-	r.printf("  catalog   database %s, schema version %d (deckhand init)\n", catalogDB, catalog.SchemaVersion())
-	r.printf("  owner     role %s: LOGIN, not a superuser, owns %s\n", r.opts.Owner, strings.Join(dbs, ", "))
-	return cl, nil
-}
-
-func (r *runner) stopCluster(cl *pgtest.Cluster) {
-	r.status.Update("stopping PostgreSQL…")
-	t0 := time.Now()
-	if err := cl.Stop(); err != nil {
-		r.status.Done("  could not stop PostgreSQL cleanly: " + oneLine(err))
-		return
-	}
-	r.status.Done(fmt.Sprintf("stopped PostgreSQL on %s and removed %s (%s)", cl.Addr(), cl.Dir, since(t0)))
-}
-
-// loadNodes reads the demo's nodes from the catalog; each must be registered.
-func (r *runner) loadNodes(ctx context.Context, client *engine.Client) error {
-	byName, err := client.Catalog().NodesByName(ctx, r.opts.Nodes)
-	if err != nil {
-		return err
-	}
-	var missing, shown []string
-	for _, n := range r.opts.Nodes {
-		node, ok := byName[n]
-		if !ok {
-			missing = append(missing, n)
-			continue
-		}
-		r.nodes = append(r.nodes, node)
-		where := "database " + dbName(node.DSN)
-		shown = append(shown, fmt.Sprintf("%s (%s, at most %d tasks)", n, where, node.MaxTasks))
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("node %s: %w in the catalog: register with `deckhand node add NAME --dsn CONNINFO` or pass --nodes",
-			strings.Join(missing, ", "), catalog.ErrNotFound)
-	}
-	if r.opts.CatalogDSN != "" {
-		r.printf("  catalog   %s (configured; the demo's tables go to schema %s on each node)\n", conninfo.Redact(r.catalogDSN), Schema)
-		r.printf("  owner     role %s\n", r.opts.Owner)
-	}
-	r.printf("  nodes     %s\n", strings.Join(shown, "; "))
-	return nil
-}
-
-// dbName is the database a conninfo names, for display.
-func dbName(dsn string) string {
-	if cfg, err := pgx.ParseConfig(dsn); err == nil && cfg.Database != "" {
-		return cfg.Database
-	}
-	return "?"
-}
-
-type workers struct {
-	names  map[int64]string // catalog worker id → name
-	ws     []*engine.Worker
-	cats   []*catalog.Catalog
-	cancel context.CancelFunc
-	done   chan struct{}
-	// failed is closed when a worker stops on its own; err says why.
-	failed   chan struct{}
-	failOnce sync.Once
-	err      error
-	stopped  bool
-}
-
-// startWorkers runs the in-process workers until stop; each has its own catalog pool, as
-// separate `deckhand serve` processes would.
-func (r *runner) startWorkers(ctx context.Context) (*workers, error) {
-	// The workers outlive ctx: on Ctrl-C they must shut down gracefully, not be cut off.
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ws := &workers{names: map[int64]string{}, cancel: cancel, done: make(chan struct{}), failed: make(chan struct{})}
-	var wg sync.WaitGroup
-	var names []string
-	for i := range r.opts.Workers {
-		cat, err := catalog.Open(ctx, r.catalogDSN)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			for _, c := range ws.cats {
-				c.Close()
-			}
-			return nil, err
-		}
-		name := fmt.Sprintf("demo-%d", i+1)
-		names = append(names, name)
-		w := engine.NewWorker(cat, engine.Config{
-			Name: name, Concurrency: workerTasks, ShutdownGrace: shutdownGrace,
-			LeaseTTL: 10 * time.Second, Logger: r.opts.Logger,
-		})
-		ws.ws = append(ws.ws, w)
-		ws.cats = append(ws.cats, cat)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := w.Run(wctx)
-			if wctx.Err() == nil {
-				if err == nil {
-					err = errors.New("stopped unexpectedly")
-				}
-				ws.failOnce.Do(func() { ws.err = fmt.Errorf("worker %s: %w", name, err); close(ws.failed) })
-			}
-		}()
-	}
-	go func() { wg.Wait(); close(ws.done) }()
-	// Registration gives each worker its id, by which attempts name the worker that ran them.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		all := true
-		for _, w := range ws.ws {
-			all = all && w.ID() != 0
-		}
-		if all {
-			break
-		}
-		select {
-		case <-ws.failed:
-			ws.stop(r)
-			return nil, ws.err
-		case <-ctx.Done():
-			ws.stop(r)
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			ws.stop(r)
-			return nil, errors.New("workers did not register within 10s")
-		}
-	}
-	for i, w := range ws.ws {
-		ws.names[w.ID()] = names[i]
-	}
-	r.printf("  workers   %s, in this process, %d tasks at a time each\n", strings.Join(names, " and "), workerTasks)
-	return ws, nil
-}
-
-// stop shuts the workers down gracefully and waits for them.
-func (ws *workers) stop(r *runner) {
-	if ws.stopped {
-		return
-	}
-	ws.stopped = true
-	r.status.Update("stopping workers…")
-	ws.cancel()
-	<-ws.done
-	for _, c := range ws.cats {
-		c.Close()
-	}
-	r.status.Update("")
-}
-
-// task names a task of the demo job on node n.
-func task(n, step string) string { return n + "/" + step }
-
-// buildJob is the demo's DAG: per node, tables → (customers ∥ orders → index) → analyze;
-// then one report after every node's analyze.
-func (r *runner) buildJob() *spec.Job {
-	noTx := false
-	rows, customers := r.opts.Rows, r.opts.customers()
-	t := func(name, node, sql string, deps ...string) spec.Task {
-		return spec.Task{Name: name, Node: node, Owner: r.opts.Owner, SQL: sql, DependsOn: deps,
-			MaxAttempts: taskAttempts, Timeout: spec.Duration(taskTimeout)}
-	}
-	job := &spec.Job{
-		Description: fmt.Sprintf("deckhand demo: shop tables on %s, then a report", strings.Join(r.opts.Nodes, ", ")),
-		SearchPath:  Schema,
-	}
-	var analyzed []string
-	for _, n := range r.opts.Nodes {
-		region := strings.ReplaceAll(n, "'", "''")
-		job.Tasks = append(job.Tasks,
-			t(task(n, "tables"), n, `
-CREATE SCHEMA IF NOT EXISTS `+Schema+`;
-DROP TABLE IF EXISTS orders, customers, top_customers;
-CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL, region text NOT NULL);
-CREATE TABLE orders (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    customer_id bigint NOT NULL,
-    amount numeric(10,2) NOT NULL,
-    ordered_at timestamptz NOT NULL
-);`),
-			t(task(n, "customers"), n, fmt.Sprintf(`
-INSERT INTO customers (id, name, region)
-SELECT g, 'customer ' || g, '%s' FROM generate_series(1, %d) g`, region, customers),
-				task(n, "tables")),
-			t(task(n, "orders"), n, fmt.Sprintf(`
-INSERT INTO orders (customer_id, amount, ordered_at)
-SELECT 1 + (g::bigint * 7919) %% %d, round((5 + random() * 495)::numeric, 2), now() - g * interval '17 seconds'
-FROM generate_series(1, %d) g`, customers, rows),
-				task(n, "tables")),
-		)
-		idx := t(task(n, "index"), n, `CREATE INDEX CONCURRENTLY orders_customer_id_idx ON orders (customer_id)`, task(n, "orders"))
-		idx.Transaction = &noTx
-		job.Tasks = append(job.Tasks, idx,
-			t(task(n, "analyze"), n, `ANALYZE orders, customers`, task(n, "index"), task(n, "customers")))
-		analyzed = append(analyzed, task(n, "analyze"))
-	}
-	job.Tasks = append(job.Tasks, t("report", r.opts.Nodes[0], `
-CREATE TABLE top_customers AS
-SELECT c.id, c.name, count(*) AS orders, sum(o.amount) AS revenue
-FROM orders o JOIN customers c ON c.id = o.customer_id
-GROUP BY c.id, c.name
-ORDER BY revenue DESC, c.id
-LIMIT 10`, analyzed...))
-	return job
-}
-
-// printDAG draws the job's shape, generated from the node names, and what each step does.
-func (r *runner) printDAG(job *spec.Job, submitter string) {
-	r.printf("\nthe job: %d tasks, submitted by %s; every task runs as role %s\n\n", len(job.Tasks), submitter, r.opts.Owner)
-	w, m := 0, 0
-	for _, n := range r.opts.Nodes {
-		w = max(w, len(n))
-		m = max(m, runes(n+"/customers ─"), runes(n+"/orders ── "+n+"/index ─"))
-	}
-	m++
-	a := w + len("/tables")
-	for i, n := range r.opts.Nodes {
-		join := "┤"
-		if i == 0 {
-			join = "┐"
-		}
-		r.printf("  %s ─┬─ %s┬─ %s%s\n", pad(n+"/tables", a, " "), pad(n+"/customers ─", m, "─"), pad(n+"/analyze ─", w+10, "─"), join)
-		r.printf("  %s  └─ %s┘%s│\n", strings.Repeat(" ", a), pad(n+"/orders ── "+n+"/index ─", m, "─"), strings.Repeat(" ", w+12))
-	}
-	r.printf("  %s└─ report (on %s)\n\n", strings.Repeat(" ", a+5+m+w+13), r.opts.Nodes[0])
-	r.printf("  tables     CREATE SCHEMA %s; CREATE TABLE customers, orders\n", Schema)
-	r.printf("  customers  INSERT %s rows from generate_series\n", thousands(r.opts.customers()))
-	r.printf("  orders     INSERT %s rows from generate_series\n", thousands(r.opts.Rows))
-	r.printf("  index      CREATE INDEX CONCURRENTLY on orders (customer_id), outside a transaction\n")
-	r.printf("  analyze    ANALYZE orders, customers\n")
-	r.printf("  report     top 10 customers by revenue on %s, once every node is ready (fan-in)\n\n", r.opts.Nodes[0])
-}
-
-func runes(s string) int { return len([]rune(s)) }
-
-// pad fills s up to n runes with fill.
-func pad(s string, n int, fill string) string { return s + strings.Repeat(fill, max(0, n-runes(s))) }
-
 // runJob submits the job, waits for it with live progress, prints the summary and verifies
 // the result on the nodes.
-func (r *runner) runJob(ctx context.Context, client *engine.Client, ws *workers) error {
-	job := r.buildJob()
-	var submitter string
-	if err := client.Catalog().Pool.QueryRow(ctx, "SELECT session_user").Scan(&submitter); err != nil {
-		return fmt.Errorf("read the catalog user: %w", err)
+func (r *runner) runJob(ctx context.Context, client *engine.Client, ws *workers, job *spec.Job) error {
+	submitter, err := client.Submitter(ctx)
+	if err != nil {
+		return err
 	}
 	r.printDAG(job, submitter)
 	submitted := time.Now()
@@ -579,319 +253,10 @@ func (r *runner) runJob(ctx context.Context, client *engine.Client, ws *workers)
 	if final.State != deckhandtype.JobFinished {
 		return fmt.Errorf("%w: job %d %s (%d of %d tasks done); see the errors above", ErrJobFailed, id, final.State, final.TasksDone, final.TasksTotal)
 	}
-	line, err := r.verify(ctx)
+	res, err := r.verify(ctx)
 	if err != nil {
 		return fmt.Errorf("job %d finished, but reading its result back failed: %w", id, err)
 	}
-	r.printf("%s\n", line)
+	r.printVerified(res)
 	return nil
 }
-
-// watcher turns Wait's progress callbacks into a live status line on a terminal, or into a
-// log of task state changes elsewhere. The log is a timeline in catalog time: a task that
-// starts and ends between two callbacks still gets both lines, and lines are held back
-// briefly so that one discovered late is not printed after a later one.
-type watcher struct {
-	r        *runner
-	client   *engine.Client
-	id       int64
-	since    time.Time // local time of the submission, anchoring catalog times to ours
-	workers  map[int64]string
-	printed  map[string]bool
-	width    int // of the task name column
-	pending  []event
-	lastTime time.Duration
-}
-
-type event struct {
-	at   time.Duration // since the job was created, in catalog time
-	text string
-}
-
-// holdBack is how long a state change may go unnoticed: Wait's callback interval plus slack.
-const holdBack = 500 * time.Millisecond
-
-func (w *watcher) update(ctx context.Context, j deckhandtype.Job) {
-	d, err := w.client.Job(ctx, j.ID)
-	if err != nil {
-		return
-	}
-	if w.r.status.Terminal() {
-		var running []string
-		for _, t := range d.Tasks {
-			if t.State == deckhandtype.TaskRunning || t.State == deckhandtype.TaskCancelling {
-				running = append(running, t.Name)
-			}
-		}
-		line := fmt.Sprintf("job %d %s %s %s", d.ID, d.State, w.r.bar(d.TasksDone, d.TasksTotal, 20), since(w.since))
-		if len(running) > 0 {
-			line += "  running: " + strings.Join(running, " ")
-		}
-		w.r.status.Update(truncate(line, 78))
-		return
-	}
-	w.collect(d)
-	horizon := time.Since(w.since) - holdBack
-	if d.State.Terminal() {
-		horizon = 1<<63 - 1
-	}
-	w.print(horizon)
-}
-
-// flush prints every event still held back.
-func (w *watcher) flush() { w.print(1<<63 - 1) }
-
-// print prints, in time order, the held-back events that happened up to horizon.
-func (w *watcher) print(horizon time.Duration) {
-	slices.SortStableFunc(w.pending, func(a, b event) int { return cmp.Compare(a.at, b.at) })
-	n := 0
-	for n < len(w.pending) && w.pending[n].at <= horizon {
-		e := w.pending[n]
-		// Catalog and local clocks may disagree a little; never print time going backwards.
-		w.lastTime = max(w.lastTime, e.at)
-		w.r.printf("%8s  %s\n", roundDuration(w.lastTime), e.text)
-		n++
-	}
-	w.pending = w.pending[n:]
-}
-
-// collect queues the events of d not seen before.
-func (w *watcher) collect(d *engine.JobDetail) {
-	add := func(key string, at time.Time, format string, args ...any) {
-		if w.printed[key] {
-			return
-		}
-		w.printed[key] = true
-		w.pending = append(w.pending, event{at: at.Sub(d.CreatedAt), text: fmt.Sprintf(format, args...)})
-	}
-	for _, a := range d.Attempts {
-		name := fmt.Sprintf("%-*s", w.width, a.TaskName)
-		key := fmt.Sprintf("%d/%d", a.TaskID, a.Token)
-		worker := "-"
-		if a.WorkerID != nil {
-			worker = workerName(w.workers, *a.WorkerID)
-		}
-		nth := ""
-		if a.Attempt > 1 {
-			nth = fmt.Sprintf(" (attempt %d)", a.Attempt)
-		}
-		add("start "+key, a.StartedAt, "%s running on %s%s", name, worker, nth)
-		if a.FinishedAt == nil {
-			continue
-		}
-		msg := ""
-		if a.Message != nil {
-			msg = ": " + oneLine(errors.New(*a.Message))
-			if a.SQLState != nil {
-				msg = ": " + *a.SQLState + " " + msg[2:]
-			}
-		}
-		switch a.Outcome {
-		case deckhandtype.OutcomeDone:
-			add("end "+key, *a.FinishedAt, "%s done in %s", name, roundDuration(a.FinishedAt.Sub(a.StartedAt)))
-		case deckhandtype.OutcomeRetry:
-			add("end "+key, *a.FinishedAt, "%s failed, will retry%s", name, msg)
-		default:
-			add("end "+key, *a.FinishedAt, "%s %s%s", name, a.Outcome, msg)
-		}
-	}
-	for _, t := range d.Tasks {
-		if (t.State == deckhandtype.TaskUnscheduled || t.State == deckhandtype.TaskCancelled) && t.FinishedAt != nil {
-			why := ""
-			if t.State == deckhandtype.TaskUnscheduled {
-				why = ": a task it depends on failed"
-			}
-			add("final "+strconv.FormatInt(t.ID, 10), *t.FinishedAt, "%-*s %s%s", w.width, t.Name, t.State, why)
-		}
-	}
-}
-
-func workerName(names map[int64]string, id int64) string {
-	if n, ok := names[id]; ok {
-		return n
-	}
-	return "worker " + strconv.FormatInt(id, 10)
-}
-
-// printSummary prints one row per task and the failures, if any.
-func (r *runner) printSummary(d *engine.JobDetail, names map[int64]string) {
-	lastWorker := map[int64]int64{}
-	for _, a := range d.Attempts {
-		if a.WorkerID != nil {
-			lastWorker[a.TaskID] = *a.WorkerID
-		}
-	}
-	r.printf("\n")
-	tw := tabwriter.NewWriter(r.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  TASK\tNODE\tOWNER\tSTATE\tATTEMPTS\tWORKER\tDURATION")
-	perWorker := map[string]int{}
-	for _, t := range d.Tasks {
-		node, worker := "-", "-"
-		if t.Node != nil {
-			node = *t.Node
-		}
-		if id, ok := lastWorker[t.ID]; ok {
-			worker = workerName(names, id)
-			if t.State == deckhandtype.TaskDone {
-				perWorker[worker]++
-			}
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.Name, node, t.Owner, t.State, t.Attempts, worker, taskDuration(t))
-	}
-	tw.Flush() //nolint:errcheck
-	var failures []string
-	for _, a := range d.Attempts {
-		if a.Message != nil {
-			code := ""
-			if a.SQLState != nil {
-				code = *a.SQLState + " "
-			}
-			failures = append(failures, fmt.Sprintf("  %s attempt %d %s: %s%s", a.TaskName, a.Attempt, a.Outcome, code, oneLine(errors.New(*a.Message))))
-		}
-	}
-	if len(failures) > 0 {
-		r.printf("\nerrors:\n%s\n", strings.Join(failures, "\n"))
-	}
-	var shares []string
-	for _, n := range slices.Sorted(maps.Keys(perWorker)) {
-		shares = append(shares, fmt.Sprintf("%s %d", n, perWorker[n]))
-	}
-	r.printf("\n")
-	if len(shares) > 0 {
-		r.printf("tasks per worker: %s\n", strings.Join(shares, ", "))
-	}
-}
-
-func countsText(j deckhandtype.Job) string {
-	s := fmt.Sprintf("%d/%d tasks done", j.TasksDone, j.TasksTotal)
-	for _, c := range []struct {
-		n    int
-		what string
-	}{{j.TasksFailed, "failed"}, {j.TasksUnscheduled, "unscheduled"}, {j.TasksCancelled, "cancelled"}} {
-		if c.n > 0 {
-			s += fmt.Sprintf(", %d %s", c.n, c.what)
-		}
-	}
-	return s
-}
-
-// verify reads the result back from every node, connected as the owner, and returns one line.
-func (r *runner) verify(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	var parts []string
-	var report string
-	for i, n := range r.nodes {
-		cfg, err := pgx.ParseConfig(n.DSN)
-		if err != nil {
-			return "", fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		cfg.User = r.opts.Owner
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return "", fmt.Errorf("connect to node %s as %s: %w", n.Name, r.opts.Owner, err)
-		}
-		var orders, customers int64
-		var owner string
-		var indexValid, analyzed bool
-		err = conn.QueryRow(ctx, `
-			SELECT (SELECT count(*) FROM `+Schema+`.orders), (SELECT count(*) FROM `+Schema+`.customers),
-				pg_get_userbyid((SELECT relowner FROM pg_class WHERE oid = '`+Schema+`.orders'::regclass)),
-				coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('`+Schema+`.orders_customer_id_idx')), false),
-				EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = '`+Schema+`' AND tablename = 'orders')`).
-			Scan(&orders, &customers, &owner, &indexValid, &analyzed)
-		if err == nil && i == 0 {
-			var rows int64
-			var top *string
-			err = conn.QueryRow(ctx, `SELECT count(*), (SELECT name || ' with ' || revenue FROM `+Schema+`.top_customers
-				ORDER BY revenue DESC, id LIMIT 1) FROM `+Schema+`.top_customers`).Scan(&rows, &top)
-			if err == nil {
-				if rows == 0 || top == nil {
-					err = errors.New("the report table is empty")
-				} else {
-					report = fmt.Sprintf("report on %s: %d rows, top %s", n.Name, rows, *top)
-				}
-			}
-		}
-		conn.Close(context.Background()) //nolint:errcheck
-		if err != nil {
-			return "", fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		var problems []string
-		if orders != int64(r.opts.Rows) {
-			problems = append(problems, fmt.Sprintf("%d orders, want %d", orders, r.opts.Rows))
-		}
-		if customers != int64(r.opts.customers()) {
-			problems = append(problems, fmt.Sprintf("%d customers, want %d", customers, r.opts.customers()))
-		}
-		if owner != r.opts.Owner {
-			problems = append(problems, fmt.Sprintf("orders owned by %s, want %s", owner, r.opts.Owner))
-		}
-		if !indexValid {
-			problems = append(problems, "index orders_customer_id_idx missing or invalid")
-		}
-		if !analyzed {
-			problems = append(problems, "no statistics on orders")
-		}
-		if len(problems) > 0 {
-			return "", fmt.Errorf("node %s: %s", n.Name, strings.Join(problems, "; "))
-		}
-		parts = append(parts, fmt.Sprintf("%s %s orders + %s customers", n.Name, thousands(int(orders)), thousands(int(customers))))
-	}
-	return fmt.Sprintf("verified: %s; indexes valid, analyzed, owned by %s; %s",
-		strings.Join(parts, ", "), r.opts.Owner, report), nil
-}
-
-func taskDuration(t deckhandtype.Task) string {
-	if t.StartedAt == nil || t.FinishedAt == nil || t.FinishedAt.Before(*t.StartedAt) {
-		return "-"
-	}
-	return roundDuration(t.FinishedAt.Sub(*t.StartedAt))
-}
-
-func jobDuration(j deckhandtype.Job) string {
-	if j.FinishedAt == nil {
-		return "-"
-	}
-	return roundDuration(j.FinishedAt.Sub(j.CreatedAt))
-}
-
-func since(t time.Time) string { return roundDuration(time.Since(t)) }
-
-// roundDuration keeps about three significant digits: 12ms, 345ms, 1.23s, 12.3s.
-func roundDuration(d time.Duration) string {
-	switch {
-	case d < time.Millisecond:
-		return d.Round(time.Microsecond).String()
-	case d < time.Second:
-		return strconv.FormatInt(d.Round(time.Millisecond).Milliseconds(), 10) + "ms"
-	case d < 10*time.Second:
-		return fmt.Sprintf("%.2fs", d.Seconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.1fs", d.Seconds())
-	default:
-		return d.Round(time.Second).String()
-	}
-}
-
-// thousands formats n with comma separators: 200,000.
-func thousands(n int) string {
-	s := strconv.Itoa(n)
-	if n < 0 {
-		return "-" + thousands(-n)
-	}
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
-}
-
-func truncate(s string, n int) string {
-	rs := []rune(s)
-	if len(rs) <= n {
-		return s
-	}
-	return string(rs[:n-1]) + "…"
-}
-
-func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }

@@ -400,27 +400,6 @@ func TestOptionsAreValidated(t *testing.T) {
 	}
 }
 
-func TestJobShape(t *testing.T) {
-	r := &runner{opts: Options{Nodes: []string{"a", "b", "c"}}.withDefaults()}
-	job := r.buildJob()
-	if err := job.Validate(nil); err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string][]string{}
-	for _, task := range job.Tasks {
-		byName[task.Name] = task.DependsOn
-		if strings.HasSuffix(task.Name, "/index") && task.InTransaction() {
-			t.Errorf("%s runs in a transaction; CREATE INDEX CONCURRENTLY cannot", task.Name)
-		}
-	}
-	if got, want := byName["report"], []string{"a/analyze", "b/analyze", "c/analyze"}; !slices.Equal(got, want) {
-		t.Errorf("report depends on %v, want every node's analyze %v (fan-in)", got, want)
-	}
-	if got := byName["b/analyze"]; !slices.Contains(got, "b/index") || !slices.Contains(got, "b/customers") {
-		t.Errorf("b/analyze depends on %v, want b/index and b/customers", got)
-	}
-}
-
 // fakeTerminal is a Status that records what a terminal would show.
 type fakeTerminal struct {
 	mu      sync.Mutex
