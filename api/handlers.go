@@ -15,7 +15,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/conninfo"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -221,9 +221,9 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 		nodes = []deckhandtype.Node{}
 	}
 	for i := range nodes {
-		nodes[i].DSN = conninfo.Redact(nodes[i].DSN)
+		nodes[i].DSN = nodeconn.Redact(nodes[i].DSN)
 		if nodes[i].LastError != nil {
-			e := conninfo.Redact(*nodes[i].LastError)
+			e := nodeconn.Redact(*nodes[i].LastError)
 			nodes[i].LastError = &e
 		}
 	}
@@ -361,7 +361,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	leader, err := s.client.Leader(ctx)
 	switch {
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: conninfo.Redact(oneLine(err))})
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: nodeconn.Redact(oneLine(err))})
 	case leader == 0:
 		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "no_leader", Error: "no worker holds the leader lease"})
 	default:

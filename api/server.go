@@ -25,7 +25,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/conninfo"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
 // Config configures a Server.
@@ -290,7 +290,7 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 		if errors.As(err, &pgErr) {
 			msg = catalog.ExplainRefusal(pgErr.Message)
 		}
-		writeError(w, http.StatusForbidden, conninfo.Redact(msg))
+		writeError(w, http.StatusForbidden, nodeconn.Redact(msg))
 		return
 	}
 	// The catalog no longer lets the caller's role in (its password changed, or it may no
@@ -301,7 +301,7 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 		return
 	}
 	s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, conninfo.Redact(err.Error()))
+	writeError(w, http.StatusInternalServerError, nodeconn.Redact(err.Error()))
 }
 
 type slogPrinter struct{ log *slog.Logger }

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
 // Cleaner removes the resources of ended operations. As an engine.Service it runs on the
@@ -25,7 +25,7 @@ import (
 // Zero fields take the defaults documented on them.
 type Cleaner struct {
 	Catalog *catalog.Catalog
-	Pools   *executor.Pools // removals connect to nodes as the operation's owner
+	Pools   *nodeconn.Pools // removals connect to nodes as the operation's owner
 	Logger  *slog.Logger
 
 	// LockTimeout bounds how long a removal may make other sessions queue behind its lock
@@ -52,7 +52,7 @@ type Cleaner struct {
 }
 
 // New returns a cleaner with default settings.
-func New(cat *catalog.Catalog, pools *executor.Pools) *Cleaner {
+func New(cat *catalog.Catalog, pools *nodeconn.Pools) *Cleaner {
 	return &Cleaner{Catalog: cat, Pools: pools}
 }
 
@@ -379,11 +379,11 @@ func (c *Cleaner) listenOnce(ctx context.Context, wake func()) error {
 // probe returns the waiting records whose resource nothing holds any more: relations that no
 // session locks, slots that no walsender uses. Other types wait for their backoff.
 func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []int64 {
-	groups := map[executor.Owner][]catalog.WaitingRecord{}
+	groups := map[nodeconn.Owner][]catalog.WaitingRecord{}
 	for _, w := range waiting {
 		switch w.Type {
 		case deckhandtype.ResourceTable, deckhandtype.ResourceIndex, deckhandtype.ResourceReplicationSlot:
-			k := executor.Owner{Node: w.Node, DSN: w.NodeDSN, Role: w.Owner, Submitter: w.SubmittedBy}
+			k := nodeconn.Owner{Node: w.Node, DSN: w.NodeDSN, Role: w.Owner, Submitter: w.SubmittedBy}
 			groups[k] = append(groups[k], w)
 		}
 	}
@@ -412,7 +412,7 @@ func (c *Cleaner) probe(ctx context.Context, waiting []catalog.WaitingRecord) []
 				free = append(free, w.ID)
 			}
 		}
-		executor.Release(ctx, conn)
+		nodeconn.Release(ctx, conn)
 	}
 	return free
 }

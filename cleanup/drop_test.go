@@ -14,7 +14,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -277,13 +277,13 @@ func TestParseQualifiedName(t *testing.T) {
 		`"My Schema"."T"`: `"My Schema"."T"`,
 		`s."a""b"`:        `"s"."a""b"`,
 	} {
-		got, err := executor.ParseQualifiedName(in)
+		got, err := nodeconn.ParseQualifiedName(in)
 		if err != nil || got.Sanitize() != want {
 			t.Errorf("ParseQualifiedName(%q) = %s, %v; want %s", in, got.Sanitize(), err, want)
 		}
 	}
 	for _, bad := range []string{``, `a.b.c`, `a;drop table x`, `"unterminated`, `a.`, `a b`} {
-		if _, err := executor.ParseQualifiedName(bad); err == nil {
+		if _, err := nodeconn.ParseQualifiedName(bad); err == nil {
 			t.Errorf("ParseQualifiedName(%q) accepted", bad)
 		}
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/cli"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
@@ -144,8 +144,8 @@ func (e *env) conn(db, user string) *pgx.Conn {
 // pools are executor pools closed when the test ends. They close in the background: after
 // the proxy dropped a connection, pgx sends a cancel request through the proxy, which keeps the
 // client side of that request open until pgx gives up (15 s), and Close would wait for it.
-func pools(t testing.TB) *executor.Pools {
-	p := executor.NewPools(8)
+func pools(t testing.TB) *nodeconn.Pools {
+	p := nodeconn.NewPools(8)
 	t.Cleanup(func() { go p.Close() })
 	return p
 }

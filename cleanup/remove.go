@@ -15,8 +15,8 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
@@ -79,9 +79,9 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 		// Only an operation written before submitters were recorded, or a forged one, lacks
 		// it; nobody may then act as its owner.
 		return taskerr.Permanent(fmt.Errorf("its operation has no recorded submitter, so nothing may act as %q for it "+
-			"(remove the %s by hand, then `deckhand cleanup forget %d`): %w", rec.Owner, rec.Type, rec.ID, executor.ErrRefused))
+			"(remove the %s by hand, then `deckhand cleanup forget %d`): %w", rec.Owner, rec.Type, rec.ID, nodeconn.ErrRefused))
 	}
-	o := executor.Owner{Node: *rec.Node, DSN: *rec.NodeDSN, Role: rec.Owner, Submitter: rec.SubmittedBy}
+	o := nodeconn.Owner{Node: *rec.Node, DSN: *rec.NodeDSN, Role: rec.Owner, Submitter: rec.SubmittedBy}
 	// An unreachable node must not hold up the records of every other node for the length
 	// of a TCP timeout: the record is retried later.
 	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -90,7 +90,7 @@ func (c *Cleaner) removeResource(ctx context.Context, rec *catalog.DueRecord, lo
 	if err != nil {
 		return err
 	}
-	defer executor.Release(ctx, conn)
+	defer nodeconn.Release(ctx, conn)
 	r := rec.Resource()
 	if rec.Attempts == 0 && (r.Type == deckhandtype.ResourceTable || r.Type == deckhandtype.ResourceIndex) {
 		// Later attempts come when the probe sees it free or the backoff expires (for a

@@ -13,8 +13,8 @@ import (
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/spec"
 	"github.com/jackc/pgx/v5"
@@ -42,7 +42,7 @@ func ParsePayload(raw json.RawMessage) (Payload, error) {
 		return p, errors.New("drop: payload names no tables")
 	}
 	for _, t := range p.Tables {
-		if _, err := executor.ParseQualifiedName(t); err != nil {
+		if _, err := nodeconn.ParseQualifiedName(t); err != nil {
 			return p, fmt.Errorf("drop: %w", err)
 		}
 	}
@@ -63,7 +63,7 @@ func ParsePayload(raw json.RawMessage) (Payload, error) {
 // CASCADE, refuses pinned tables, and runs connected as the task's owner: a table the owner
 // may not drop fails at once, permanently, with PostgreSQL's reason.
 type Drop struct {
-	Pools   *executor.Pools
+	Pools   *nodeconn.Pools
 	Catalog *catalog.Catalog // pins and the lock timeout setting
 	// Zero values mean the defaults: the catalog's cleanup_lock_timeout (DefaultLockTimeout),
 	// 50ms, 1s and 30s.
@@ -74,7 +74,7 @@ type Drop struct {
 }
 
 func (d Drop) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
-	o, err := executor.TaskOwner(t)
+	o, err := nodeconn.TaskOwner(t)
 	if err != nil {
 		return err
 	}
@@ -200,13 +200,13 @@ func checkOwnership(ctx context.Context, conn *pgx.Conn, tables []pgx.Identifier
 func resolveTables(ctx context.Context, conn *pgx.Conn, searchPath string, names []string, firstRun bool) ([]pgx.Identifier, error) {
 	ids := make([]pgx.Identifier, len(names))
 	for i, n := range names {
-		id, err := executor.ParseQualifiedName(n)
+		id, err := nodeconn.ParseQualifiedName(n)
 		if err != nil {
 			return nil, taskerr.Permanent(err)
 		}
 		ids[i] = id
 	}
-	oids, err := executor.ResolveNames(ctx, conn, searchPath, ids)
+	oids, err := nodeconn.ResolveNames(ctx, conn, searchPath, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +222,7 @@ func resolveTables(ctx context.Context, conn *pgx.Conn, searchPath string, names
 			continue
 		}
 		seen[oid] = true
-		rel, err := executor.Relation(ctx, conn, oid)
+		rel, err := nodeconn.Relation(ctx, conn, oid)
 		if err != nil {
 			return nil, err
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/conninfo"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -315,6 +315,6 @@ func (c *Client) AddNode(ctx context.Context, n deckhandtype.Node) error {
 
 // checkConninfo refuses conninfo that is malformed or carries a secret, in either form and
 // any spelling (see conninfo.Check). Its errors never quote the conninfo.
-func checkConninfo(dsn string) error { return conninfo.Check(dsn) }
+func checkConninfo(dsn string) error { return nodeconn.CheckConninfo(dsn) }
 
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,63}$`)

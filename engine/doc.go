@@ -5,7 +5,7 @@ coordinate only through the catalog (package catalog); nothing in memory is auth
 
 Data flows one way:
 
-	spec.Job ──Submit──▶ catalog rows ──Claim──▶ Worker ──executor.Run──▶ Result ──Complete──▶ catalog rows
+	spec.Job ──Submit──▶ catalog rows ──Claim──▶ Worker ──nodeconn.Run──▶ Result ──Complete──▶ catalog rows
 	                         ▲                                                       │
 	                         └──────────── NOTIFY deckhand_runnable ◀────────────────┘
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -61,7 +61,7 @@ type Feature struct {
 // Deps is what a worker lends the executors and services its features build.
 type Deps struct {
 	Catalog *catalog.Catalog
-	Nodes   *executor.Pools  // sessions on nodes as a task's owner
+	Nodes   *nodeconn.Pools  // sessions on nodes as a task's owner
 	Cleaner *cleanup.Cleaner // registers what an operation creates, pins what it uses
 	Logger  *slog.Logger
 }

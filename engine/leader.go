@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
 // lead stands for election every MaintenanceInterval and, while leading, does maintenance:
@@ -89,10 +89,10 @@ func (w *Worker) rescue(ctx context.Context) {
 	var results []catalog.Result
 	for _, o := range orphans {
 		if o.Node != nil && o.NodeDSN != nil {
-			owner := executor.Owner{Node: *o.Node, DSN: *o.NodeDSN, Role: o.Owner, Submitter: o.SubmittedBy}
-			err := executor.TerminateAttempt(ctx, w.pools, owner, o.TaskID, o.Token)
+			owner := nodeconn.Owner{Node: *o.Node, DSN: *o.NodeDSN, Role: o.Owner, Submitter: o.SubmittedBy}
+			err := nodeconn.TerminateAttempt(ctx, w.pools, owner, o.TaskID, o.Token)
 			switch {
-			case executor.Refused(err):
+			case nodeconn.Refused(err):
 				// The submitter may not act as the owner there: no attempt can have run as it,
 				// so there is nothing to terminate. The task goes back and its next attempt
 				// is refused the same way.
@@ -127,7 +127,7 @@ func (w *Worker) probeNodes(ctx context.Context) {
 		return
 	}
 	for _, n := range nodes {
-		role, lsn, err := executor.Probe(ctx, w.pools, n.DSN)
+		role, lsn, err := nodeconn.Probe(ctx, w.pools, n.DSN)
 		if err := w.cat.RecordNodeCheck(ctx, n.Name, role, lsn, err); err != nil && ctx.Err() == nil {
 			w.log.Warn("could not record node check", "node", n.Name, "err", err)
 		}

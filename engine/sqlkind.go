@@ -6,15 +6,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
 // sqlExecutor runs a task's SQL text on its node, connected as its owner, with the job's
 // search_path and settings, in a transaction unless the task says otherwise.
-type sqlExecutor struct{ pools *executor.Pools }
+type sqlExecutor struct{ pools *nodeconn.Pools }
 
 func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
-	o, err := executor.TaskOwner(t)
+	o, err := nodeconn.TaskOwner(t)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
@@ -33,7 +33,7 @@ type Worker struct {
 	cat   *catalog.Catalog
 	cfg   Config
 	log   *slog.Logger
-	pools *executor.Pools
+	pools *nodeconn.Pools
 	exec  map[string]Executor // by task kind
 
 	id        atomic.Int64
@@ -78,7 +78,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		cat:       cat,
 		cfg:       cfg,
 		log:       cfg.Logger.With("worker", cfg.Name),
-		pools:     executor.NewPools(cfg.Concurrency),
+		pools:     nodeconn.NewPools(cfg.Concurrency),
 		wake:      make(chan struct{}, 1),
 		checkCanc: make(chan struct{}, 1),
 		results:   make(chan finished, 2*cfg.Concurrency),

@@ -14,16 +14,16 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
 // Coordinator runs the "export" task: plan, hold the consistency point, commit.
 type Coordinator struct {
 	Catalog *catalog.Catalog
-	Pools   *executor.Pools
+	Pools   *nodeconn.Pools
 	// Poll is how often it checks the parts' progress (default 100 ms).
 	Poll time.Duration
 	// Cleaner registers the export's files for removal should the export fail, before any is
@@ -136,7 +136,7 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 // back to the pool mid-transaction. Its search_path is pinned to pg_catalog, and its
 // application_name lets the leader find and terminate it should this worker die.
 func (c Coordinator) session(ctx context.Context, t *deckhandtype.ClaimedTask) (*pgx.Conn, error) {
-	owner, err := executor.TaskOwner(t)
+	owner, err := nodeconn.TaskOwner(t)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (c Coordinator) session(ctx context.Context, t *deckhandtype.ClaimedTask) (
 	_, err = conn.Exec(ctx, pinSearchPathSQL, false)
 	if err == nil {
 		_, err = conn.Exec(ctx, `SELECT pg_catalog.set_config('application_name'::pg_catalog.text, $1::pg_catalog.text, false)`,
-			executor.ApplicationName(t.ID, t.Token))
+			nodeconn.ApplicationName(t.ID, t.Token))
 	}
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
@@ -293,7 +293,7 @@ func (c Coordinator) watchReplay(ctx context.Context, behind []deckhandtype.Node
 	var still []deckhandtype.Node
 	caughtUp := false
 	for _, n := range behind {
-		role, lsn, err := executor.Probe(ctx, c.Pools, n.DSN)
+		role, lsn, err := nodeconn.Probe(ctx, c.Pools, n.DSN)
 		if err != nil {
 			still = append(still, n)
 			continue

@@ -13,9 +13,9 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
@@ -23,7 +23,7 @@ import (
 // of the group the claim chose.
 type Part struct {
 	Catalog *catalog.Catalog
-	Pools   *executor.Pools
+	Pools   *nodeconn.Pools
 }
 
 var errSuperseded = errors.New("superseded: the export's coordinator no longer holds this consistency point")
@@ -33,7 +33,7 @@ func (x Part) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	if err := json.Unmarshal(t.Payload, &p); err != nil || p.ExportID == 0 {
 		return taskerr.Permanent(fmt.Errorf("export part payload: %v", err))
 	}
-	owner, err := executor.TaskOwner(t)
+	owner, err := nodeconn.TaskOwner(t)
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func (x Part) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	}
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, `SELECT pg_catalog.set_config('application_name'::pg_catalog.text, $1::pg_catalog.text, false)`,
-		executor.ApplicationName(t.ID, t.Token)); err != nil {
+		nodeconn.ApplicationName(t.ID, t.Token)); err != nil {
 		return err
 	}
 	if err := waitForReplay(ctx, conn.Conn(), *e.ConsistencyLSN); err != nil {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -114,10 +114,10 @@ func canonicalName(s string) (string, error) {
 	return strings.Join(parts, "."), nil
 }
 
-// qualifiedName parses a name with executor.ParseQualifiedName, the one rule deckhand reads
+// qualifiedName parses a name with nodeconn.ParseQualifiedName, the one rule deckhand reads
 // table names by, into schema and name (public when no schema is given).
 func qualifiedName(s string) (pgx.Identifier, error) {
-	id, err := executor.ParseQualifiedName(s)
+	id, err := nodeconn.ParseQualifiedName(s)
 	if err != nil {
 		return nil, err
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -337,7 +337,7 @@ func TestExportForgedRowsAreRefusedOnTheNode(t *testing.T) {
 	// job's. The test holds the claimed coordinator until the forgery is done.
 	stop()
 	claimed, release := make(chan struct{}, 1), make(chan struct{})
-	pools := executor.NewPools(4)
+	pools := nodeconn.NewPools(4)
 	t.Cleanup(pools.Close)
 	coordinator := export.Coordinator{Catalog: g.env.Client.Catalog(), Pools: pools, Cleaner: cleanup.New(g.env.Client.Catalog(), pools)}
 	held := engine.ExecutorFunc(func(ctx context.Context, t *deckhandtype.ClaimedTask) error {

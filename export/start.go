@@ -7,8 +7,8 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
 // Start starts an export of a partition. It normalizes and checks the request, finds the
@@ -61,13 +61,13 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (string, 
 	if len(members) == 0 {
 		return "", invalid("node group %q has no nodes (see `deckhand node list`)", group)
 	}
-	pools := executor.NewPools(1)
+	pools := nodeconn.NewPools(1)
 	defer pools.Close()
 	var primaries []string
 	for _, n := range members {
 		role := n.Role
 		if role == "unknown" {
-			if role, _, err = executor.Probe(ctx, pools, n.DSN); err != nil {
+			if role, _, err = nodeconn.Probe(ctx, pools, n.DSN); err != nil {
 				return "", fmt.Errorf("node %s of group %s: %w", n.Name, group, err)
 			}
 		}

@@ -18,8 +18,7 @@ import (
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/executor"
-	"github.com/deckhandhq/deckhand/internal/conninfo"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -84,7 +83,7 @@ func ParseMovePayload(raw json.RawMessage) (MovePayload, error) {
 	if p.Table == "" || p.To == "" {
 		return p, errors.New("move_table: payload needs table and to")
 	}
-	if _, err := executor.ParseQualifiedName(p.Table); err != nil {
+	if _, err := nodeconn.ParseQualifiedName(p.Table); err != nil {
 		return p, fmt.Errorf("move_table: %w", err)
 	}
 	// Zero means the default; anything else must be a timeout PostgreSQL takes.
@@ -99,7 +98,7 @@ func ParseMovePayload(raw json.RawMessage) (MovePayload, error) {
 		}
 	}
 	if p.SourceConninfo != "" {
-		if err := conninfo.Check(p.SourceConninfo); err != nil {
+		if err := nodeconn.CheckConninfo(p.SourceConninfo); err != nil {
 			return p, fmt.Errorf("move_table: source_conninfo: %w", err)
 		}
 	}
@@ -168,7 +167,7 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 	}
 
 	// Both sessions are the owner's, each checked on its own node.
-	srcOwner, err := executor.TaskOwner(t)
+	srcOwner, err := nodeconn.TaskOwner(t)
 	if err != nil {
 		return err
 	}
@@ -177,7 +176,7 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 		return err
 	}
 	defer releaseSrc()
-	dstOwner := executor.Owner{Node: target.Name, DSN: target.DSN, Role: t.Owner, Submitter: t.SubmittedBy}
+	dstOwner := nodeconn.Owner{Node: target.Name, DSN: target.DSN, Role: t.Owner, Submitter: t.SubmittedBy}
 	dstConn, releaseDst, err := c.Pools.Session(ctx, dstOwner, t)
 	if err != nil {
 		return err
@@ -336,16 +335,16 @@ func (m MoveTable) createTable(ctx context.Context, op *cleanup.Operation, conn 
 // readTableDef reads what the target table needs from the source; the table's name is
 // resolved with the job's search_path.
 func readTableDef(ctx context.Context, conn *pgx.Conn, searchPath, table string) (tableDef, error) {
-	id, err := executor.ParseQualifiedName(table)
+	id, err := nodeconn.ParseQualifiedName(table)
 	if err != nil {
 		return tableDef{}, taskerr.Permanent(err)
 	}
-	oids, err := executor.ResolveNames(ctx, conn, searchPath, []pgx.Identifier{id})
+	oids, err := nodeconn.ResolveNames(ctx, conn, searchPath, []pgx.Identifier{id})
 	if err != nil {
 		return tableDef{}, err
 	}
 	oid := oids[0]
-	rel, err := executor.Relation(ctx, conn, oid)
+	rel, err := nodeconn.Relation(ctx, conn, oid)
 	if err != nil {
 		return tableDef{}, err
 	}
@@ -396,14 +395,14 @@ func readTableDef(ctx context.Context, conn *pgx.Conn, searchPath, table string)
 // open and idle until the copy has started. A replication connection cannot be pooled; it is
 // the owner's on the node whose owner session (of the same attempt) passed OwnerConn's check,
 // and it runs nothing but CREATE_REPLICATION_SLOT.
-func createSlot(ctx context.Context, o executor.Owner, t *deckhandtype.ClaimedTask, name string) (*pgconn.PgConn, string, error) {
-	cfg, err := pgconn.ParseConfig(conninfo.WithUser(o.DSN, o.Role))
+func createSlot(ctx context.Context, o nodeconn.Owner, t *deckhandtype.ClaimedTask, name string) (*pgconn.PgConn, string, error) {
+	cfg, err := pgconn.ParseConfig(nodeconn.WithUser(o.DSN, o.Role))
 	if err != nil || cfg.User != o.Role {
 		return nil, "", taskerr.Permanent(errors.New("node conninfo cannot be parsed"))
 	}
 	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["search_path"] = executor.SafeSearchPath
-	cfg.RuntimeParams["application_name"] = executor.ApplicationName(t.ID, t.Token)
+	cfg.RuntimeParams["search_path"] = nodeconn.SafeSearchPath
+	cfg.RuntimeParams["application_name"] = nodeconn.ApplicationName(t.ID, t.Token)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("replication connection to node %s as %s: %w", o.Node, o.Role, err)

@@ -27,7 +27,7 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/conninfo"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -201,7 +201,7 @@ func (r *Result) Line() string {
 }
 
 // withDB is dsn connecting to database db, in either conninfo form.
-func withDB(dsn, db string) string { return conninfo.WithDBName(dsn, db) }
+func withDB(dsn, db string) string { return nodeconn.WithDBName(dsn, db) }
 
 func scratchDB(ctx context.Context, admin *pgx.Conn, prefix string) (string, func(), error) {
 	name := fmt.Sprintf("%s_%d", prefix, rand.Uint32())

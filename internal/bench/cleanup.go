@@ -16,8 +16,8 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -103,7 +103,7 @@ func RunCleanup(ctx context.Context, o CleanupOptions, out io.Writer) (*CleanupR
 	fmt.Fprintf(out, "server: PostgreSQL %s; lock timeout %s; a SELECT holds each table for %s\n", version, res.LockTimeout, o.Hold)
 
 	// A worker with default settings: the engine runs the cleaner on its leader.
-	pools := executor.NewPools(8)
+	pools := nodeconn.NewPools(8)
 	defer pools.Close()
 	cat, err := catalog.Open(ctx, catalogDSN)
 	if err != nil {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/internal/bench"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
 func (a *app) cleanupCommand() *cobra.Command {
@@ -105,7 +105,7 @@ they are free, for up to --wait. Exits 1 if a record failed for good during the 
 				return err
 			}
 			defer c.Close()
-			pools := executor.NewPools(4)
+			pools := nodeconn.NewPools(4)
 			defer pools.Close()
 			cl := cleanup.New(c.Catalog(), pools)
 			rep, err := cl.RunOnce(cmd.Context(), cleanup.RunOptions{Wait: wait, Now: true})
@@ -200,7 +200,7 @@ func (a *app) cleanupPin() *cobra.Command {
 				if node == "" {
 					return Usage("--node is required for --type %s", typ)
 				}
-				id, err := executor.ParseQualifiedName(args[0])
+				id, err := nodeconn.ParseQualifiedName(args[0])
 				if err != nil {
 					return Usage("%v", err)
 				}

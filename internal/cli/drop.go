@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deckhandhq/deckhand/drop"
-	"github.com/deckhandhq/deckhand/executor"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -45,7 +45,7 @@ role: a table it may not drop fails the job at once with PostgreSQL's reason.`,
 				return Usage("--lock-timeout and --timeout must not be negative")
 			}
 			for _, t := range args {
-				if _, err := executor.ParseQualifiedName(t); err != nil {
+				if _, err := nodeconn.ParseQualifiedName(t); err != nil {
 					return Usage("%v", err)
 				}
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/conninfo"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
@@ -118,7 +118,7 @@ func (r *runner) loadNodes(ctx context.Context, client *engine.Client) error {
 			strings.Join(missing, ", "), catalog.ErrNotFound)
 	}
 	if r.opts.CatalogDSN != "" {
-		r.printf("  catalog   %s (configured; the demo's tables go to schema %s on each node)\n", conninfo.Redact(r.catalogDSN), Schema)
+		r.printf("  catalog   %s (configured; the demo's tables go to schema %s on each node)\n", nodeconn.Redact(r.catalogDSN), Schema)
 		r.printf("  owner     role %s\n", r.opts.Owner)
 	}
 	r.printf("  nodes     %s\n", strings.Join(shown, "; "))

@@ -1,4 +1,4 @@
-package executor
+package nodeconn
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/deckhandhq/deckhand/internal/conninfo"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
@@ -52,7 +51,7 @@ func (p *Pools) get(ctx context.Context, dsn, user string) (*pgxpool.Pool, error
 	}
 	// The user goes into the conninfo before it is parsed, so that the password is looked up
 	// (pgpass, service file) for the role that logs in, not for the user the conninfo names.
-	cfg, err := pgxpool.ParseConfig(conninfo.WithUser(dsn, user))
+	cfg, err := pgxpool.ParseConfig(WithUser(dsn, user))
 	if err != nil {
 		return nil, taskerr.Permanent(errors.New("node conninfo cannot be parsed"))
 	}

@@ -1,4 +1,4 @@
-package conninfo
+package nodeconn
 
 import (
 	"errors"
@@ -56,13 +56,13 @@ var secretConninfo = []string{
 func TestCheckRefusesSecrets(t *testing.T) {
 	noEnvironment(t)
 	for _, dsn := range secretConninfo {
-		err := Check(dsn)
+		err := CheckConninfo(dsn)
 		if !errors.Is(err, ErrSecret) {
-			t.Errorf("Check(%q) = %v, want ErrSecret", dsn, err)
+			t.Errorf("CheckConninfo(%q) = %v, want ErrSecret", dsn, err)
 			continue
 		}
 		if strings.Contains(err.Error(), "s3cr3t") {
-			t.Errorf("Check(%q) repeats the secret: %v", dsn, err)
+			t.Errorf("CheckConninfo(%q) repeats the secret: %v", dsn, err)
 		}
 	}
 }
@@ -87,16 +87,16 @@ func TestCheckRefusesMalformed(t *testing.T) {
 		"POSTGRES://localhost/app",
 		" postgres://localhost/app",
 	} {
-		err := Check(dsn)
+		err := CheckConninfo(dsn)
 		if err == nil {
-			t.Errorf("Check(%q) accepted a malformed conninfo", dsn)
+			t.Errorf("CheckConninfo(%q) accepted a malformed conninfo", dsn)
 			continue
 		}
 		if errors.Is(err, ErrSecret) {
-			t.Errorf("Check(%q) = %v, want a parse error", dsn, err)
+			t.Errorf("CheckConninfo(%q) = %v, want a parse error", dsn, err)
 		}
 		if strings.TrimSpace(dsn) != "" && strings.Contains(err.Error(), strings.TrimSpace(dsn)) {
-			t.Errorf("Check(%q) quotes the conninfo: %v", dsn, err)
+			t.Errorf("CheckConninfo(%q) quotes the conninfo: %v", dsn, err)
 		}
 	}
 }
@@ -115,8 +115,8 @@ func TestCheckAccepts(t *testing.T) {
 		"postgresql:///app?host=/var/run/postgresql",
 		"postgres://localhost/app?",
 	} {
-		if err := Check(dsn); err != nil {
-			t.Errorf("Check(%q) = %v, want nil", dsn, err)
+		if err := CheckConninfo(dsn); err != nil {
+			t.Errorf("CheckConninfo(%q) = %v, want nil", dsn, err)
 		}
 	}
 }

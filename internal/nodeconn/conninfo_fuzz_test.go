@@ -1,4 +1,4 @@
-package conninfo
+package nodeconn
 
 import (
 	"errors"
@@ -67,7 +67,7 @@ func FuzzCheck(f *testing.F) {
 		if err == nil && len(cfg.Password) >= 4 && strings.Count(s, cfg.Password) == 1 && strings.Contains(Redact(s), cfg.Password) {
 			t.Errorf("Redact(%q) shows the password", s)
 		}
-		if Check(s) != nil {
+		if CheckConninfo(s) != nil {
 			return
 		}
 		if err != nil {

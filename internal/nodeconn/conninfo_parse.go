@@ -1,4 +1,4 @@
-package conninfo
+package nodeconn
 
 import (
 	"errors"

@@ -3,7 +3,7 @@
 // the way libpq and pgx read them. deckhand stores node conninfo in its catalog, where other
 // people can read it, so Check refuses any secret in it; WithUser and WithDBName change whom
 // or what a conninfo connects to without breaking either form; Redact makes one safe to show.
-package conninfo
+package nodeconn
 
 import (
 	"errors"
@@ -23,7 +23,7 @@ var ErrSecret = errors.New("conninfo must not contain a password: give each role
 // sslpassword in any case, a password in a URL's userinfo, or a password or sslpassword
 // parameter in a URL's query, in any case or percent-encoded — also inside a conninfo given as
 // another's dbname. Its errors never quote the conninfo.
-func Check(dsn string) error {
+func CheckConninfo(dsn string) error {
 	if strings.TrimSpace(dsn) == "" {
 		return errors.New("conninfo is empty")
 	}

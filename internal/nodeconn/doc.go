@@ -1,0 +1,15 @@
+// Package nodeconn is how deckhand reaches its nodes, in one place:
+//
+//   - conninfo: both forms read as libpq reads them, secrets refused in every spelling, the
+//     user or database changed, secrets hidden for display (CheckConninfo, WithUser,
+//     WithDBName, Redact);
+//   - pools of sessions per (node, role), each starting with search_path pg_catalog, pg_temp,
+//     so that nothing an owner created can stand in for what deckhand itself runs;
+//   - owner sessions: OwnerConn returns a session logged in as a task's owner only once the
+//     node itself confirmed that the job's submitter is a member of that role, and Session and
+//     TaskSession prepare it for an attempt;
+//   - names read as PostgreSQL reads them and resolved with a job's search_path;
+//   - backends: the application_name of an attempt, terminating it, probing a node's role.
+//
+// Every built-in kind and the cleaner reach nodes through this package only.
+package nodeconn
