@@ -1,9 +1,11 @@
-// Package conninfo reads PostgreSQL connection strings in both of their forms — keyword/value
-// (`host=db1 dbname='my db'`) and URL (`postgresql://app@db1:5432/my%20db?sslmode=require`) —
-// the way libpq and pgx read them. deckhand stores node conninfo in its catalog, where other
-// people can read it, so Check refuses any secret in it; WithUser and WithDBName change whom
-// or what a conninfo connects to without breaking either form; Redact makes one safe to show.
 package nodeconn
+
+// Conninfo: PostgreSQL connection strings in both of their forms — keyword/value
+// (`host=db1 dbname='my db'`) and URL (`postgresql://app@db1:5432/my%20db?sslmode=require`) —
+// read the way libpq and pgx read them. deckhand stores node conninfo in its catalog, where
+// other people can read it, so CheckConninfo refuses any secret in it; WithUser and WithDBName
+// change whom or what a conninfo connects to without breaking either form; Redact makes one
+// safe to show.
 
 import (
 	"errors"
