@@ -1,5 +1,3 @@
-// Package engine is deckhand's Go API: a Client submits, watches and controls jobs, and a
-// Worker runs them. Both talk only to the catalog; see doc.go for the architecture.
 package engine
 
 import (

@@ -1,11 +1,17 @@
 /*
-Package engine runs deckhand jobs: a Client submits and controls them, any number of Workers
-claim and run their tasks, and one Worker at a time leads and does maintenance. All of them
-coordinate only through the catalog (package catalog); nothing in memory is authoritative.
+Package engine is deckhand's Go API and its small core: a Client submits, watches, controls
+and reads jobs; any number of Workers claim and run their tasks; one Worker at a time leads and
+does maintenance. All of them coordinate only through the catalog; nothing in memory is
+authoritative.
+
+The engine runs two task kinds itself, sql and noop. Everything else is a feature: a package
+that hands the engine an engine.Feature with its kinds (how a payload is checked at submission,
+what runs a task) and optional leader services. Programs assemble the features they ship and
+pass them to Open and NewWorker; the engine never imports a feature.
 
 Data flows one way:
 
-	spec.Job ──Submit──▶ catalog rows ──Claim──▶ Worker ──nodeconn.Run──▶ Result ──Complete──▶ catalog rows
+	spec.Job ──Submit──▶ catalog rows ──Claim──▶ Worker ──Executor.Run──▶ Result ──Complete──▶ catalog rows
 	                         ▲                                                       │
 	                         └──────────── NOTIFY deckhand_runnable ◀────────────────┘
 
@@ -28,6 +34,7 @@ A Worker runs four loops:
 
 Every write a worker makes about a task is fenced by the attempt token it got when claiming,
 so a worker that lost its lease (paused, partitioned) can never overwrite a newer outcome.
-The task and job state machines are documented in package catalog, next to their constants.
+The state machines are drawn and tabled in internal/catalog/state.go; the states themselves
+are types of package deckhandtype.
 */
 package engine
