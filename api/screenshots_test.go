@@ -13,6 +13,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -34,7 +35,7 @@ func TestScreenshots(t *testing.T) {
 	b := newBrowser(t, 1440, 900)
 	h := newHarness(t)
 	// A readable name for the role that submits the jobs and is signed in.
-	if err := h.Cluster.CreateLoginRole(ctx, "alice", ""); err != nil {
+	if err := pgtest.CreateLoginRole(ctx, h.Cluster, "alice", ""); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = h.Cluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS alice") })

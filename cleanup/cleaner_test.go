@@ -18,6 +18,7 @@ import (
 	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/move"
@@ -217,7 +218,7 @@ func TestRecordsOnRemovedNode(t *testing.T) {
 		t.Fatal("the table on the removed node was touched")
 	}
 
-	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "n2", DSN: e.proxy.DSN(db2, pgtest.Superuser)}); err != nil {
+	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "n2", DSN: e.proxy.DSN(db2, pgcluster.Superuser)}); err != nil {
 		t.Fatal(err)
 	}
 	e.run("cleanup", "retry", strconv.FormatInt(recs[0].ID, 10))

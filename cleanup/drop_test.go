@@ -15,6 +15,7 @@ import (
 	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -38,7 +39,7 @@ func withTraffic(t *testing.T, e *env, db, table, sink string, hold time.Duratio
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	long := e.conn(db, pgtest.Superuser)
+	long := e.conn(db, pgcluster.Superuser)
 	started := make(chan struct{})
 	wg.Add(1)
 	go func() {
@@ -54,7 +55,7 @@ func withTraffic(t *testing.T, e *env, db, table, sink string, hold time.Duratio
 	}()
 	<-started
 	// The SELECT must hold its lock before the drop is asked for.
-	probe := e.conn(db, pgtest.Superuser)
+	probe := e.conn(db, pgcluster.Superuser)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var holding bool
@@ -74,7 +75,7 @@ func withTraffic(t *testing.T, e *env, db, table, sink string, hold time.Duratio
 	// the race detector.
 	loop := func(sql string, max *time.Duration, n *int) {
 		defer wg.Done()
-		conn, err := pgx.Connect(ctx, e.cluster.DSN(db, pgtest.Superuser))
+		conn, err := pgx.Connect(ctx, e.cluster.DSN(db, pgcluster.Superuser))
 		if err != nil {
 			t.Error(err)
 			return

@@ -14,6 +14,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/drop"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/move"
 	"github.com/deckhandhq/deckhand/spec"
@@ -68,7 +69,7 @@ func TestForgedDropIsRefused(t *testing.T) {
 		Payload: payload(t, drop.Payload{Tables: []string{"keep_me"}})}}})
 	e.forgeSubmitter(id, alice)
 	e.worker([]engine.Feature{drop.Feature()})
-	e.failedWith(id, fmt.Sprintf("submitter %q is not a member of role %q on node n1", alice, pgtest.Superuser))
+	e.failedWith(id, fmt.Sprintf("submitter %q is not a member of role %q on node n1", alice, pgcluster.Superuser))
 	if !e.tableExists(db, "keep_me") {
 		t.Error("the forged drop dropped the table")
 	}
@@ -88,7 +89,7 @@ func TestForgedMoveIsRefused(t *testing.T) {
 	// owner (the superuser, as moves need on PostgreSQL 15) on the source's server only.
 	name := func(p string) string { return fmt.Sprintf("%s_%d_%d", p, os.Getpid(), time.Now().UnixNano()%1e9) }
 	memberOnSource, outsider := name("forger"), name("outsider")
-	for _, c := range []*pgtest.Cluster{e.cluster, e.Cluster} {
+	for _, c := range []*pgcluster.Cluster{e.cluster, e.Cluster} {
 		for _, r := range []string{memberOnSource, outsider} {
 			if err := c.CreateRole(ctx, r, ""); err != nil {
 				t.Fatal(err)
@@ -98,14 +99,14 @@ func TestForgedMoveIsRefused(t *testing.T) {
 			})
 		}
 	}
-	e.exec("postgres", `GRANT `+pgx.Identifier{pgtest.Superuser}.Sanitize()+` TO `+pgx.Identifier{memberOnSource}.Sanitize())
+	e.exec("postgres", `GRANT `+pgx.Identifier{pgcluster.Superuser}.Sanitize()+` TO `+pgx.Identifier{memberOnSource}.Sanitize())
 
 	refusedOn := map[int64]string{}
 	for _, tc := range []struct{ submitter, node string }{{memberOnSource, "dst"}, {outsider, "src"}} {
 		id := e.submit(&spec.Job{Tasks: []spec.Task{{Name: "move", Kind: move.KindMoveTable, Node: "src", MaxAttempts: 1,
 			Payload: payload(t, move.MovePayload{Table: "app.orders", To: "dst"})}}})
 		e.forgeSubmitter(id, tc.submitter)
-		refusedOn[id] = fmt.Sprintf("submitter %q is not a member of role %q on node %s", tc.submitter, pgtest.Superuser, tc.node)
+		refusedOn[id] = fmt.Sprintf("submitter %q is not a member of role %q on node %s", tc.submitter, pgcluster.Superuser, tc.node)
 	}
 	e.worker([]engine.Feature{e.moveKind(false)})
 	for id, refusal := range refusedOn {
@@ -152,7 +153,7 @@ func TestForgedRemovalIsRefused(t *testing.T) {
 	e.deckhand("cleanup", "run") // what became of the records is read below
 
 	for i, want := range []string{
-		fmt.Sprintf("submitter %q is not a member of role %q on node n1", alice, pgtest.Superuser),
+		fmt.Sprintf("submitter %q is not a member of role %q on node n1", alice, pgcluster.Superuser),
 		"its operation has no recorded submitter",
 	} {
 		recs := e.records(jobs[i])

@@ -22,6 +22,7 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/cli"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
@@ -47,16 +48,16 @@ func quiet() *slog.Logger {
 // binary, started on first use and stopped by pgtest.Main.
 var logical struct {
 	once sync.Once
-	c    *pgtest.Cluster
+	c    *pgcluster.Cluster
 	err  error
 }
 
-func logicalCluster(t testing.TB) *pgtest.Cluster {
+func logicalCluster(t testing.TB) *pgcluster.Cluster {
 	t.Helper()
 	logical.once.Do(func() {
 		c, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		logical.c, logical.err = pgtest.Start(c, pgtest.Options{Settings: map[string]string{
+		logical.c, logical.err = pgcluster.Start(c, pgcluster.Options{Settings: map[string]string{
 			"wal_level":                         "logical",
 			"max_replication_slots":             "64",
 			"max_wal_senders":                   "64",
@@ -77,7 +78,7 @@ func logicalCluster(t testing.TB) *pgtest.Cluster {
 var dbSeq atomic.Int64
 
 // database creates a database on cluster c, dropped when the test ends.
-func database(t testing.TB, c *pgtest.Cluster, prefix string) string {
+func database(t testing.TB, c *pgcluster.Cluster, prefix string) string {
 	t.Helper()
 	name := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), dbSeq.Add(1))
 	if err := c.CreateDatabase(ctx, name); err != nil {
@@ -105,12 +106,12 @@ func database(t testing.TB, c *pgtest.Cluster, prefix string) string {
 type env struct {
 	*testenv.Env
 	t       *testing.T
-	cluster *pgtest.Cluster // where the nodes live
-	proxy   *pgtest.Proxy   // in front of cluster; nodes are registered through it
+	cluster *pgcluster.Cluster // where the nodes live
+	proxy   *pgtest.Proxy      // in front of cluster; nodes are registered through it
 	nodes   map[string]string
 }
 
-func newEnv(t *testing.T, cluster *pgtest.Cluster) *env {
+func newEnv(t *testing.T, cluster *pgcluster.Cluster) *env {
 	t.Helper()
 	e := &env{Env: testenv.New(t, drop.Feature(), move.Feature(), opFeature(nil)), t: t, cluster: cluster, nodes: map[string]string{}}
 	e.proxy = pgtest.ProxyTo(t, cluster)
@@ -121,7 +122,7 @@ func newEnv(t *testing.T, cluster *pgtest.Cluster) *env {
 func (e *env) node(name string) string {
 	e.t.Helper()
 	db := database(e.t, e.cluster, name)
-	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: name, DSN: e.proxy.DSN(db, pgtest.Superuser), MaxTasks: 8}); err != nil {
+	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: name, DSN: e.proxy.DSN(db, pgcluster.Superuser), MaxTasks: 8}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.nodes[name] = db

@@ -14,6 +14,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
@@ -45,7 +46,7 @@ func (e *moveEnv) moveJob() *spec.Job {
 		Name: "move", Kind: move.KindMoveTable, Node: "src", MaxAttempts: 1, Timeout: spec.Duration(time.Minute),
 		Payload: payload(e.t, move.MovePayload{Table: movedTable, To: "dst",
 			// The target server reaches the source directly: the proxy is the workers'.
-			SourceConninfo: e.cluster.DSN(e.src, pgtest.Superuser)}),
+			SourceConninfo: e.cluster.DSN(e.src, pgcluster.Superuser)}),
 	}}}
 }
 
@@ -129,7 +130,7 @@ func TestMoveTable(t *testing.T) {
 		stop   = make(chan struct{})
 		done   = make(chan struct{})
 	)
-	writer := e.conn(e.src, pgtest.Superuser)
+	writer := e.conn(e.src, pgcluster.Superuser)
 	go func() {
 		defer close(done)
 		for id := int64(1_000_000); ; id++ {
@@ -163,7 +164,7 @@ func TestMoveTable(t *testing.T) {
 		t.Fatalf("operation %+v, %v", op, err)
 	}
 	// Writes acknowledged before the switch committed must all have reached the target.
-	dst := e.conn(e.dst, pgtest.Superuser)
+	dst := e.conn(e.dst, pgcluster.Superuser)
 	var before []int64
 	mu.Lock()
 	for _, w := range writes {

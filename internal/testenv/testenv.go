@@ -21,13 +21,14 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
 // Env is one test's catalog on the shared cluster.
 type Env struct {
 	T       testing.TB
-	Cluster *pgtest.Cluster
+	Cluster *pgcluster.Cluster
 	DB      string // catalog database
 	DSN     string // catalog conninfo (as the superuser)
 	Client  *engine.Client
@@ -95,7 +96,7 @@ var roleSeq atomic.Int64
 func (e *Env) Role(prefix string) string {
 	e.T.Helper()
 	name := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), roleSeq.Add(1))
-	if err := e.Cluster.CreateLoginRole(context.Background(), name, ""); err != nil {
+	if err := pgtest.CreateLoginRole(context.Background(), e.Cluster, name, ""); err != nil {
 		e.T.Fatal(err)
 	}
 	e.T.Cleanup(func() {
