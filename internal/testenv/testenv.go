@@ -1,5 +1,8 @@
-// Package testenv builds what engine, cli and other tests share on top of pgtest: a fresh
-// catalog database, target nodes, workers run in-process or as real deckhand processes.
+// Package testenv builds what the tests of engine, the features, cleanup, cli and api share on
+// top of pgtest: a fresh catalog database (Env), nodes on the shared cluster or behind a
+// fault-injecting proxy on a cluster of the test's choosing (Proxied, LogicalCluster), workers
+// run in-process or as real deckhand processes, and traffic that a pending drop must not hold
+// up (WithTraffic). Package clitest runs the command line in-process.
 package testenv
 
 import (
