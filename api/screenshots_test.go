@@ -50,7 +50,7 @@ func TestScreenshots(t *testing.T) {
 	}
 	for _, name := range []string{"deckhand-5f7c9d-x2lqk", "deckhand-5f7c9d-m8v4t"} {
 		h.Worker(engine.Config{Name: name, Concurrency: 16, Logger: quiet,
-			Backoff: engine.Backoff{Base: 700 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}})
+			Backoff: deckhandtype.Backoff{Base: 700 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}})
 	}
 
 	step := func(name, node, sql string, deps ...string) spec.Task {

@@ -13,6 +13,7 @@ import (
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/spec"
 )
 
 const (
@@ -86,7 +87,7 @@ func (r *runner) stopCluster(cl *pgcluster.Cluster) {
 	r.status.Update("stopping PostgreSQL…")
 	t0 := time.Now()
 	if err := cl.Stop(); err != nil {
-		r.status.Done("  could not stop PostgreSQL cleanly: " + oneLine(err))
+		r.status.Done("  could not stop PostgreSQL cleanly: " + spec.OneLine(err.Error()))
 		return
 	}
 	r.status.Done(fmt.Sprintf("stopped PostgreSQL on %s and removed %s (%s)", cl.Addr(), cl.Dir, since(t0)))
