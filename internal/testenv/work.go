@@ -38,7 +38,7 @@ func (e *Env) WorkerWith(features []engine.Feature, services ...engine.Service) 
 		NoCleaner:      true,
 		LeaderServices: services,
 		Logger:         Quiet(),
-		Backoff:        engine.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond},
+		Backoff:        deckhandtype.Backoff{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond},
 	})
 	return w
 }
