@@ -50,13 +50,7 @@ func (a *app) cleanupList() *cobra.Command {
   node_removed  its node is no longer registered: re-add the node and retry, or forget it`
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		f.State = deckhandtype.CleanupState(state)
-		if f.State != "" && !slices.Contains(deckhandtype.CleanupStates, f.State) {
-			return Usage("--state: unknown cleanup state %q (want one of %v)", f.State, deckhandtype.CleanupStates)
-		}
-		if f.Limit < 1 {
-			return Usage("--limit must be at least 1, got %d", f.Limit)
-		}
-		return nil
+		return checkFilter("cleanup", f.State, deckhandtype.CleanupStates, f.Limit)
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only records in this state")
 	cmd.Flags().Int64Var(&f.JobID, "job", 0, "only records of this job")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"time"
 
@@ -102,13 +101,9 @@ func (a *app) jobList() *cobra.Command {
 				j.SubmittedBy, j.CreatedAt.Local().Format(time.DateTime), durationText(j), j.Description}
 		}))
 	cmd.PreRunE = func(*cobra.Command, []string) error {
-		// A misspelt state would silently list nothing.
 		f.State = deckhandtype.JobState(state)
-		if f.State != "" && !slices.Contains(deckhandtype.JobStates, f.State) {
-			return Usage("--state: unknown job state %q (want one of %v)", f.State, deckhandtype.JobStates)
-		}
-		if f.Limit < 1 {
-			return Usage("--limit must be at least 1, got %d", f.Limit)
+		if err := checkFilter("job", f.State, deckhandtype.JobStates, f.Limit); err != nil {
+			return err
 		}
 		if f.BeforeID < 0 {
 			return Usage("--before must be a job id, got %d", f.BeforeID)

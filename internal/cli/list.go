@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -45,4 +46,16 @@ func eachRow[T any](row func(T) []string) func([]T) [][]string {
 		}
 		return rows
 	}
+}
+
+// checkFilter checks a list's --state and --limit. A misspelt state is refused, as it would
+// silently list nothing.
+func checkFilter[S ~string](what string, state S, states []S, limit int) error {
+	if state != "" && !slices.Contains(states, state) {
+		return Usage("--state: unknown %s state %q (want one of %v)", what, state, states)
+	}
+	if limit < 1 {
+		return Usage("--limit must be at least 1, got %d", limit)
+	}
+	return nil
 }

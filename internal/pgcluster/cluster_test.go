@@ -1,7 +1,6 @@
 package pgcluster_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,14 +12,8 @@ import (
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestStandbyReplayAndPause(t *testing.T) {
-	ctx := ctxFor(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	primary := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
 	if err := primary.Exec(ctx, db, "CREATE TABLE t (v int)"); err != nil {
@@ -91,7 +84,7 @@ func TestStandbyReplayAndPause(t *testing.T) {
 }
 
 func TestKillRestart(t *testing.T) {
-	ctx := ctxFor(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	c := pgtest.New(t, pgcluster.Options{Durable: true, Settings: map[string]string{"work_mem": "8MB"}})
 	if err := c.Exec(ctx, "postgres", "CREATE TABLE t (v int); INSERT INTO t VALUES (7)"); err != nil {
 		t.Fatal(err)
@@ -160,7 +153,7 @@ func TestKillRestart(t *testing.T) {
 }
 
 func TestStartFailureShowsLog(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"shared_buffers": "lots"}})
 	if err == nil {
 		c.Stop()
@@ -171,15 +164,5 @@ func TestStartFailureShowsLog(t *testing.T) {
 	}
 	if _, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"a\nb": "1"}}); err == nil {
 		t.Fatal("accepted a setting name with a newline")
-	}
-}
-
-func TestLSN(t *testing.T) {
-	l, err := pgcluster.ParseLSN("16/B374D848")
-	if err != nil || l != 0x16B374D848 || l.String() != "16/B374D848" {
-		t.Fatalf("%v %x %s", err, uint64(l), l)
-	}
-	if _, err := pgcluster.ParseLSN("nope"); err == nil {
-		t.Fatal("parsed nonsense")
 	}
 }

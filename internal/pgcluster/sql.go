@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -77,23 +78,7 @@ func (c *Cluster) CreateRole(ctx context.Context, name string, attrs string) err
 	return c.Exec(ctx, "postgres", sql)
 }
 
-// LSN is a PostgreSQL WAL position.
-type LSN uint64
-
-// ParseLSN reads the textual form "16/B374D848".
-func ParseLSN(s string) (LSN, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("pgcluster: invalid LSN %q", s)
-	}
-	return LSN(h<<32 | l), nil
-}
-
-func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l)) }
-
-func (c *Cluster) queryLSN(ctx context.Context, conn *pgx.Conn, expr string) (LSN, error) {
+func (c *Cluster) queryLSN(ctx context.Context, conn *pgx.Conn, expr string) (deckhandtype.LSN, error) {
 	var s *string
 	if err := conn.QueryRow(ctx, "SELECT ("+expr+")::text").Scan(&s); err != nil {
 		return 0, fmt.Errorf("pgcluster: %s on port %d: %w", expr, c.Port, err)
@@ -101,10 +86,10 @@ func (c *Cluster) queryLSN(ctx context.Context, conn *pgx.Conn, expr string) (LS
 	if s == nil {
 		return 0, fmt.Errorf("pgcluster: %s is NULL on port %d (not a standby?)", expr, c.Port)
 	}
-	return ParseLSN(*s)
+	return deckhandtype.ParseLSN(*s)
 }
 
-func (c *Cluster) oneLSN(ctx context.Context, expr string) (LSN, error) {
+func (c *Cluster) oneLSN(ctx context.Context, expr string) (deckhandtype.LSN, error) {
 	conn, err := c.Connect(ctx, "postgres")
 	if err != nil {
 		return 0, err
@@ -119,7 +104,7 @@ func (c *Cluster) oneLSN(ctx context.Context, expr string) (LSN, error) {
 // flushed WAL, and a standby waiting for an unflushed position would wait for the WAL writer.
 // The transaction must write WAL, or PostgreSQL commits it asynchronously all the same; a
 // transactional logical message does that without touching any table.
-func (c *Cluster) CurrentLSN(ctx context.Context) (LSN, error) {
+func (c *Cluster) CurrentLSN(ctx context.Context) (deckhandtype.LSN, error) {
 	conn, err := c.Connect(ctx, "postgres")
 	if err != nil {
 		return 0, err
@@ -132,28 +117,28 @@ func (c *Cluster) CurrentLSN(ctx context.Context) (LSN, error) {
 }
 
 // ReplayLSN returns how far a standby has replayed.
-func (c *Cluster) ReplayLSN(ctx context.Context) (LSN, error) {
+func (c *Cluster) ReplayLSN(ctx context.Context) (deckhandtype.LSN, error) {
 	return c.oneLSN(ctx, "pg_last_wal_replay_lsn()")
 }
 
 // ReceiveLSN returns how far a standby has received and flushed WAL, replayed or not.
-func (c *Cluster) ReceiveLSN(ctx context.Context) (LSN, error) {
+func (c *Cluster) ReceiveLSN(ctx context.Context) (deckhandtype.LSN, error) {
 	return c.oneLSN(ctx, "pg_last_wal_receive_lsn()")
 }
 
 // WaitReplayed waits until a standby has replayed lsn, so that everything committed on the
 // primary before CurrentLSN returned it is visible on the standby.
-func (c *Cluster) WaitReplayed(ctx context.Context, lsn LSN) error {
+func (c *Cluster) WaitReplayed(ctx context.Context, lsn deckhandtype.LSN) error {
 	return c.waitLSN(ctx, "pg_last_wal_replay_lsn()", lsn)
 }
 
 // WaitReceived waits until a standby has received lsn (it may still be unreplayed, e.g. while
 // replay is paused).
-func (c *Cluster) WaitReceived(ctx context.Context, lsn LSN) error {
+func (c *Cluster) WaitReceived(ctx context.Context, lsn deckhandtype.LSN) error {
 	return c.waitLSN(ctx, "pg_last_wal_receive_lsn()", lsn)
 }
 
-func (c *Cluster) waitLSN(ctx context.Context, expr string, want LSN) error {
+func (c *Cluster) waitLSN(ctx context.Context, expr string, want deckhandtype.LSN) error {
 	conn, err := c.Connect(ctx, "postgres")
 	if err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 )
 
 func TestProxyPassesThrough(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
 	p := pgtest.ProxyTo(t, c)
@@ -56,7 +56,7 @@ func TestProxyPassesThrough(t *testing.T) {
 }
 
 func TestProxyErrorSimpleAndExtended(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
 	p := pgtest.ProxyTo(t, c)
@@ -130,7 +130,7 @@ func TestProxyErrorSimpleAndExtended(t *testing.T) {
 }
 
 func TestProxyErrorTimes(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p := pgtest.ProxyTo(t, pgtest.Shared(t))
 	p.AddRule(pgtest.Rule{Name: "once", Action: pgtest.ActionError, Code: "57P01", Times: 1})
 	conn := pgtest.Connect(t, p.DSN("postgres", pgcluster.Superuser))
@@ -146,7 +146,7 @@ func TestProxyErrorTimes(t *testing.T) {
 }
 
 func TestProxyDrop(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p := pgtest.ProxyTo(t, pgtest.Shared(t))
 	remove := p.AddRule(pgtest.Rule{Name: "drop", Match: regexp.MustCompile(`pg_sleep`), Action: pgtest.ActionDrop})
 	conn := pgtest.Connect(t, p.DSN("postgres", pgcluster.Superuser))
@@ -172,7 +172,7 @@ func TestProxyDrop(t *testing.T) {
 }
 
 func TestProxyDropAfterBytes(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p := pgtest.ProxyTo(t, pgtest.Shared(t))
 	p.AddRule(pgtest.Rule{Name: "bytes", AfterBytes: 4000, Action: pgtest.ActionDrop})
 	conn := pgtest.Connect(t, p.DSN("postgres", pgcluster.Superuser))
@@ -188,7 +188,7 @@ func TestProxyDropAfterBytes(t *testing.T) {
 }
 
 func TestProxyStall(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p := pgtest.ProxyTo(t, pgtest.Shared(t))
 	dsn := p.DSN("postgres", pgcluster.Superuser)
 
@@ -243,7 +243,7 @@ func TestProxyStall(t *testing.T) {
 }
 
 func TestProxyCloseReleasesStalls(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p, err := pgtest.NewProxy(pgtest.Shared(t).Addr())
 	if err != nil {
 		t.Fatal(err)

@@ -13,14 +13,8 @@ import (
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestSharedDatabaseAndRole(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := pgtest.Shared(t)
 	role := `Role "With" Space` // quoting must survive odd names
 	if err := pgtest.CreateLoginRole(ctx, c, role, ""); err != nil {

@@ -166,6 +166,14 @@ func ProxyTo(t testing.TB, c *pgcluster.Cluster) *Proxy {
 	return p
 }
 
+// Context is a context cancelled after d or when the test ends, whichever comes first: it
+// bounds what a test waits for on a server.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // Connect opens a pgx connection closed when the test ends.
 func Connect(t testing.TB, dsn string) *pgx.Conn {
 	t.Helper()

@@ -45,9 +45,7 @@ func (e *Proxied) Node(name string) string {
 // NodeExec runs SQL as the superuser in database db of the node cluster.
 func (e *Proxied) NodeExec(db, sql string, args ...any) {
 	e.T.Helper()
-	if err := e.NodeCluster.Exec(context.Background(), db, sql, args...); err != nil {
-		e.T.Fatalf("%s: %v", sql, err)
-	}
+	mustExec(e.T, e.NodeCluster, db, sql, args...)
 }
 
 // NodeConn connects to database db of the node cluster as user, until the test ends.
@@ -56,15 +54,23 @@ func (e *Proxied) NodeConn(db, user string) *pgx.Conn {
 	return pgtest.Connect(e.T, e.NodeCluster.DSN(db, user))
 }
 
+// connect opens a connection to database db of the node cluster as the superuser, for the
+// caller to close: helpers that a test calls many times must not hold a connection each.
+func (e *Proxied) connect(db string) *pgx.Conn {
+	e.T.Helper()
+	conn, err := e.NodeCluster.Connect(context.Background(), db)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return conn
+}
+
 // TableExists reports whether table (resolved on the default search_path) is in database db
 // of the node cluster.
 func (e *Proxied) TableExists(db, table string) bool {
 	e.T.Helper()
 	ctx := context.Background()
-	conn, err := e.NodeCluster.Connect(ctx, db)
-	if err != nil {
-		e.T.Fatal(err)
-	}
+	conn := e.connect(db)
 	defer conn.Close(ctx)
 	var ok bool
 	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil {
@@ -79,10 +85,7 @@ func (e *Proxied) TableExists(db, table string) bool {
 func (e *Proxied) Snapshot(db string, tables ...string) []string {
 	e.T.Helper()
 	ctx := context.Background()
-	conn, err := e.NodeCluster.Connect(ctx, db)
-	if err != nil {
-		e.T.Fatal(err)
-	}
+	conn := e.connect(db)
 	defer conn.Close(ctx)
 	rows, _ := conn.Query(ctx, `
 		SELECT 'relation ' || n.nspname || '.' || c.relname || ' ' || c.relkind::text

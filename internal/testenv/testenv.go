@@ -76,8 +76,14 @@ func (e *Env) AddNode(name string, maxTasks int) string {
 // Exec runs SQL as the superuser in database db.
 func (e *Env) Exec(db, sql string, args ...any) {
 	e.T.Helper()
-	if err := e.Cluster.Exec(context.Background(), db, sql, args...); err != nil {
-		e.T.Fatalf("%s: %v", sql, err)
+	mustExec(e.T, e.Cluster, db, sql, args...)
+}
+
+// mustExec runs SQL as the superuser in database db of c and fails the test if it fails.
+func mustExec(t testing.TB, c *pgcluster.Cluster, db, sql string, args ...any) {
+	t.Helper()
+	if err := c.Exec(context.Background(), db, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
 }
 
