@@ -361,15 +361,13 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	leader, err := s.client.Leader(ctx)
 	switch {
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: nodeconn.Redact(oneLine(err))})
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: nodeconn.Redact(spec.OneLine(err.Error()))})
 	case leader == 0:
 		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "no_leader", Error: "no worker holds the leader lease"})
 	default:
 		writeJSON(w, http.StatusOK, Health{Status: "ok", LeaderID: &leader})
 	}
 }
-
-func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
 // Page is an extra section of the API and the dashboard, such as exports or the cleanup
 // queue. AddPage serves List at GET /api/<Name> as {"items": [...]}, and the dashboard

@@ -19,6 +19,7 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/spec"
 )
 
 // Callers are catalog roles, and the server checks a role's password by connecting to the
@@ -120,7 +121,7 @@ func (s *Server) signInFailure(role, addr string, err error) (*refusal, bool) {
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":
 		return &refusal{code: http.StatusForbidden, msg: fmt.Sprintf("role %s may not connect to the catalog database", role)}, false
 	default:
-		s.log.Warn("api sign-in: cannot reach the catalog", "role", role, "err", nodeconn.Redact(oneLine(err)))
+		s.log.Warn("api sign-in: cannot reach the catalog", "role", role, "err", nodeconn.Redact(spec.OneLine(err.Error())))
 		return &refusal{code: http.StatusServiceUnavailable, msg: "cannot check the password now: the catalog did not answer"}, false
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -34,7 +35,7 @@ func TestScreenshots(t *testing.T) {
 	b := newBrowser(t, 1440, 900)
 	h := newHarness(t)
 	// A readable name for the role that submits the jobs and is signed in.
-	if err := h.Cluster.CreateLoginRole(ctx, "alice", ""); err != nil {
+	if err := pgtest.CreateLoginRole(ctx, h.Cluster, "alice", ""); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = h.Cluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS alice") })
@@ -49,7 +50,7 @@ func TestScreenshots(t *testing.T) {
 	}
 	for _, name := range []string{"deckhand-5f7c9d-x2lqk", "deckhand-5f7c9d-m8v4t"} {
 		h.Worker(engine.Config{Name: name, Concurrency: 16, Logger: quiet,
-			Backoff: engine.Backoff{Base: 700 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}})
+			Backoff: deckhandtype.Backoff{Base: 700 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}})
 	}
 
 	step := func(name, node, sql string, deps ...string) spec.Task {

@@ -26,6 +26,7 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/spec"
 )
 
 // Config configures a Server.
@@ -275,7 +276,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // writeError writes {"error": msg} with msg on one line, as the CLI prints errors.
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": strings.Join(strings.Fields(msg), " ")})
+	writeJSON(w, code, map[string]string{"error": spec.OneLine(msg)})
 }
 
 // serverError tells the client in one line why its request failed: 403 with the catalog's

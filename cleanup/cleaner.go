@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -78,12 +77,6 @@ func (c *Cleaner) LockTimeoutFor(ctx context.Context) time.Duration {
 		return c.LockTimeout
 	}
 	return LockTimeout(ctx, c.Catalog)
-}
-
-// backoff is base·2^n, at most max.
-func backoff(base, max time.Duration, n int) time.Duration {
-	d := float64(base) * math.Pow(2, float64(min(n, 30)))
-	return time.Duration(min(d, float64(max)))
 }
 
 // Action is what one removal attempt did.

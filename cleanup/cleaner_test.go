@@ -2,122 +2,29 @@ package cleanup_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/drop"
-	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
-	"github.com/deckhandhq/deckhand/internal/taskerr"
-	"github.com/deckhandhq/deckhand/move"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/spec"
 )
-
-// kindOp is a test-only task kind whose body each test writes: it begins an operation for its
-// attempt and hands it to the body.
-const kindOp = "cleanuptest_op"
-
-// opFeature runs kindOp tasks with ex (nil for a client, which only submits them).
-func opFeature(ex engine.Executor) engine.Feature { return kind(kindOp, false, ex) }
-
-type opBody func(ctx context.Context, op *cleanup.Operation) error
-
-// opRunner is a worker whose cleanuptest_op tasks run bodies registered by key.
-type opRunner struct {
-	e       *env
-	cleaner *cleanup.Cleaner
-	mu      sync.Mutex
-	bodies  map[string]opBody
-}
-
-func (e *env) opRunner(services ...*cleanup.Cleaner) *opRunner {
-	r := &opRunner{e: e, cleaner: e.cleaner(), bodies: map[string]opBody{}}
-	op := engine.ExecutorFunc(func(ctx context.Context, t *deckhandtype.ClaimedTask) error {
-		var p struct{ Key string }
-		if err := json.Unmarshal(t.Payload, &p); err != nil {
-			return taskerr.Permanent(err)
-		}
-		r.mu.Lock()
-		body := r.bodies[p.Key]
-		r.mu.Unlock()
-		op, err := r.cleaner.Begin(ctx, t, "test operation "+p.Key)
-		if err != nil {
-			return err
-		}
-		return body(ctx, op)
-	})
-	var svcs []engine.Service
-	for _, s := range services {
-		svcs = append(svcs, s)
-	}
-	e.worker([]engine.Feature{drop.Feature(), move.Feature(), opFeature(op)}, svcs...)
-	return r
-}
-
-// start submits a job whose one task runs body, once.
-func (r *opRunner) start(body opBody) int64 {
-	r.mu.Lock()
-	key := strconv.Itoa(len(r.bodies))
-	r.bodies[key] = body
-	r.mu.Unlock()
-	return r.e.submit(&spec.Job{Tasks: []spec.Task{{Name: "op", Kind: kindOp, MaxAttempts: 1,
-		Payload: payload(r.e.t, map[string]string{"key": key})}}})
-}
-
-func (e *env) tableExists(db, table string) bool {
-	e.t.Helper()
-	conn, err := e.cluster.Connect(ctx, db)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil {
-		e.t.Fatal(err)
-	}
-	return ok
-}
-
-func (e *env) listJSON(args ...string) []deckhandtype.CleanupRecord {
-	e.t.Helper()
-	code, out, errOut := e.deckhand(append([]string{"cleanup", "list", "-o", "json"}, args...)...)
-	if code != 0 {
-		e.t.Fatalf("cleanup list: exit %d: %s", code, errOut)
-	}
-	var recs []deckhandtype.CleanupRecord
-	if err := json.Unmarshal([]byte(out), &recs); err != nil {
-		e.t.Fatalf("cleanup list -o json: %v\n%s", err, out)
-	}
-	return recs
-}
-
-func (e *env) run(args ...string) string {
-	e.t.Helper()
-	code, out, errOut := e.deckhand(args...)
-	if code != 0 {
-		e.t.Fatalf("deckhand %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
-	}
-	return out
-}
 
 // While an operation runs, neither `cleanup run` nor the cleaner touches its records or its
 // resources, whatever their policy; once its attempt ends without finishing it, it counts as
 // failed and the same run removes them. A late registration into it is refused.
 func TestLiveOperationIsNeverTouched(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, pgtest.Shared(t))
-	db := e.node("n1")
+	e := newEnv(t)
+	db := e.Node("n1")
 	r := e.opRunner()
 	registered := make(chan *cleanup.Operation)
 	release := make(chan error)
@@ -129,7 +36,7 @@ func TestLiveOperationIsNeverTouched(t *testing.T) {
 			if _, err := op.Register(ctx, cleanup.Table("n1", "public", tb.name), tb.policy); err != nil {
 				return err
 			}
-			e.exec(db, "CREATE TABLE "+tb.name+" (id int)")
+			e.NodeExec(db, "CREATE TABLE "+tb.name+" (id int)")
 		}
 		registered <- op
 		return <-release
@@ -141,7 +48,7 @@ func TestLiveOperationIsNeverTouched(t *testing.T) {
 			t.Errorf("cleanup run touched a live operation:\n%s", out)
 		}
 	}
-	if _, err := e.cleaner().RunOnce(ctx, cleanup.RunOptions{Now: true}); err != nil {
+	if _, err := e.Cleaner().RunOnce(ctx, cleanup.RunOptions{Now: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, rec := range e.listJSON("--job", strconv.FormatInt(id, 10)) {
@@ -150,7 +57,7 @@ func TestLiveOperationIsNeverTouched(t *testing.T) {
 		}
 	}
 	for _, tb := range []string{"live_a", "live_b", "live_c"} {
-		if !e.tableExists(db, tb) {
+		if !e.TableExists(db, tb) {
 			t.Errorf("table %s of a live operation was dropped", tb)
 		}
 	}
@@ -167,12 +74,12 @@ func TestLiveOperationIsNeverTouched(t *testing.T) {
 		t.Errorf("cleanup run should say why it decided the operation:\n%s", out)
 	}
 	want := map[string]deckhandtype.CleanupState{"live_a": deckhandtype.CleanupRemoved, "live_b": deckhandtype.CleanupRemoved, "live_c": deckhandtype.CleanupForgotten}
-	for _, rec := range e.records(id) {
+	for _, rec := range e.Records(id) {
 		if rec.State != want[rec.Name] {
 			t.Errorf("record %s is %s, want %s", rec.Name, rec.State, want[rec.Name])
 		}
 	}
-	if e.tableExists(db, "live_a") || e.tableExists(db, "live_b") || !e.tableExists(db, "live_c") {
+	if e.TableExists(db, "live_a") || e.TableExists(db, "live_b") || !e.TableExists(db, "live_c") {
 		t.Errorf("after failure want live_a and live_b dropped, live_c kept")
 	}
 }
@@ -181,15 +88,15 @@ func TestLiveOperationIsNeverTouched(t *testing.T) {
 // their resources left alone; once the node is back, `cleanup retry` makes them due again.
 func TestRecordsOnRemovedNode(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, pgtest.Shared(t))
-	e.node("n1")
-	db2 := e.node("n2")
+	e := newEnv(t)
+	e.Node("n1")
+	db2 := e.Node("n2")
 	r := e.opRunner()
 	id := r.start(func(ctx context.Context, op *cleanup.Operation) error {
 		if _, err := op.Register(ctx, cleanup.Table("n2", "public", "scratch"), cleanup.Always); err != nil {
 			return err
 		}
-		e.exec(db2, "CREATE TABLE scratch (id int)")
+		e.NodeExec(db2, "CREATE TABLE scratch (id int)")
 		return op.Succeed(ctx)
 	})
 	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFinished {
@@ -213,17 +120,17 @@ func TestRecordsOnRemovedNode(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "node_removed") || !strings.Contains(out, "n2:") {
 		t.Errorf("cleanup list does not show the record clearly:\n%s", out)
 	}
-	if !e.tableExists(db2, "scratch") {
+	if !e.TableExists(db2, "scratch") {
 		t.Fatal("the table on the removed node was touched")
 	}
 
-	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "n2", DSN: e.proxy.DSN(db2, pgtest.Superuser)}); err != nil {
+	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "n2", DSN: e.Proxy.DSN(db2, pgcluster.Superuser)}); err != nil {
 		t.Fatal(err)
 	}
 	e.run("cleanup", "retry", strconv.FormatInt(recs[0].ID, 10))
 	e.run("cleanup", "run")
-	if recs := e.records(id); recs[0].State != deckhandtype.CleanupRemoved || e.tableExists(db2, "scratch") {
-		t.Errorf("after re-adding the node and retrying: %s, table exists %v", recs[0].State, e.tableExists(db2, "scratch"))
+	if recs := e.Records(id); recs[0].State != deckhandtype.CleanupRemoved || e.TableExists(db2, "scratch") {
+		t.Errorf("after re-adding the node and retrying: %s, table exists %v", recs[0].State, e.TableExists(db2, "scratch"))
 	}
 }
 
@@ -231,9 +138,9 @@ func TestRecordsOnRemovedNode(t *testing.T) {
 // once unpinned) and not by `deckhand drop`; an operation's pin lasts while it runs.
 func TestPinnedResourcesAreKept(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, pgtest.Shared(t))
-	db := e.node("n1")
-	e.exec(db, "CREATE TABLE keep_me (id int); CREATE TABLE held (id int)")
+	e := newEnv(t)
+	db := e.Node("n1")
+	e.NodeExec(db, "CREATE TABLE keep_me (id int); CREATE TABLE held (id int)")
 	r := e.opRunner()
 
 	pin := strings.TrimSpace(e.run("cleanup", "pin", "--node", "n1", "--reason", "audit", "public.keep_me"))
@@ -249,13 +156,13 @@ func TestPinnedResourcesAreKept(t *testing.T) {
 	})
 	e.Wait(id, 30*time.Second)
 	e.run("cleanup", "run", "--wait", "0")
-	if recs := e.records(id); recs[0].State != deckhandtype.CleanupPinned || !e.tableExists(db, "keep_me") {
-		t.Fatalf("pinned record is %s; table exists %v", recs[0].State, e.tableExists(db, "keep_me"))
+	if recs := e.Records(id); recs[0].State != deckhandtype.CleanupPinned || !e.TableExists(db, "keep_me") {
+		t.Fatalf("pinned record is %s; table exists %v", recs[0].State, e.TableExists(db, "keep_me"))
 	}
 	e.run("cleanup", "unpin", pin)
 	e.run("cleanup", "run")
-	if recs := e.records(id); recs[0].State != deckhandtype.CleanupRemoved || e.tableExists(db, "keep_me") {
-		t.Errorf("after unpinning: record %s, table exists %v", recs[0].State, e.tableExists(db, "keep_me"))
+	if recs := e.Records(id); recs[0].State != deckhandtype.CleanupRemoved || e.TableExists(db, "keep_me") {
+		t.Errorf("after unpinning: record %s, table exists %v", recs[0].State, e.TableExists(db, "keep_me"))
 	}
 
 	// A running operation's pin refuses drops; it lapses when the operation ends.
@@ -271,13 +178,13 @@ func TestPinnedResourcesAreKept(t *testing.T) {
 	})
 	<-pinned
 	code, _, errOut = e.deckhand("drop", "--node", "n1", "--wait", "held")
-	if code != 1 || !strings.Contains(errOut, "pinned by operation") || !e.tableExists(db, "held") {
+	if code != 1 || !strings.Contains(errOut, "pinned by operation") || !e.TableExists(db, "held") {
 		t.Errorf("drop of a table pinned by a running operation: exit %d, %q", code, errOut)
 	}
 	close(release)
 	e.Wait(opJob, 30*time.Second)
 	e.run("drop", "--node", "n1", "--wait", "held")
-	if e.tableExists(db, "held") {
+	if e.TableExists(db, "held") {
 		t.Error("the pin outlived its operation")
 	}
 }
@@ -286,7 +193,7 @@ func TestPinnedResourcesAreKept(t *testing.T) {
 // never written counts as removed; nothing else in the bucket is touched.
 func TestObjectStoreRecords(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, pgtest.Shared(t))
+	e := newEnv(t)
 	dir := t.TempDir()
 	bucket := "file://" + dir
 	files := []string{"exp/part-1.parquet", "exp/sub/part-2.parquet", "expired/other", "keep/x", "single.obj"}
@@ -338,7 +245,7 @@ func TestObjectStoreRecords(t *testing.T) {
 	if fmt.Sprint(left) != "[expired/other keep/x]" {
 		t.Errorf("files left: %v, want [expired/other keep/x]", left)
 	}
-	for _, rec := range e.records(id) {
+	for _, rec := range e.Records(id) {
 		if rec.State != deckhandtype.CleanupRemoved {
 			t.Errorf("record %s %s is %s", rec.Type, rec.Name, rec.State)
 		}
@@ -349,12 +256,12 @@ func TestObjectStoreRecords(t *testing.T) {
 // on_failure records are then forgotten and its deferred ones removed.
 func TestJobWideOperation(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, pgtest.Shared(t))
-	db := e.node("n1")
-	e.exec(db, "CREATE TABLE old_copy (id int); CREATE TABLE new_copy (id int)")
-	e.worker(nil)
-	c := e.cleaner()
-	id := e.submit(&spec.Job{Tasks: []spec.Task{{Name: "wait", Node: "n1", SQL: "SELECT pg_sleep(0.5)"}}})
+	e := newEnv(t)
+	db := e.Node("n1")
+	e.NodeExec(db, "CREATE TABLE old_copy (id int); CREATE TABLE new_copy (id int)")
+	e.WorkerWith(nil)
+	c := e.Cleaner()
+	id := e.Submit(&spec.Job{Tasks: []spec.Task{{Name: "wait", Node: "n1", SQL: "SELECT pg_sleep(0.5)"}}})
 	op, err := c.BeginJob(ctx, id, "postgres", "rewrite")
 	if err != nil {
 		t.Fatal(err)
@@ -379,7 +286,7 @@ func TestJobWideOperation(t *testing.T) {
 		t.Fatalf("job %s", job.State)
 	}
 	e.run("cleanup", "run")
-	if !e.tableExists(db, "new_copy") || e.tableExists(db, "old_copy") {
-		t.Errorf("after the job finished: new_copy kept %v, old_copy dropped %v", e.tableExists(db, "new_copy"), !e.tableExists(db, "old_copy"))
+	if !e.TableExists(db, "new_copy") || e.TableExists(db, "old_copy") {
+		t.Errorf("after the job finished: new_copy kept %v, old_copy dropped %v", e.TableExists(db, "new_copy"), !e.TableExists(db, "old_copy"))
 	}
 }

@@ -46,10 +46,11 @@ func (c *Cleaner) removeRecord(ctx context.Context, rec *catalog.DueRecord, lock
 	}
 	msg := taskerr.Describe(err).String()
 	var pgErr *pgconn.PgError
+	// rec.Attempts and rec.Errors count the tries before this one.
 	switch {
 	case taskerr.InUse(err) || errors.Is(err, errSlotActive) || errors.Is(err, errRelationBusy):
 		return catalog.CleanupOutcome{State: deckhandtype.CleanupInUse, Error: msg,
-			Backoff: backoff(orDefault(c.InUseBackoff, time.Second), time.Minute, rec.Attempts)}
+			Backoff: deckhandtype.Backoff{Base: orDefault(c.InUseBackoff, time.Second), Max: time.Minute}.Delay(rec.Attempts+1, 0)}
 	case errors.As(err, &pgErr) && pgErr.Code == "2BP01",
 		taskerr.Retryable(err):
 		// 2BP01: something still depends on it (a schema whose tables another operation has
@@ -63,7 +64,7 @@ func (c *Cleaner) removeRecord(ctx context.Context, rec *catalog.DueRecord, lock
 				Error: fmt.Sprintf("gave up after %d errors: %s", rec.Errors+1, msg)}
 		}
 		return catalog.CleanupOutcome{State: deckhandtype.CleanupRetrying, Error: msg,
-			Backoff: backoff(orDefault(c.ErrorBackoff, time.Second), 5*time.Minute, rec.Errors)}
+			Backoff: deckhandtype.Backoff{Base: orDefault(c.ErrorBackoff, time.Second), Max: 5 * time.Minute}.Delay(rec.Errors+1, 0)}
 	default:
 		return catalog.CleanupOutcome{State: deckhandtype.CleanupFailed, Error: msg}
 	}

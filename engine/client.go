@@ -63,8 +63,6 @@ func (c *Client) CheckOwner(ctx context.Context, node, owner, submitter string) 
 // Close releases the client's connections.
 func (c *Client) Close() { c.cat.Close() }
 
-func invalid(format string, args ...any) error { return &spec.Error{Msg: fmt.Sprintf(format, args...)} }
-
 // IsInvalid reports whether err is a problem with the user's input (exit code 2) rather
 // than a failure of deckhand or the catalog.
 func IsInvalid(err error) bool {
@@ -144,7 +142,7 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 		}
 		node, ok := nodes[t.Node]
 		if !ok {
-			return invalid("task %q: unknown node %q (see `deckhand node list`)", t.Name, t.Node)
+			return spec.Invalidf("task %q: unknown node %q (see `deckhand node list`)", t.Name, t.Node)
 		}
 		owner := t.Owner
 		if owner == "" {
@@ -167,11 +165,11 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 		}
 		switch {
 		case !ownerExists:
-			return invalid("task %q: owner role %q does not exist on node %s", t.Name, owner, t.Node)
+			return spec.Invalidf("task %q: owner role %q does not exist on node %s", t.Name, owner, t.Node)
 		case !submitterExists:
-			return invalid("task %q: submitter %q is not a role on node %s, so it cannot act as %q", t.Name, submitter, t.Node, owner)
+			return spec.Invalidf("task %q: submitter %q is not a role on node %s, so it cannot act as %q", t.Name, submitter, t.Node, owner)
 		case !member:
-			return invalid("task %q: submitter %q is not a member of role %q on node %s: permission denied", t.Name, submitter, owner, t.Node)
+			return spec.Invalidf("task %q: submitter %q is not a member of role %q on node %s: permission denied", t.Name, submitter, owner, t.Node)
 		}
 		checked[pair{t.Node, owner}] = true
 	}
@@ -300,13 +298,13 @@ func (c *Client) AddNode(ctx context.Context, n deckhandtype.Node) error {
 		n.Group = n.Name
 	}
 	if !nodeNameRE.MatchString(n.Name) {
-		return invalid("node %q: name must be 1-63 letters, digits, '_', '.' or '-'", n.Name)
+		return spec.Invalidf("node %q: name must be 1-63 letters, digits, '_', '.' or '-'", n.Name)
 	}
 	if n.MaxTasks > 10000 {
-		return invalid("node %q: --max-tasks %d is too large", n.Name, n.MaxTasks)
+		return spec.Invalidf("node %q: --max-tasks %d is too large", n.Name, n.MaxTasks)
 	}
 	if err := checkConninfo(n.DSN); err != nil {
-		return invalid("node %q: %v", n.Name, err)
+		return spec.Invalidf("node %q: %v", n.Name, err)
 	}
 	return c.cat.AddNode(ctx, n)
 }

@@ -3,11 +3,12 @@ package engine
 import (
 	"context"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
 )
 
 // Clock tells the time. Tests inject one to move time without sleeping.
@@ -17,24 +18,8 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// Backoff is exponential with jitter and a cap: attempt n waits about Base·2^(n-1), at most
-// Max, spread by ±Jitter so that tasks failing together do not retry together.
-type Backoff struct {
-	Base   time.Duration
-	Max    time.Duration
-	Jitter float64 // 0..1
-}
-
 // DefaultBackoff is used when Config.Backoff is zero.
-var DefaultBackoff = Backoff{Base: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
-
-// Delay is the wait after the given failed attempt (1-based); r is uniform in [0, 1).
-func (b Backoff) Delay(attempt int, r float64) time.Duration {
-	d := float64(b.Base) * math.Pow(2, float64(max(attempt, 1)-1))
-	d = min(d, float64(b.Max))
-	d *= 1 - b.Jitter + 2*b.Jitter*r
-	return time.Duration(d)
-}
+var DefaultBackoff = deckhandtype.Backoff{Base: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
 
 // Config tunes a Worker. Zero values mean the defaults documented on each field.
 type Config struct {
@@ -49,7 +34,7 @@ type Config struct {
 	ShutdownGrace       time.Duration // running tasks may finish this long after a stop; default 30s
 	Retention           time.Duration // finished jobs are deleted after this; default 7 days
 
-	Backoff Backoff
+	Backoff deckhandtype.Backoff
 	Clock   Clock          // nil: real time; SQL then uses the database clock
 	Rand    func() float64 // nil: math/rand/v2
 	// Features are the task kinds (and leader services) this worker runs besides sql and noop.
@@ -100,7 +85,7 @@ func (c Config) withDefaults() Config {
 	if c.Retention <= 0 {
 		c.Retention = 7 * 24 * time.Hour
 	}
-	if c.Backoff == (Backoff{}) {
+	if c.Backoff == (deckhandtype.Backoff{}) {
 		c.Backoff = DefaultBackoff
 	}
 	if c.Clock == nil {

@@ -141,7 +141,7 @@ func TestRetryableErrorRetriesAfterBackoff(t *testing.T) {
 	db := e.AddNode("n1", 4)
 	e.Exec(db, `CREATE SEQUENCE tries`)
 	clock := &fakeClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	backoff := engine.Backoff{Base: 10 * time.Second, Max: time.Minute, Jitter: 0.5}
+	backoff := deckhandtype.Backoff{Base: 10 * time.Second, Max: time.Minute, Jitter: 0.5}
 	// The lease outlasts the clock's jumps, so the leader never takes the worker for dead.
 	w, _ := e.Worker(engine.Config{Clock: clock, Rand: func() float64 { return 0.75 }, Backoff: backoff, LeaseTTL: time.Hour})
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{

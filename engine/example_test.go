@@ -11,13 +11,13 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
 var (
 	exampleOnce    sync.Once
-	exampleCluster *pgtest.Cluster
+	exampleCluster *pgcluster.Cluster
 )
 
 // exampleCatalog returns the conninfo of a fresh, initialised catalog database and of a node
@@ -26,7 +26,7 @@ func exampleCatalog(name string) (catalogDSN, nodeDSN string) {
 	ctx := context.Background()
 	exampleOnce.Do(func() {
 		var err error
-		if exampleCluster, err = pgtest.Start(ctx, pgtest.Options{}); err != nil {
+		if exampleCluster, err = pgcluster.Start(ctx, pgcluster.Options{}); err != nil {
 			log.Fatal(err)
 		}
 	})
@@ -35,7 +35,7 @@ func exampleCatalog(name string) (catalogDSN, nodeDSN string) {
 			log.Fatal(err)
 		}
 	}
-	catalogDSN = exampleCluster.DSN(name, pgtest.Superuser)
+	catalogDSN = exampleCluster.DSN(name, pgcluster.Superuser)
 	cat, err := catalog.Open(ctx, catalogDSN)
 	if err != nil {
 		log.Fatal(err)
@@ -44,7 +44,7 @@ func exampleCatalog(name string) (catalogDSN, nodeDSN string) {
 	if _, err := cat.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
-	return catalogDSN, exampleCluster.DSN(name+"_node", pgtest.Superuser)
+	return catalogDSN, exampleCluster.DSN(name+"_node", pgcluster.Superuser)
 }
 
 // Submit a small DAG, run it with a worker, and wait for it.

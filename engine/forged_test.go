@@ -31,9 +31,7 @@ func TestForgedOrphanIsNotTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = victim.Cmd.Wait()
-	e.Exec(e.DB, `ALTER TABLE deckhand.job DISABLE TRIGGER job_identity`)
-	e.Exec(e.DB, `UPDATE deckhand.job SET submitted_by = $1 WHERE id = $2`, alice, id)
-	e.Exec(e.DB, `ALTER TABLE deckhand.job ENABLE TRIGGER job_identity`)
+	e.ForgeSubmitter(id, alice)
 
 	e.Worker(engine.Config{LeaseTTL: time.Second})
 	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFailed {

@@ -123,9 +123,7 @@ func TestWorkerRechecksMembership(t *testing.T) {
 	bob := e.Role("bob")
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "t", Node: "n1", Owner: bob, SQL: "SELECT 1", MaxAttempts: 1}}})
 	// Simulate tampering: pretend alice submitted it.
-	e.Exec(e.DB, `ALTER TABLE deckhand.job DISABLE TRIGGER job_identity`)
-	e.Exec(e.DB, `UPDATE deckhand.job SET submitted_by = $1`, alice)
-	e.Exec(e.DB, `ALTER TABLE deckhand.job ENABLE TRIGGER job_identity`)
+	e.ForgeSubmitter(id, alice)
 	e.Worker(engine.Config{})
 	job := e.Wait(id, 30*time.Second)
 	d := detail(t, e, id)

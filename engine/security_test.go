@@ -13,7 +13,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -42,7 +42,7 @@ func newIntruderEnv(t *testing.T) *intruderEnv {
 	e.Exec(e.node, `CREATE TABLE marks (who text, at timestamptz DEFAULT now()); GRANT INSERT ON marks TO `+pgx.Identifier{e.app}.Sanitize())
 	e.Worker(engine.Config{})
 	e.adminJob = submit(t, e.Env, &spec.Job{Description: "admin", Tasks: []spec.Task{
-		{Name: "as_postgres", Node: "n1", Owner: pgtest.Superuser, SQL: "SELECT 1"}}})
+		{Name: "as_postgres", Node: "n1", Owner: pgcluster.Superuser, SQL: "SELECT 1"}}})
 	if job := e.Wait(e.adminJob, 30*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("admin job %s", job.State)
 	}
@@ -174,12 +174,12 @@ func TestViewsShowWhatTheCallerMayActOn(t *testing.T) {
 func TestCancelAndRetryNeedTheRightToActOnTheJob(t *testing.T) {
 	e := newIntruderEnv(t)
 	failing := submit(t, e.Env, &spec.Job{Tasks: []spec.Task{
-		{Name: "fails", Node: "n1", Owner: pgtest.Superuser, SQL: "SELECT 1/0", MaxAttempts: 1}}})
+		{Name: "fails", Node: "n1", Owner: pgcluster.Superuser, SQL: "SELECT 1/0", MaxAttempts: 1}}})
 	if job := e.Wait(failing, 30*time.Second); job.State != deckhandtype.JobFailed {
 		t.Fatalf("job %s", job.State)
 	}
 	long := submit(t, e.Env, &spec.Job{Tasks: []spec.Task{
-		{Name: "sleeps", Node: "n1", Owner: pgtest.Superuser, SQL: "SELECT pg_sleep(60)"}}})
+		{Name: "sleeps", Node: "n1", Owner: pgcluster.Superuser, SQL: "SELECT pg_sleep(60)"}}})
 
 	for name, call := range map[string]func() (deckhandtype.JobState, error){
 		"cancel": func() (deckhandtype.JobState, error) { return e.client.Cancel(ctx, long) },

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -237,7 +236,7 @@ func (c Coordinator) waitForParts(ctx context.Context, conn *pgx.Conn, e *deckha
 	if poll <= 0 {
 		poll = 100 * time.Millisecond
 	}
-	point, err := parseLSN(lsn)
+	point, err := deckhandtype.ParseLSN(lsn)
 	if err != nil {
 		return err
 	}
@@ -289,7 +288,7 @@ func (c Coordinator) standbys(ctx context.Context, group string) ([]deckhandtype
 
 // watchReplay probes the standbys still behind the point, records their position (which makes
 // them eligible for parts once past it, and wakes the workers), and returns those still behind.
-func (c Coordinator) watchReplay(ctx context.Context, behind []deckhandtype.Node, point uint64) []deckhandtype.Node {
+func (c Coordinator) watchReplay(ctx context.Context, behind []deckhandtype.Node, point deckhandtype.LSN) []deckhandtype.Node {
 	var still []deckhandtype.Node
 	caughtUp := false
 	for _, n := range behind {
@@ -302,7 +301,7 @@ func (c Coordinator) watchReplay(ctx context.Context, behind []deckhandtype.Node
 			still = append(still, n)
 			continue
 		}
-		if at, err := parseLSN(lsn); err == nil && at >= point {
+		if at, err := deckhandtype.ParseLSN(lsn); err == nil && at >= point {
 			caughtUp = true
 			continue
 		}
@@ -312,17 +311,6 @@ func (c Coordinator) watchReplay(ctx context.Context, behind []deckhandtype.Node
 		c.Catalog.NotifyRunnable(ctx) //nolint:errcheck
 	}
 	return still
-}
-
-// parseLSN reads a pg_lsn such as 0/16B3748.
-func parseLSN(s string) (uint64, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("bad LSN %q", s)
-	}
-	return h<<32 | l, nil
 }
 
 func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype.ClaimedTask,

@@ -16,6 +16,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -27,14 +28,14 @@ var ctx = context.Background()
 // group is a primary with one streaming standby, registered as node group g1.
 type group struct {
 	env              *testenv.Env
-	primary, standby *pgtest.Cluster
+	primary, standby *pgcluster.Cluster
 	db               string
 }
 
 func newGroup(t *testing.T, maxTasks int) *group {
 	t.Helper()
 	e := testenv.New(t, export.Feature())
-	primary := pgtest.New(t, pgtest.Options{})
+	primary := pgtest.New(t, pgcluster.Options{})
 	const db = "shop"
 	if err := primary.CreateDatabase(ctx, db); err != nil {
 		t.Fatal(err)
@@ -49,9 +50,9 @@ func newGroup(t *testing.T, maxTasks int) *group {
 		FROM generate_series(1, 60000) g;`); err != nil {
 		t.Fatal(err)
 	}
-	standby := pgtest.NewStandby(t, primary, pgtest.Options{})
-	for name, cl := range map[string]*pgtest.Cluster{"p1": primary, "s1": standby} {
-		if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: name, DSN: cl.DSN(db, pgtest.Superuser), Group: "g1", MaxTasks: maxTasks}); err != nil {
+	standby := pgtest.NewStandby(t, primary, pgcluster.Options{})
+	for name, cl := range map[string]*pgcluster.Cluster{"p1": primary, "s1": standby} {
+		if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: name, DSN: cl.DSN(db, pgcluster.Superuser), Group: "g1", MaxTasks: maxTasks}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,9 +112,9 @@ func readBack(t *testing.T, dir string, m export.Manifest) (rows, idSum int64, d
 	return rows, idSum, dups
 }
 
-func sourceSums(t *testing.T, cl *pgtest.Cluster, db, table string) (rows, idSum int64) {
+func sourceSums(t *testing.T, cl *pgcluster.Cluster, db, table string) (rows, idSum int64) {
 	t.Helper()
-	conn := pgtest.Connect(t, cl.DSN(db, pgtest.Superuser))
+	conn := pgtest.Connect(t, cl.DSN(db, pgcluster.Superuser))
 	if err := conn.QueryRow(ctx, `SELECT count(*), coalesce(sum(id), 0) FROM `+table).Scan(&rows, &idSum); err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestExportIsConsistentUnderWrites(t *testing.T) {
 		got, err := g.env.Client.Export(ctx, e.ID)
 		return err == nil && got.PartsTotal > 0
 	}, "the export holds its consistency point")
-	writer := pgtest.Connect(t, g.primary.DSN(g.db, pgtest.Superuser))
+	writer := pgtest.Connect(t, g.primary.DSN(g.db, pgcluster.Superuser))
 	inserted := make(chan error, 1)
 	go func() {
 		_, err := writer.Exec(ctx, `INSERT INTO events VALUES (1000001, '2024-06-01', 1, 'late', '{}', 1)`)

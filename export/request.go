@@ -1,7 +1,6 @@
 package export
 
 import (
-	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -28,8 +27,6 @@ type Request struct {
 	Timeout     time.Duration
 }
 
-func invalid(format string, args ...any) error { return &spec.Error{Msg: fmt.Sprintf(format, args...)} }
-
 // Normalize fills defaults and checks the request without a database; errors are one line.
 // Table and Partition are read as PostgreSQL reads names (unquoted parts fold to lower case,
 // double-quoted ones are taken as written; no schema means public) and rewritten in one
@@ -38,44 +35,44 @@ func (r *Request) Normalize() error {
 	r.Table = strings.TrimSpace(r.Table)
 	r.Partition = strings.TrimSpace(r.Partition)
 	if r.Table == "" {
-		return invalid("--table is required")
+		return spec.Invalidf("--table is required")
 	}
 	if r.Partition == "" {
 		r.Partition = r.Table
 	}
 	var err error
 	if r.Table, err = canonicalName(r.Table); err != nil {
-		return invalid("--table: %v", err)
+		return spec.Invalidf("--table: %v", err)
 	}
 	if r.Partition, err = canonicalName(r.Partition); err != nil {
-		return invalid("--partition: %v", err)
+		return spec.Invalidf("--partition: %v", err)
 	}
 	if r.Group == "" {
-		return invalid("--group is required")
+		return spec.Invalidf("--group is required")
 	}
 	if r.To == "" {
-		return invalid("--to is required")
+		return spec.Invalidf("--to is required")
 	}
 	if r.To, err = NormalizeDestination(r.To); err != nil {
-		return invalid("%v", err)
+		return spec.Invalidf("%v", err)
 	}
 	if r.Compression == "" {
 		r.Compression = DefaultCompression
 	}
 	if !slices.Contains(Compressions, r.Compression) {
-		return invalid("--compression %q: use one of %s", r.Compression, strings.Join(Compressions, ", "))
+		return spec.Invalidf("--compression %q: use one of %s", r.Compression, strings.Join(Compressions, ", "))
 	}
 	if r.PartSize == 0 {
 		r.PartSize = DefaultPartSize
 	}
 	if r.PartSize < 8192 {
-		return invalid("--part-size must be at least 8kB")
+		return spec.Invalidf("--part-size must be at least 8kB")
 	}
 	if r.MaxAttempts == 0 {
 		r.MaxAttempts = 5
 	}
 	if r.MaxAttempts < 1 || r.MaxAttempts > spec.MaxMaxAttempts {
-		return invalid("--max-attempts must be between 1 and %d", spec.MaxMaxAttempts)
+		return spec.Invalidf("--max-attempts must be between 1 and %d", spec.MaxMaxAttempts)
 	}
 	if r.Timeout == 0 {
 		r.Timeout = 24 * time.Hour

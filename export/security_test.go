@@ -307,11 +307,7 @@ func TestExportForgedRowsAreRefusedOnTheNode(t *testing.T) {
 	}
 	// Simulate tampering by someone who can write the catalog's tables: pretend alice, who is
 	// not a member of bob, submitted the job.
-	forge := func(jobID int64) {
-		g.env.Exec(g.env.DB, `ALTER TABLE deckhand.job DISABLE TRIGGER job_identity`)
-		g.env.Exec(g.env.DB, `UPDATE deckhand.job SET submitted_by = 'alice' WHERE id = $1`, jobID)
-		g.env.Exec(g.env.DB, `ALTER TABLE deckhand.job ENABLE TRIGGER job_identity`)
-	}
+	forge := func(jobID int64) { g.env.ForgeSubmitter(jobID, "alice") }
 	req := func(dir string) export.Request {
 		return export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, Owner: "bob", PartSize: 1 << 20}
 	}

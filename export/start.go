@@ -9,6 +9,7 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/spec"
 )
 
 // Start starts an export of a partition. It normalizes and checks the request, finds the
@@ -37,7 +38,7 @@ func Start(ctx context.Context, c *engine.Client, req Request) (*deckhandtype.Ex
 	}
 	exportID, _, err := c.Catalog().CreateExport(ctx, req.Record(primary, owner))
 	if errors.Is(err, catalog.ErrExportExists) {
-		return nil, invalid("%v", err)
+		return nil, spec.Invalidf("%v", err)
 	}
 	if err != nil {
 		return nil, err
@@ -59,7 +60,7 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (string, 
 		}
 	}
 	if len(members) == 0 {
-		return "", invalid("node group %q has no nodes (see `deckhand node list`)", group)
+		return "", spec.Invalidf("node group %q has no nodes (see `deckhand node list`)", group)
 	}
 	pools := nodeconn.NewPools(1)
 	defer pools.Close()
@@ -77,10 +78,10 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (string, 
 	}
 	switch len(primaries) {
 	case 0:
-		return "", invalid("node group %q has no primary", group)
+		return "", spec.Invalidf("node group %q has no primary", group)
 	case 1:
 		return primaries[0], nil
 	default:
-		return "", invalid("node group %q has %d primaries (%v): a group is one primary and its standbys", group, len(primaries), primaries)
+		return "", spec.Invalidf("node group %q has %d primaries (%v): a group is one primary and its standbys", group, len(primaries), primaries)
 	}
 }

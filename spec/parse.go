@@ -13,20 +13,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Error is a problem with a job spec, found by Parse or Validate. Its message is one line,
-// fit to show a user as is; callers can use errors.As to tell bad input from other failures.
-type Error struct {
-	Msg string
-	Err error // underlying cause, if any
-}
-
-func (e *Error) Error() string { return e.Msg }
-func (e *Error) Unwrap() error { return e.Err }
-
-func invalidf(format string, args ...any) error {
-	return &Error{Msg: fmt.Sprintf(format, args...)}
-}
-
 // Parse reads a job spec written in JSON or YAML. Unknown fields are errors, so a misspelt
 // field name is reported rather than silently ignored. Parse only decodes: call Validate
 // before using the job.
@@ -38,9 +24,9 @@ func Parse(data []byte) (*Job, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(doc, &top); err != nil || top == nil {
 		if bytes.Equal(doc, []byte("null")) {
-			return nil, invalidf("spec: empty input")
+			return nil, Invalidf("spec: empty input")
 		}
-		return nil, invalidf("spec: expected a job object with a \"tasks\" list, got %s", jsonKind(doc))
+		return nil, Invalidf("spec: expected a job object with a \"tasks\" list, got %s", jsonKind(doc))
 	}
 	if err := checkFields(top, jobFields, "job"); err != nil {
 		return nil, err
@@ -58,7 +44,7 @@ func Parse(data []byte) (*Job, error) {
 	for i, rt := range raw.Tasks {
 		var fields map[string]json.RawMessage
 		if err := json.Unmarshal(rt, &fields); err != nil || fields == nil {
-			return nil, invalidf("spec: task #%d: expected an object, got %s", i+1, jsonKind(rt))
+			return nil, Invalidf("spec: task #%d: expected an object, got %s", i+1, jsonKind(rt))
 		}
 		label := fmt.Sprintf("task #%d", i+1)
 		var name string
@@ -81,7 +67,7 @@ func toJSON(data []byte) ([]byte, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // UTF-8 byte order mark
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
-		return nil, invalidf("spec: empty input")
+		return nil, Invalidf("spec: empty input")
 	}
 	if trimmed[0] == '{' || trimmed[0] == '[' {
 		var v any
@@ -200,7 +186,7 @@ func checkFields(obj map[string]json.RawMessage, known []string, where string) e
 		if s := suggest(k, known); s != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
 		}
-		return invalidf("%s", msg)
+		return Invalidf("%s", msg)
 	}
 	return nil
 }

@@ -110,23 +110,23 @@ func ReservedSetting(name string) bool {
 // SQL becomes "sql"). On error the job is left unchanged.
 func (j *Job) Validate(kinds Kinds) error {
 	if j == nil {
-		return invalidf("no job")
+		return Invalidf("no job")
 	}
 	if len(j.Tasks) == 0 {
-		return invalidf("job has no tasks")
+		return Invalidf("job has no tasks")
 	}
 	if strings.ContainsRune(j.SearchPath, 0) {
-		return invalidf("search_path contains a NUL byte")
+		return Invalidf("search_path contains a NUL byte")
 	}
 	for _, name := range slices.Sorted(maps.Keys(j.Settings)) {
 		if !gucNameRE.MatchString(name) {
-			return invalidf("settings: %q is not a valid setting name", name)
+			return Invalidf("settings: %q is not a valid setting name", name)
 		}
 		if ReservedSetting(name) {
-			return invalidf("settings: %q is set by deckhand for every task (a job names its search_path, timeout and owner in their own fields)", name)
+			return Invalidf("settings: %q is set by deckhand for every task (a job names its search_path, timeout and owner in their own fields)", name)
 		}
 		if strings.ContainsRune(j.Settings[name], 0) {
-			return invalidf("settings: value of %q contains a NUL byte", name)
+			return Invalidf("settings: value of %q contains a NUL byte", name)
 		}
 	}
 
@@ -136,7 +136,7 @@ func (j *Job) Validate(kinds Kinds) error {
 			return err
 		}
 		if first, dup := index[t.Name]; dup {
-			return invalidf("duplicate task name %q (tasks #%d and #%d)", t.Name, first+1, i+1)
+			return Invalidf("duplicate task name %q (tasks #%d and #%d)", t.Name, first+1, i+1)
 		}
 		index[t.Name] = i
 	}
@@ -150,7 +150,7 @@ func (j *Job) Validate(kinds Kinds) error {
 		resolved[i] = kind
 	}
 	if cycle := j.findCycle(index); cycle != nil {
-		return invalidf("dependency cycle: %s", strings.Join(cycle, " -> "))
+		return Invalidf("dependency cycle: %s", strings.Join(cycle, " -> "))
 	}
 	for i := range j.Tasks {
 		j.Tasks[i].Kind = resolved[i]
@@ -161,13 +161,13 @@ func (j *Job) Validate(kinds Kinds) error {
 func checkName(i int, name string) error {
 	switch {
 	case name == "":
-		return invalidf("task #%d: name is empty", i+1)
+		return Invalidf("task #%d: name is empty", i+1)
 	case strings.TrimSpace(name) != name:
-		return invalidf("task %q: name has leading or trailing space", name)
+		return Invalidf("task %q: name has leading or trailing space", name)
 	case len(name) > MaxNameLen:
-		return invalidf("task %q: name is longer than %d bytes", name, MaxNameLen)
+		return Invalidf("task %q: name is longer than %d bytes", name, MaxNameLen)
 	case strings.ContainsFunc(name, unicode.IsControl):
-		return invalidf("task %q: name contains a control character", name)
+		return Invalidf("task %q: name contains a control character", name)
 	}
 	return nil
 }
@@ -177,65 +177,60 @@ func (t Task) validate(index map[string]int, kinds Kinds) (string, error) {
 	kind := t.Kind
 	if kind == "" {
 		if t.SQL == "" {
-			return "", invalidf("task %q: sql is empty", t.Name)
+			return "", Invalidf("task %q: sql is empty", t.Name)
 		}
 		kind = KindSQL
 	}
 	k, ok := kinds.lookup(kind)
 	if !ok {
-		return "", invalidf("task %q: unknown kind %q (known kinds: %s)", t.Name, kind, strings.Join(kinds.names(), ", "))
+		return "", Invalidf("task %q: unknown kind %q (known kinds: %s)", t.Name, kind, strings.Join(kinds.names(), ", "))
 	}
 	if kind == KindSQL {
 		if strings.TrimSpace(t.SQL) == "" {
-			return "", invalidf("task %q: sql is empty", t.Name)
+			return "", Invalidf("task %q: sql is empty", t.Name)
 		}
 	} else if t.SQL != "" {
-		return "", invalidf("task %q: kind %q does not take sql", t.Name, kind)
+		return "", Invalidf("task %q: kind %q does not take sql", t.Name, kind)
 	}
 	payload := t.Payload
 	if p := bytes.TrimSpace(payload); len(p) == 0 || bytes.Equal(p, []byte("null")) {
 		payload = nil
 	}
 	if k.Validate == nil && payload != nil {
-		return "", invalidf("task %q: kind %q does not take a payload", t.Name, kind)
+		return "", Invalidf("task %q: kind %q does not take a payload", t.Name, kind)
 	}
 	if k.NeedsNode && t.Node == "" {
-		return "", invalidf("task %q: node is required for kind %q", t.Name, kind)
+		return "", Invalidf("task %q: node is required for kind %q", t.Name, kind)
 	}
 	if k.Validate != nil {
 		if err := k.Validate(payload); err != nil {
-			return "", invalidf("task %q: %s", t.Name, oneLine(err.Error()))
+			return "", Invalidf("task %q: %s", t.Name, OneLine(err.Error()))
 		}
 	}
 	if t.MaxAttempts < 0 || t.MaxAttempts > MaxMaxAttempts {
-		return "", invalidf("task %q: max_attempts must be between 1 and %d (0 means the default, %d), got %d",
+		return "", Invalidf("task %q: max_attempts must be between 1 and %d (0 means the default, %d), got %d",
 			t.Name, MaxMaxAttempts, DefaultMaxAttempts, t.MaxAttempts)
 	}
 	// Zero is the default; anything else must be a statement_timeout PostgreSQL takes.
 	if t.Timeout != 0 {
 		if err := CheckTimeout("timeout", t.Timeout); err != nil {
-			return "", invalidf("task %q: %v", t.Name, err)
+			return "", Invalidf("task %q: %v", t.Name, err)
 		}
 	}
 	seen := make(map[string]bool, len(t.DependsOn))
 	for _, dep := range t.DependsOn {
 		switch {
 		case dep == t.Name:
-			return "", invalidf("task %q: depends on itself", t.Name)
+			return "", Invalidf("task %q: depends on itself", t.Name)
 		case seen[dep]:
-			return "", invalidf("task %q: depends_on lists %q twice", t.Name, dep)
+			return "", Invalidf("task %q: depends_on lists %q twice", t.Name, dep)
 		}
 		if _, ok := index[dep]; !ok {
-			return "", invalidf("task %q: depends on unknown task %q", t.Name, dep)
+			return "", Invalidf("task %q: depends on unknown task %q", t.Name, dep)
 		}
 		seen[dep] = true
 	}
 	return kind, nil
-}
-
-// oneLine keeps a reason to one line, as errors reach users.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
 }
 
 // findCycle returns a dependency cycle as task names, first name repeated at the end

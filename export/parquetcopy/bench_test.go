@@ -20,6 +20,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
@@ -65,8 +66,8 @@ func TestExportBenchmark(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	cl := pgtest.New(t, pgtest.Options{Durable: true})
-	dsn := cl.DSN("postgres", pgtest.Superuser)
+	cl := pgtest.New(t, pgcluster.Options{Durable: true})
+	dsn := cl.DSN("postgres", pgcluster.Superuser)
 	admin := pgtest.Connect(t, dsn)
 	start := time.Now()
 	if err := parquetcopy.BenchTable(ctx, admin.PgConn(), "bench_export", rows); err != nil {

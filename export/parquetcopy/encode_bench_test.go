@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
@@ -66,7 +67,7 @@ var benchStream struct {
 func loadBenchStream(b *testing.B) {
 	benchStream.once.Do(func() {
 		ctx := context.Background()
-		conn := pgtest.Connect(b, pgtest.Shared(b).DSN(pgtest.NewDatabase(b), pgtest.Superuser))
+		conn := pgtest.Connect(b, pgtest.Shared(b).DSN(pgtest.NewDatabase(b), pgcluster.Superuser))
 		if err := BenchTable(ctx, conn.PgConn(), "bench_export", 200_000); err != nil {
 			b.Fatal(err)
 		}

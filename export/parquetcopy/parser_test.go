@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
@@ -17,7 +18,7 @@ import (
 func recordStream(t *testing.T) ([]Column, *recorder, int64) {
 	t.Helper()
 	ctx := context.Background()
-	conn := pgtest.Connect(t, pgtest.Shared(t).DSN(pgtest.NewDatabase(t), pgtest.Superuser))
+	conn := pgtest.Connect(t, pgtest.Shared(t).DSN(pgtest.NewDatabase(t), pgcluster.Superuser))
 	if _, err := conn.Exec(ctx, `CREATE TABLE s (id bigint NOT NULL, t text, a int[], n numeric, d numeric(20,3), b bytea);
 		INSERT INTO s SELECT g, CASE WHEN g % 7 = 0 THEN NULL ELSE repeat(md5(g::text), g % 50) END,
 			CASE WHEN g % 5 = 0 THEN NULL ELSE ARRAY[g, NULL, -g] END, g::numeric / 3, g * 1.125,

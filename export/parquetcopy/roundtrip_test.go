@@ -21,12 +21,13 @@ import (
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/deckhandhq/deckhand/export/parquetcopy"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
 func connect(t *testing.T) *pgx.Conn {
 	t.Helper()
-	return pgtest.Connect(t, pgtest.Shared(t).DSN(pgtest.NewDatabase(t), pgtest.Superuser))
+	return pgtest.Connect(t, pgtest.Shared(t).DSN(pgtest.NewDatabase(t), pgcluster.Superuser))
 }
 
 func mustExec(t *testing.T, conn *pgx.Conn, sql string) {

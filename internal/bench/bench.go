@@ -28,7 +28,7 @@ import (
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -170,11 +170,11 @@ func startServer(ctx context.Context, dsn string, out io.Writer) (string, func()
 		return dsn, func() {}, nil
 	}
 	fmt.Fprintln(out, "starting a throwaway PostgreSQL cluster (stock durability settings)...")
-	cl, err := pgtest.Start(ctx, pgtest.Options{Durable: true})
+	cl, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
 	if err != nil {
 		return "", nil, err
 	}
-	return cl.DSN("postgres", pgtest.Superuser), func() { cl.Stop() }, nil //nolint:errcheck
+	return cl.DSN("postgres", pgcluster.Superuser), func() { cl.Stop() }, nil //nolint:errcheck
 }
 
 // Line is the machine-readable summary.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
@@ -16,7 +17,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // through it (a keyword appended to a URL would make it unreadable).
 func TestBenchOnURLServer(t *testing.T) {
 	cl := pgtest.Shared(t)
-	server := fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", pgtest.Superuser, cl.Addr())
+	server := fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", pgcluster.Superuser, cl.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

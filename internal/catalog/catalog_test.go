@@ -6,17 +6,18 @@ import (
 	"testing"
 
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // emptyCatalog opens a new database of the shared cluster as the superuser, with no schema yet.
-func emptyCatalog(t *testing.T) (*catalog.Catalog, *pgtest.Cluster, string) {
+func emptyCatalog(t *testing.T) (*catalog.Catalog, *pgcluster.Cluster, string) {
 	t.Helper()
 	cl := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
-	cat, err := catalog.Open(context.Background(), cl.DSN(db, pgtest.Superuser))
+	cat, err := catalog.Open(context.Background(), cl.DSN(db, pgcluster.Superuser))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestConcurrentMigrate(t *testing.T) {
 	errs := make(chan error, 4)
 	for range 4 {
 		go func() {
-			cat, err := catalog.Open(ctx, cl.DSN(db, pgtest.Superuser))
+			cat, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser))
 			if err != nil {
 				errs <- err
 				return

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
@@ -77,7 +78,7 @@ func TestInitCreatesRolesOnceAndConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cat, err := catalog.Open(ctx, cl.DSN(db, pgtest.Superuser))
+			cat, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser))
 			if err != nil {
 				errs <- err
 				return
@@ -121,7 +122,7 @@ func TestUpgradeRevokesDirectTablePrivileges(t *testing.T) {
 		t.Fatal(err)
 	}
 	role := "old_submitter_" + db
-	if err := cl.CreateLoginRole(ctx, role, ""); err != nil {
+	if err := pgtest.CreateLoginRole(ctx, cl, role, ""); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

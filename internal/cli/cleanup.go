@@ -11,6 +11,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/bench"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
@@ -26,10 +27,17 @@ func (a *app) cleanupCommand() *cobra.Command {
 func (a *app) cleanupList() *cobra.Command {
 	var f deckhandtype.CleanupFilter
 	var state string
-	cmd := &cobra.Command{
-		Use:   "list [--state S] [--job ID]",
-		Short: "List cleanup records, newest first",
-		Long: `List cleanup records, newest first. States:
+	cmd := listCommand(a, "list [--state S] [--job ID]", "List cleanup records, newest first",
+		func(c *engine.Client, ctx context.Context) ([]deckhandtype.CleanupRecord, error) {
+			return c.CleanupRecords(ctx, f)
+		},
+		[]string{"id", "job", "operation", "type", "resource", "policy", "state", "attempts", "last_error"},
+		eachRow(func(r deckhandtype.CleanupRecord) []string {
+			return []string{strconv.FormatInt(r.ID, 10), strconv.FormatInt(r.JobID, 10),
+				strconv.FormatInt(r.OperationID, 10), string(r.Type), resourceText(r.Resource()), string(r.Policy), string(r.State),
+				strconv.Itoa(r.Attempts), deref(r.LastError)}
+		}))
+	cmd.Long = `List cleanup records, newest first. States:
   pending       its operation still runs; nothing touches it
   due           its operation ended and its policy says remove; the cleaner is on it
   in_use        a query or a walsender holds it; removed as soon as it is free
@@ -39,36 +47,10 @@ func (a *app) cleanupList() *cobra.Command {
   forgotten     kept by its policy (or by an operator); never removed
   failed        a permanent error, or too many transient ones: fix the cause, then
                 'deckhand cleanup retry ID', or 'deckhand cleanup forget ID'
-  node_removed  its node is no longer registered: re-add the node and retry, or forget it`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			f.State = deckhandtype.CleanupState(state)
-			if f.State != "" && !slices.Contains(deckhandtype.CleanupStates, f.State) {
-				return Usage("--state: unknown cleanup state %q (want one of %v)", f.State, deckhandtype.CleanupStates)
-			}
-			if f.Limit < 1 {
-				return Usage("--limit must be at least 1, got %d", f.Limit)
-			}
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			recs, err := c.CleanupRecords(cmd.Context(), f)
-			if err != nil {
-				return classify(err)
-			}
-			if a.json() {
-				return PrintJSON(a.stdout, recs)
-			}
-			rows := make([][]string, 0, len(recs))
-			for _, r := range recs {
-				rows = append(rows, []string{strconv.FormatInt(r.ID, 10), strconv.FormatInt(r.JobID, 10),
-					strconv.FormatInt(r.OperationID, 10), string(r.Type), resourceText(r.Resource()), string(r.Policy), string(r.State),
-					strconv.Itoa(r.Attempts), deref(r.LastError)})
-			}
-			return PrintTable(a.stdout, []string{"id", "job", "operation", "type", "resource", "policy", "state", "attempts", "last_error"}, rows)
-		},
+  node_removed  its node is no longer registered: re-add the node and retry, or forget it`
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		f.State = deckhandtype.CleanupState(state)
+		return checkFilter("cleanup", f.State, deckhandtype.CleanupStates, f.Limit)
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only records in this state")
 	cmd.Flags().Int64Var(&f.JobID, "job", 0, "only records of this job")
@@ -260,39 +242,19 @@ func (a *app) cleanupUnpin() *cobra.Command {
 }
 
 func (a *app) cleanupPins() *cobra.Command {
-	return &cobra.Command{
-		Use:   "pins",
-		Short: "List pins, newest first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
+	return listCommand(a, "pins", "List pins, newest first", (*engine.Client).Pins,
+		[]string{"id", "type", "resource", "held_by", "in_force", "reason"}, eachRow(func(p deckhandtype.Pin) []string {
+			holder := "manual"
+			if p.OperationID != nil {
+				holder = "operation " + strconv.FormatInt(*p.OperationID, 10)
 			}
-			defer c.Close()
-			pins, err := c.Pins(cmd.Context())
-			if err != nil {
-				return classify(err)
+			r := deckhandtype.CleanupResource{Type: p.Type, Location: p.Location, Name: p.Name}
+			if p.Node != nil {
+				r.Node = *p.Node
 			}
-			if a.json() {
-				return PrintJSON(a.stdout, pins)
-			}
-			rows := make([][]string, 0, len(pins))
-			for _, p := range pins {
-				holder := "manual"
-				if p.OperationID != nil {
-					holder = "operation " + strconv.FormatInt(*p.OperationID, 10)
-				}
-				r := deckhandtype.CleanupResource{Type: p.Type, Location: p.Location, Name: p.Name}
-				if p.Node != nil {
-					r.Node = *p.Node
-				}
-				rows = append(rows, []string{strconv.FormatInt(p.ID, 10), string(p.Type), resourceText(r), holder,
-					strconv.FormatBool(p.InForce), p.Reason})
-			}
-			return PrintTable(a.stdout, []string{"id", "type", "resource", "held_by", "in_force", "reason"}, rows)
-		},
-	}
+			return []string{strconv.FormatInt(p.ID, 10), string(p.Type), resourceText(r), holder,
+				strconv.FormatBool(p.InForce), p.Reason}
+		}))
 }
 
 func (a *app) benchCleanupCommand() *cobra.Command {

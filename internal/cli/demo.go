@@ -58,7 +58,7 @@ Exit status: 0 when the job finished and its result checked out, 1 when it faile
 				return Usage("%v", err)
 			}
 			// The first Ctrl-C stops the demo cleanly; after it the default handler is back,
-			// so a second one quits at once (the servers die with us, see pgtest).
+			// so a second one quits at once (the servers die with us, see pgcluster).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			context.AfterFunc(ctx, stop)

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
 	"github.com/spf13/cobra"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
 )
 
@@ -67,35 +70,17 @@ is refused unless --force.`,
 	f.StringVar(&r.Compression, "compression", export.DefaultCompression, "zstd, snappy or none")
 	f.StringVar(&r.Owner, "owner", "", "role the export reads as (default: you)")
 
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List exports with their progress",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
+	list := listCommand(a, "list", "List exports with their progress",
+		func(c *engine.Client, ctx context.Context) ([]deckhandtype.Export, error) { return c.Exports(ctx, 100) },
+		[]string{"id", "job", "partition", "state", "parts", "rows", "bytes", "destination", "error"},
+		eachRow(func(e deckhandtype.Export) []string {
+			errText := ""
+			if len(e.Errors) > 0 {
+				errText = e.Errors[len(e.Errors)-1]
 			}
-			defer c.Close()
-			exports, err := c.Exports(cmd.Context(), 100)
-			if err != nil {
-				return classify(err)
-			}
-			if a.json() {
-				return PrintJSON(a.stdout, exports)
-			}
-			rows := make([][]string, 0, len(exports))
-			for _, e := range exports {
-				errText := ""
-				if len(e.Errors) > 0 {
-					errText = e.Errors[len(e.Errors)-1]
-				}
-				rows = append(rows, []string{strconv.FormatInt(e.ID, 10), strconv.FormatInt(e.JobID, 10), e.Partition, string(e.State),
-					fmt.Sprintf("%d/%d", e.PartsDone, e.PartsTotal), strconv.FormatInt(e.Rows, 10), humanBytes(e.Bytes), e.Destination, errText})
-			}
-			return PrintTable(a.stdout, []string{"id", "job", "partition", "state", "parts", "rows", "bytes", "destination", "error"}, rows)
-		},
-	}
+			return []string{strconv.FormatInt(e.ID, 10), strconv.FormatInt(e.JobID, 10), e.Partition, string(e.State),
+				fmt.Sprintf("%d/%d", e.PartsDone, e.PartsTotal), strconv.FormatInt(e.Rows, 10), humanBytes(e.Bytes), e.Destination, errText}
+		}))
 	cmd.AddCommand(list)
 	return cmd
 }

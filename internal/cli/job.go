@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"time"
 
@@ -94,41 +93,22 @@ func (a *app) jobRun() *cobra.Command {
 func (a *app) jobList() *cobra.Command {
 	var f deckhandtype.JobFilter
 	var state string
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List jobs, newest first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			// A misspelt state would silently list nothing.
-			f.State = deckhandtype.JobState(state)
-			if f.State != "" && !slices.Contains(deckhandtype.JobStates, f.State) {
-				return Usage("--state: unknown job state %q (want one of %v)", f.State, deckhandtype.JobStates)
-			}
-			if f.Limit < 1 {
-				return Usage("--limit must be at least 1, got %d", f.Limit)
-			}
-			if f.BeforeID < 0 {
-				return Usage("--before must be a job id, got %d", f.BeforeID)
-			}
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			jobs, err := c.Jobs(cmd.Context(), f)
-			if err != nil {
-				return classify(err)
-			}
-			if a.json() {
-				return PrintJSON(a.stdout, jobs)
-			}
-			rows := make([][]string, 0, len(jobs))
-			for _, j := range jobs {
-				rows = append(rows, []string{strconv.FormatInt(j.ID, 10), string(j.State), progressText(j),
-					j.SubmittedBy, j.CreatedAt.Local().Format(time.DateTime), durationText(j), j.Description})
-			}
-			return PrintTable(a.stdout, []string{"id", "state", "tasks", "submitted_by", "created", "duration", "description"}, rows)
-		},
+	cmd := listCommand(a, "list", "List jobs, newest first",
+		func(c *engine.Client, ctx context.Context) ([]deckhandtype.Job, error) { return c.Jobs(ctx, f) },
+		[]string{"id", "state", "tasks", "submitted_by", "created", "duration", "description"},
+		eachRow(func(j deckhandtype.Job) []string {
+			return []string{strconv.FormatInt(j.ID, 10), string(j.State), progressText(j),
+				j.SubmittedBy, j.CreatedAt.Local().Format(time.DateTime), durationText(j), j.Description}
+		}))
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		f.State = deckhandtype.JobState(state)
+		if err := checkFilter("job", f.State, deckhandtype.JobStates, f.Limit); err != nil {
+			return err
+		}
+		if f.BeforeID < 0 {
+			return Usage("--before must be a job id, got %d", f.BeforeID)
+		}
+		return nil
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state")
 	cmd.Flags().IntVar(&f.Limit, "limit", 50, "most jobs to list")

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/spf13/cobra"
 )
 
@@ -39,30 +40,10 @@ func (a *app) nodeCommand() *cobra.Command {
 	add.Flags().StringVar(&n.Group, "group", "", "node group: a primary and its standbys (default: the node's name)")
 	add.Flags().IntVar(&n.MaxTasks, "max-tasks", 4, "most tasks running on this node at once")
 
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List nodes",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			nodes, err := c.Nodes(cmd.Context())
-			if err != nil {
-				return classify(err)
-			}
-			if a.json() {
-				return PrintJSON(a.stdout, nodes)
-			}
-			rows := make([][]string, 0, len(nodes))
-			for _, n := range nodes {
-				rows = append(rows, []string{n.Name, n.Group, n.Role, strconv.FormatInt(n.RunningTasks, 10) + "/" + strconv.Itoa(n.MaxTasks), n.DSN})
-			}
-			return PrintTable(a.stdout, []string{"name", "group", "role", "tasks", "dsn"}, rows)
-		},
-	}
+	list := listCommand(a, "list", "List nodes", (*engine.Client).Nodes,
+		[]string{"name", "group", "role", "tasks", "dsn"}, eachRow(func(n deckhandtype.Node) []string {
+			return []string{n.Name, n.Group, n.Role, strconv.FormatInt(n.RunningTasks, 10) + "/" + strconv.Itoa(n.MaxTasks), n.DSN}
+		}))
 	remove := &cobra.Command{
 		Use:   "remove NAME",
 		Short: "Remove a node",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/spec"
 )
 
 // app holds what every command shares: global flags and the output streams.
@@ -36,13 +37,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
-		fmt.Fprintln(stderr, "deckhand: "+oneLine(err))
+		fmt.Fprintln(stderr, "deckhand: "+spec.OneLine(err.Error()))
 	}
 	return ExitCode(err)
-}
-
-func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
 func (a *app) rootCommand() *cobra.Command {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/spf13/cobra"
 )
 
@@ -20,40 +21,8 @@ var knownSettings = map[string]string{
 
 func (a *app) settingCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "setting", Short: "Show and change catalog-wide settings (admins)"}
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List the settings that are set, and the known ones",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			set, err := c.Settings(cmd.Context())
-			if err != nil {
-				return classify(err)
-			}
-			if a.json() {
-				return PrintJSON(a.stdout, set)
-			}
-			names := slices.Sorted(maps.Keys(set))
-			for _, k := range slices.Sorted(maps.Keys(knownSettings)) {
-				if _, ok := set[k]; !ok {
-					names = append(names, k)
-				}
-			}
-			rows := make([][]string, 0, len(names))
-			for _, name := range names {
-				value, ok := set[name]
-				if !ok {
-					value = "(default)"
-				}
-				rows = append(rows, []string{name, value, knownSettings[name]})
-			}
-			return PrintTable(a.stdout, []string{"name", "value", "meaning"}, rows)
-		},
-	}
+	list := listCommand(a, "list", "List the settings that are set, and the known ones", (*engine.Client).Settings,
+		[]string{"name", "value", "meaning"}, settingRows)
 	set := &cobra.Command{
 		Use:   "set NAME VALUE",
 		Short: "Set a setting",
@@ -75,6 +44,25 @@ func (a *app) settingCommand() *cobra.Command {
 	}
 	cmd.AddCommand(list, set, reset)
 	return cmd
+}
+
+// settingRows are the settings that are set, by name, then the known ones left at their default.
+func settingRows(set map[string]string) [][]string {
+	names := slices.Sorted(maps.Keys(set))
+	for _, k := range slices.Sorted(maps.Keys(knownSettings)) {
+		if _, ok := set[k]; !ok {
+			names = append(names, k)
+		}
+	}
+	rows := make([][]string, 0, len(names))
+	for _, name := range names {
+		value, ok := set[name]
+		if !ok {
+			value = "(default)"
+		}
+		rows = append(rows, []string{name, value, knownSettings[name]})
+	}
+	return rows
 }
 
 func (a *app) changeSetting(cmd *cobra.Command, name, value string) error {

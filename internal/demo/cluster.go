@@ -12,7 +12,8 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/spec"
 )
 
 const (
@@ -26,10 +27,10 @@ func nodeDB(node string) string { return "shop_" + node }
 // startCluster starts the throwaway cluster and prepares the catalog, the node databases and
 // the owner role on it. It returns the cluster, if it started, even on error, so that the
 // caller stops it.
-func (r *runner) startCluster(ctx context.Context) (*pgtest.Cluster, error) {
+func (r *runner) startCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 	r.status.Update("starting a throwaway PostgreSQL cluster…")
 	t0 := time.Now()
-	cl, err := pgtest.Start(ctx, pgtest.Options{})
+	cl, err := pgcluster.Start(ctx, pgcluster.Options{})
 	if err != nil {
 		r.status.Done("could not start PostgreSQL")
 		return nil, err
@@ -60,7 +61,7 @@ func (r *runner) startCluster(ctx context.Context) (*pgtest.Cluster, error) {
 			return cl, fmt.Errorf("prepare the cluster: %s: %w", s, err)
 		}
 	}
-	r.catalogDSN = cl.DSN(catalogDB, pgtest.Superuser)
+	r.catalogDSN = cl.DSN(catalogDB, pgcluster.Superuser)
 	cat, err := catalog.Open(ctx, r.catalogDSN)
 	if err != nil {
 		return cl, err
@@ -71,7 +72,7 @@ func (r *runner) startCluster(ctx context.Context) (*pgtest.Cluster, error) {
 	}
 	var dbs []string
 	for _, n := range r.opts.Nodes {
-		err := cat.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(nodeDB(n), pgtest.Superuser), Group: n, MaxTasks: nodeMaxTasks})
+		err := cat.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(nodeDB(n), pgcluster.Superuser), Group: n, MaxTasks: nodeMaxTasks})
 		if err != nil {
 			return cl, err
 		}
@@ -82,11 +83,11 @@ func (r *runner) startCluster(ctx context.Context) (*pgtest.Cluster, error) {
 	return cl, nil
 }
 
-func (r *runner) stopCluster(cl *pgtest.Cluster) {
+func (r *runner) stopCluster(cl *pgcluster.Cluster) {
 	r.status.Update("stopping PostgreSQL…")
 	t0 := time.Now()
 	if err := cl.Stop(); err != nil {
-		r.status.Done("  could not stop PostgreSQL cleanly: " + oneLine(err))
+		r.status.Done("  could not stop PostgreSQL cleanly: " + spec.OneLine(err.Error()))
 		return
 	}
 	r.status.Done(fmt.Sprintf("stopped PostgreSQL on %s and removed %s (%s)", cl.Addr(), cl.Dir, since(t0)))

@@ -222,7 +222,7 @@ func (r *runner) runJob(ctx context.Context, client *engine.Client, ws *workers,
 		if cause := context.Cause(wctx); cause != nil {
 			err = cause
 		}
-		reason := oneLine(err)
+		reason := spec.OneLine(err.Error())
 		if ctx.Err() != nil {
 			reason = "interrupted"
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -175,7 +176,7 @@ func assertClusterGone(t *testing.T, text string) {
 // catalogEnv is a catalog with registered nodes on a cluster of the test's own, the setup a
 // user of `deckhand demo --catalog` has.
 type catalogEnv struct {
-	cluster *pgtest.Cluster
+	cluster *pgcluster.Cluster
 	dsn     string
 	client  *engine.Client
 	nodeDBs map[string]string
@@ -184,14 +185,14 @@ type catalogEnv struct {
 func newCatalogEnv(t *testing.T, owner string, ownsDBs bool, nodes ...string) *catalogEnv {
 	t.Helper()
 	ctx := context.Background()
-	cl := pgtest.New(t, pgtest.Options{})
+	cl := pgtest.New(t, pgcluster.Options{})
 	if err := cl.CreateRole(ctx, owner, "LOGIN"); err != nil {
 		t.Fatal(err)
 	}
 	if err := cl.CreateDatabase(ctx, "cat"); err != nil {
 		t.Fatal(err)
 	}
-	e := &catalogEnv{cluster: cl, dsn: cl.DSN("cat", pgtest.Superuser), nodeDBs: map[string]string{}}
+	e := &catalogEnv{cluster: cl, dsn: cl.DSN("cat", pgcluster.Superuser), nodeDBs: map[string]string{}}
 	cat, err := catalog.Open(ctx, e.dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +215,7 @@ func newCatalogEnv(t *testing.T, owner string, ownsDBs bool, nodes ...string) *c
 		if err := cl.Exec(ctx, "postgres", sql); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.client.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(db, pgtest.Superuser), MaxTasks: 2}); err != nil {
+		if err := e.client.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(db, pgcluster.Superuser), MaxTasks: 2}); err != nil {
 			t.Fatal(err)
 		}
 		e.nodeDBs[n] = db
@@ -279,7 +280,7 @@ func TestDemoWithConfiguredCatalog(t *testing.T) {
 
 	// The result, read independently on each node.
 	for node, db := range e.nodeDBs {
-		conn := pgtest.Connect(t, e.cluster.DSN(db, pgtest.Superuser))
+		conn := pgtest.Connect(t, e.cluster.DSN(db, pgcluster.Superuser))
 		var orders, customers, report int64
 		var owner string
 		var valid, hasReport bool

@@ -3,7 +3,6 @@ package demo
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/spec"
 )
 
 // Status draws a live status line; *cli.Progress implements it. Update redraws the line on a
@@ -131,7 +131,7 @@ func (w *watcher) collect(d *engine.JobDetail) {
 		}
 		msg := ""
 		if a.Message != nil {
-			msg = ": " + oneLine(errors.New(*a.Message))
+			msg = ": " + spec.OneLine(*a.Message)
 			if a.SQLState != nil {
 				msg = ": " + *a.SQLState + " " + msg[2:]
 			}

@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -83,7 +82,7 @@ func (r *runner) printSummary(d *engine.JobDetail, names map[int64]string) {
 			if a.SQLState != nil {
 				code = *a.SQLState + " "
 			}
-			failures = append(failures, fmt.Sprintf("  %s attempt %d %s: %s%s", a.TaskName, a.Attempt, a.Outcome, code, oneLine(errors.New(*a.Message))))
+			failures = append(failures, fmt.Sprintf("  %s attempt %d %s: %s%s", a.TaskName, a.Attempt, a.Outcome, code, spec.OneLine(*a.Message)))
 		}
 	}
 	if len(failures) > 0 {
@@ -173,5 +172,3 @@ func truncate(s string, n int) string {
 	}
 	return string(rs[:n-1]) + "…"
 }
-
-func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }

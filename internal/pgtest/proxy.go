@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 )
 
 // Action is what a Proxy does to a connection when a Rule fires.
@@ -106,7 +108,9 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
 
 // DSN is a keyword/value conninfo that reaches the target through the proxy.
-func (p *Proxy) DSN(dbname, user string) string { return dsn("127.0.0.1", p.Port(), dbname, user) }
+func (p *Proxy) DSN(dbname, user string) string {
+	return pgcluster.DSN("127.0.0.1", p.Port(), dbname, user)
+}
 
 // Close stops accepting, closes every connection, releases every stall and waits for the
 // proxy's goroutines to finish. It is idempotent.

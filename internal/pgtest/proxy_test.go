@@ -10,17 +10,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
 func TestProxyPassesThrough(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
 	p := pgtest.ProxyTo(t, c)
 
 	// sslmode=prefer makes pgx ask for TLS first; the proxy must refuse and carry on.
-	conn := pgtest.Connect(t, strings.Replace(p.DSN(db, pgtest.Superuser), "sslmode=disable", "sslmode=prefer", 1))
+	conn := pgtest.Connect(t, strings.Replace(p.DSN(db, pgcluster.Superuser), "sslmode=disable", "sslmode=prefer", 1))
 	if _, err := conn.Exec(ctx, "CREATE TABLE t (id int, body text)"); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestProxyPassesThrough(t *testing.T) {
 }
 
 func TestProxyErrorSimpleAndExtended(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
 	p := pgtest.ProxyTo(t, c)
@@ -70,7 +71,7 @@ func TestProxyErrorSimpleAndExtended(t *testing.T) {
 		Message: "it's injected \\ really",
 	})
 	defer remove()
-	conn := pgtest.Connect(t, p.DSN(db, pgtest.Superuser))
+	conn := pgtest.Connect(t, p.DSN(db, pgcluster.Superuser))
 
 	// Without arguments pgx uses the simple protocol ('Q').
 	_, err := conn.Exec(ctx, "INSERT INTO t VALUES (1)")
@@ -129,10 +130,10 @@ func TestProxyErrorSimpleAndExtended(t *testing.T) {
 }
 
 func TestProxyErrorTimes(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p := pgtest.ProxyTo(t, pgtest.Shared(t))
 	p.AddRule(pgtest.Rule{Name: "once", Action: pgtest.ActionError, Code: "57P01", Times: 1})
-	conn := pgtest.Connect(t, p.DSN("postgres", pgtest.Superuser))
+	conn := pgtest.Connect(t, p.DSN("postgres", pgcluster.Superuser))
 	if _, err := conn.Exec(ctx, "SELECT 1"); pgCode(err) != "57P01" {
 		t.Fatalf("first: %v", err)
 	}
@@ -145,10 +146,10 @@ func TestProxyErrorTimes(t *testing.T) {
 }
 
 func TestProxyDrop(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p := pgtest.ProxyTo(t, pgtest.Shared(t))
 	remove := p.AddRule(pgtest.Rule{Name: "drop", Match: regexp.MustCompile(`pg_sleep`), Action: pgtest.ActionDrop})
-	conn := pgtest.Connect(t, p.DSN("postgres", pgtest.Superuser))
+	conn := pgtest.Connect(t, p.DSN("postgres", pgcluster.Superuser))
 	if _, err := conn.Exec(ctx, "SELECT pg_sleep(0)"); err == nil {
 		t.Fatal("query survived the drop")
 	}
@@ -160,7 +161,7 @@ func TestProxyDrop(t *testing.T) {
 	}
 	remove()
 
-	conn2 := pgtest.Connect(t, p.DSN("postgres", pgtest.Superuser))
+	conn2 := pgtest.Connect(t, p.DSN("postgres", pgcluster.Superuser))
 	if _, err := conn2.Exec(ctx, "SELECT pg_sleep(0)"); err != nil {
 		t.Fatal(err)
 	}
@@ -171,10 +172,10 @@ func TestProxyDrop(t *testing.T) {
 }
 
 func TestProxyDropAfterBytes(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p := pgtest.ProxyTo(t, pgtest.Shared(t))
 	p.AddRule(pgtest.Rule{Name: "bytes", AfterBytes: 4000, Action: pgtest.ActionDrop})
-	conn := pgtest.Connect(t, p.DSN("postgres", pgtest.Superuser))
+	conn := pgtest.Connect(t, p.DSN("postgres", pgcluster.Superuser))
 	if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
 		t.Fatalf("small query under the limit: %v", err)
 	}
@@ -187,9 +188,9 @@ func TestProxyDropAfterBytes(t *testing.T) {
 }
 
 func TestProxyStall(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p := pgtest.ProxyTo(t, pgtest.Shared(t))
-	dsn := p.DSN("postgres", pgtest.Superuser)
+	dsn := p.DSN("postgres", pgcluster.Superuser)
 
 	remove := p.AddRule(pgtest.Rule{Name: "stall", Match: regexp.MustCompile(`stall me`), Action: pgtest.ActionStall})
 	conn := pgtest.Connect(t, dsn)
@@ -242,7 +243,7 @@ func TestProxyStall(t *testing.T) {
 }
 
 func TestProxyCloseReleasesStalls(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	p, err := pgtest.NewProxy(pgtest.Shared(t).Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +251,7 @@ func TestProxyCloseReleasesStalls(t *testing.T) {
 	p.Stall(true)
 	done := make(chan error, 1)
 	go func() {
-		conn, err := pgx.Connect(ctx, p.DSN("postgres", pgtest.Superuser))
+		conn, err := pgx.Connect(ctx, p.DSN("postgres", pgcluster.Superuser))
 		if err == nil {
 			conn.Close(ctx)
 		}

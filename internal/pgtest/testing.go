@@ -1,3 +1,7 @@
+// Package pgtest is the test harness on top of package pgcluster: a cluster shared by a test
+// binary with a database per test, clusters and standbys owned by one test, login roles whose
+// passwords a pgpass file holds, and a fault-injecting wire-protocol proxy. Main, for TestMain,
+// stops every cluster at the end. Only tests import it; the deckhand binary never links it.
 package pgtest
 
 import (
@@ -12,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 )
 
 // startTimeout bounds starting a cluster from a test; initdb plus startup take a second or two,
@@ -22,7 +28,7 @@ var (
 	mainRunning atomic.Bool
 	shared      struct {
 		once sync.Once
-		c    *Cluster
+		c    *pgcluster.Cluster
 		err  error
 	}
 	dbSeq atomic.Int64
@@ -38,7 +44,7 @@ func Main(m *testing.M) {
 		f()
 	}
 	atExit.Unlock()
-	if err := StopAll(); err != nil {
+	if err := pgcluster.StopAll(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest: stopping clusters:", err)
 		if code == 0 {
 			code = 1
@@ -63,7 +69,7 @@ func AtExit(f func()) {
 // the superuser logs in without a password there (see CreateLoginRole). It
 // outlives the test that started it, so only Main can stop it; tests must not Stop, Kill or
 // reconfigure it (use New for that).
-func Shared(t testing.TB) *Cluster {
+func Shared(t testing.TB) *pgcluster.Cluster {
 	t.Helper()
 	if !mainRunning.Load() {
 		t.Fatal("pgtest.Shared: call pgtest.Main from TestMain, which stops the shared cluster at exit")
@@ -71,7 +77,7 @@ func Shared(t testing.TB) *Cluster {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
-		shared.c, shared.err = Start(ctx, Options{PasswordAuth: true})
+		shared.c, shared.err = pgcluster.Start(ctx, pgcluster.Options{PasswordAuth: true})
 	})
 	if shared.err != nil {
 		t.Fatalf("pgtest: starting the shared cluster: %v", shared.err)
@@ -114,11 +120,11 @@ func databaseName(testName string, seq int64) string {
 }
 
 // New starts a cluster for this test alone, stopped when the test ends.
-func New(t testing.TB, opts Options) *Cluster {
+func New(t testing.TB, opts pgcluster.Options) *pgcluster.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	c, err := Start(ctx, opts)
+	c, err := pgcluster.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +133,7 @@ func New(t testing.TB, opts Options) *Cluster {
 }
 
 // NewStandby starts a hot standby of primary for this test alone, stopped when the test ends.
-func NewStandby(t testing.TB, primary *Cluster, opts Options) *Cluster {
+func NewStandby(t testing.TB, primary *pgcluster.Cluster, opts pgcluster.Options) *pgcluster.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
@@ -139,7 +145,7 @@ func NewStandby(t testing.TB, primary *Cluster, opts Options) *Cluster {
 	return s
 }
 
-func stopInCleanup(t testing.TB, c *Cluster) {
+func stopInCleanup(t testing.TB, c *pgcluster.Cluster) {
 	if t.Failed() {
 		// The directory is about to go; the log is the only clue to what the server saw.
 		t.Logf("pgtest: server log of port %d (tail):\n%s", c.Port, c.LogTail(40))
@@ -150,7 +156,7 @@ func stopInCleanup(t testing.TB, c *Cluster) {
 }
 
 // ProxyTo starts a fault-injecting proxy in front of c, closed when the test ends.
-func ProxyTo(t testing.TB, c *Cluster) *Proxy {
+func ProxyTo(t testing.TB, c *pgcluster.Cluster) *Proxy {
 	t.Helper()
 	p, err := NewProxy(c.Addr())
 	if err != nil {
@@ -158,6 +164,14 @@ func ProxyTo(t testing.TB, c *Cluster) *Proxy {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return p
+}
+
+// Context is a context cancelled after d or when the test ends, whichever comes first: it
+// bounds what a test waits for on a server.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // Connect opens a pgx connection closed when the test ends.

@@ -1,5 +1,8 @@
-// Package testenv builds what engine, cli and other tests share on top of pgtest: a fresh
-// catalog database, target nodes, workers run in-process or as real deckhand processes.
+// Package testenv builds what the tests of engine, the features, cleanup, cli and api share on
+// top of pgtest: a fresh catalog database (Env), nodes on the shared cluster or behind a
+// fault-injecting proxy on a cluster of the test's choosing (Proxied, LogicalCluster), workers
+// run in-process or as real deckhand processes, and traffic that a pending drop must not hold
+// up (WithTraffic). Package clitest runs the command line in-process.
 package testenv
 
 import (
@@ -21,13 +24,14 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
 // Env is one test's catalog on the shared cluster.
 type Env struct {
 	T       testing.TB
-	Cluster *pgtest.Cluster
+	Cluster *pgcluster.Cluster
 	DB      string // catalog database
 	DSN     string // catalog conninfo (as the superuser)
 	Client  *engine.Client
@@ -72,8 +76,14 @@ func (e *Env) AddNode(name string, maxTasks int) string {
 // Exec runs SQL as the superuser in database db.
 func (e *Env) Exec(db, sql string, args ...any) {
 	e.T.Helper()
-	if err := e.Cluster.Exec(context.Background(), db, sql, args...); err != nil {
-		e.T.Fatalf("%s: %v", sql, err)
+	mustExec(e.T, e.Cluster, db, sql, args...)
+}
+
+// mustExec runs SQL as the superuser in database db of c and fails the test if it fails.
+func mustExec(t testing.TB, c *pgcluster.Cluster, db, sql string, args ...any) {
+	t.Helper()
+	if err := c.Exec(context.Background(), db, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
 }
 
@@ -95,7 +105,7 @@ var roleSeq atomic.Int64
 func (e *Env) Role(prefix string) string {
 	e.T.Helper()
 	name := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), roleSeq.Add(1))
-	if err := e.Cluster.CreateLoginRole(context.Background(), name, ""); err != nil {
+	if err := pgtest.CreateLoginRole(context.Background(), e.Cluster, name, ""); err != nil {
 		e.T.Fatal(err)
 	}
 	e.T.Cleanup(func() {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
@@ -61,7 +62,7 @@ CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.tro
 
 // PlantTrojans lets intruder, a role with no other privilege, create objects in db's public
 // schema on cluster c, and plants the trojans there connected as intruder.
-func PlantTrojans(t testing.TB, c *pgtest.Cluster, db, intruder string) {
+func PlantTrojans(t testing.TB, c *pgcluster.Cluster, db, intruder string) {
 	t.Helper()
 	id := pgx.Identifier{intruder}.Sanitize()
 	if err := c.Exec(context.Background(), db, `GRANT CREATE ON SCHEMA public TO `+id); err != nil {
@@ -74,9 +75,9 @@ func PlantTrojans(t testing.TB, c *pgtest.Cluster, db, intruder string) {
 }
 
 // NoTrojanRan fails the test if any trojan in db was called, or intruder became a superuser.
-func NoTrojanRan(t testing.TB, c *pgtest.Cluster, db, intruder string) {
+func NoTrojanRan(t testing.TB, c *pgcluster.Cluster, db, intruder string) {
 	t.Helper()
-	conn := pgtest.Connect(t, c.DSN(db, pgtest.Superuser))
+	conn := pgtest.Connect(t, c.DSN(db, pgcluster.Superuser))
 	var super bool
 	if err := conn.QueryRow(context.Background(), `SELECT rolsuper FROM pg_roles WHERE rolname = $1`, intruder).Scan(&super); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package cleanup_test
+package move_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/internal/testenv/clitest"
 	"github.com/deckhandhq/deckhand/move"
 )
 
@@ -23,38 +24,38 @@ func TestMoveUnderTrojans(t *testing.T) {
 	t.Parallel()
 	e := newMoveEnv(t)
 	intruder := fmt.Sprintf("intruder_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	if err := e.cluster.CreateRole(ctx, intruder, "LOGIN"); err != nil {
+	if err := e.NodeCluster.CreateRole(ctx, intruder, "LOGIN"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, db := range []string{e.src, e.dst} {
-			_ = e.cluster.Exec(context.Background(), db, "DROP OWNED BY "+pgx.Identifier{intruder}.Sanitize())
+			_ = e.NodeCluster.Exec(context.Background(), db, "DROP OWNED BY "+pgx.Identifier{intruder}.Sanitize())
 		}
-		_ = e.cluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{intruder}.Sanitize())
+		_ = e.NodeCluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{intruder}.Sanitize())
 	})
 	for _, db := range []string{e.src, e.dst} {
-		testenv.PlantTrojans(t, e.cluster, db, intruder)
+		testenv.PlantTrojans(t, e.NodeCluster, db, intruder)
 	}
-	e.worker([]engine.Feature{e.moveKind(false)})
+	e.WorkerWith([]engine.Feature{moveKind(e.Env, false)})
 
 	job := e.moveJob()
 	job.SearchPath = "public, app, pg_catalog"
-	job.Tasks[0].Payload = payload(t, move.MovePayload{Table: "orders", To: "dst", SourceConninfo: e.cluster.DSN(e.src, "postgres")})
-	id := e.submit(job)
+	job.Tasks[0].Payload = testenv.Payload(t, move.MovePayload{Table: "orders", To: "dst", SourceConninfo: e.NodeCluster.DSN(e.src, "postgres")})
+	id := e.Submit(job)
 	if got := e.Wait(id, time.Minute); got.State != deckhandtype.JobFinished {
 		d, _ := e.Client.Job(ctx, id)
 		t.Fatalf("move %s: %+v", got.State, d.Tasks[0].LastError)
 	}
-	e.run("cleanup", "run", "--wait", "20s")
-	for _, r := range e.records(id) {
+	clitest.Run(t, e.DSN, "cleanup", "run", "--wait", "20s")
+	for _, r := range e.Records(id) {
 		if r.State != deckhandtype.CleanupRemoved && r.State != deckhandtype.CleanupForgotten {
 			t.Errorf("record %s %s.%s: %s %v", r.Type, r.Location, r.Name, r.State, r.LastError)
 		}
 	}
-	if e.tableExists(e.src, "app.orders") || !e.tableExists(e.dst, "app.orders") {
-		t.Errorf("after the move: on the source %v, on the target %v", e.tableExists(e.src, "app.orders"), e.tableExists(e.dst, "app.orders"))
+	if e.TableExists(e.src, "app.orders") || !e.TableExists(e.dst, "app.orders") {
+		t.Errorf("after the move: on the source %v, on the target %v", e.TableExists(e.src, "app.orders"), e.TableExists(e.dst, "app.orders"))
 	}
 	for _, db := range []string{e.src, e.dst} {
-		testenv.NoTrojanRan(t, e.cluster, db, intruder)
+		testenv.NoTrojanRan(t, e.NodeCluster, db, intruder)
 	}
 }

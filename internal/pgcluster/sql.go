@@ -1,27 +1,25 @@
-package pgtest
+package pgcluster
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 )
 
 // DSN returns a keyword/value conninfo for this cluster.
 func (c *Cluster) DSN(dbname, user string) string {
-	return dsn(c.Host, c.Port, dbname, user)
+	return DSN(c.Host, c.Port, dbname, user)
 }
 
-func dsn(host string, port int, dbname, user string) string {
+// DSN returns a keyword/value conninfo for a server at host:port, without TLS: the clusters
+// listen on the loopback interface only.
+func DSN(host string, port int, dbname, user string) string {
 	return fmt.Sprintf("host=%s port=%d dbname=%s user=%s sslmode=disable",
 		connValue(host), port, connValue(dbname), connValue(user))
 }
@@ -34,14 +32,14 @@ func connValue(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
-// Addr is the server's host:port, e.g. for NewProxy.
+// Addr is the server's host:port.
 func (c *Cluster) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
 
 // Connect opens a connection to dbname as the superuser.
 func (c *Cluster) Connect(ctx context.Context, dbname string) (*pgx.Conn, error) {
 	conn, err := pgx.Connect(ctx, c.DSN(dbname, Superuser))
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: connecting to %s on port %d: %w", dbname, c.Port, err)
+		return nil, fmt.Errorf("pgcluster: connecting to %s on port %d: %w", dbname, c.Port, err)
 	}
 	return conn, nil
 }
@@ -55,7 +53,7 @@ func (c *Cluster) Exec(ctx context.Context, dbname, sql string, args ...any) err
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		return fmt.Errorf("pgtest: on port %d in %s: %w", c.Port, dbname, err)
+		return fmt.Errorf("pgcluster: on port %d in %s: %w", c.Port, dbname, err)
 	}
 	return nil
 }
@@ -80,34 +78,18 @@ func (c *Cluster) CreateRole(ctx context.Context, name string, attrs string) err
 	return c.Exec(ctx, "postgres", sql)
 }
 
-// LSN is a PostgreSQL WAL position.
-type LSN uint64
-
-// ParseLSN reads the textual form "16/B374D848".
-func ParseLSN(s string) (LSN, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("pgtest: invalid LSN %q", s)
-	}
-	return LSN(h<<32 | l), nil
-}
-
-func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l)) }
-
-func (c *Cluster) queryLSN(ctx context.Context, conn *pgx.Conn, expr string) (LSN, error) {
+func (c *Cluster) queryLSN(ctx context.Context, conn *pgx.Conn, expr string) (deckhandtype.LSN, error) {
 	var s *string
 	if err := conn.QueryRow(ctx, "SELECT ("+expr+")::text").Scan(&s); err != nil {
-		return 0, fmt.Errorf("pgtest: %s on port %d: %w", expr, c.Port, err)
+		return 0, fmt.Errorf("pgcluster: %s on port %d: %w", expr, c.Port, err)
 	}
 	if s == nil {
-		return 0, fmt.Errorf("pgtest: %s is NULL on port %d (not a standby?)", expr, c.Port)
+		return 0, fmt.Errorf("pgcluster: %s is NULL on port %d (not a standby?)", expr, c.Port)
 	}
-	return ParseLSN(*s)
+	return deckhandtype.ParseLSN(*s)
 }
 
-func (c *Cluster) oneLSN(ctx context.Context, expr string) (LSN, error) {
+func (c *Cluster) oneLSN(ctx context.Context, expr string) (deckhandtype.LSN, error) {
 	conn, err := c.Connect(ctx, "postgres")
 	if err != nil {
 		return 0, err
@@ -122,41 +104,41 @@ func (c *Cluster) oneLSN(ctx context.Context, expr string) (LSN, error) {
 // flushed WAL, and a standby waiting for an unflushed position would wait for the WAL writer.
 // The transaction must write WAL, or PostgreSQL commits it asynchronously all the same; a
 // transactional logical message does that without touching any table.
-func (c *Cluster) CurrentLSN(ctx context.Context) (LSN, error) {
+func (c *Cluster) CurrentLSN(ctx context.Context) (deckhandtype.LSN, error) {
 	conn, err := c.Connect(ctx, "postgres")
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "SET synchronous_commit = on; SELECT pg_logical_emit_message(true, 'deckhand-pgtest', 'flush')"); err != nil {
-		return 0, fmt.Errorf("pgtest: flushing WAL on port %d: %w", c.Port, err)
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = on; SELECT pg_logical_emit_message(true, 'deckhand-pgcluster', 'flush')"); err != nil {
+		return 0, fmt.Errorf("pgcluster: flushing WAL on port %d: %w", c.Port, err)
 	}
 	return c.queryLSN(ctx, conn, "pg_current_wal_flush_lsn()")
 }
 
 // ReplayLSN returns how far a standby has replayed.
-func (c *Cluster) ReplayLSN(ctx context.Context) (LSN, error) {
+func (c *Cluster) ReplayLSN(ctx context.Context) (deckhandtype.LSN, error) {
 	return c.oneLSN(ctx, "pg_last_wal_replay_lsn()")
 }
 
 // ReceiveLSN returns how far a standby has received and flushed WAL, replayed or not.
-func (c *Cluster) ReceiveLSN(ctx context.Context) (LSN, error) {
+func (c *Cluster) ReceiveLSN(ctx context.Context) (deckhandtype.LSN, error) {
 	return c.oneLSN(ctx, "pg_last_wal_receive_lsn()")
 }
 
 // WaitReplayed waits until a standby has replayed lsn, so that everything committed on the
 // primary before CurrentLSN returned it is visible on the standby.
-func (c *Cluster) WaitReplayed(ctx context.Context, lsn LSN) error {
+func (c *Cluster) WaitReplayed(ctx context.Context, lsn deckhandtype.LSN) error {
 	return c.waitLSN(ctx, "pg_last_wal_replay_lsn()", lsn)
 }
 
 // WaitReceived waits until a standby has received lsn (it may still be unreplayed, e.g. while
 // replay is paused).
-func (c *Cluster) WaitReceived(ctx context.Context, lsn LSN) error {
+func (c *Cluster) WaitReceived(ctx context.Context, lsn deckhandtype.LSN) error {
 	return c.waitLSN(ctx, "pg_last_wal_receive_lsn()", lsn)
 }
 
-func (c *Cluster) waitLSN(ctx context.Context, expr string, want LSN) error {
+func (c *Cluster) waitLSN(ctx context.Context, expr string, want deckhandtype.LSN) error {
 	conn, err := c.Connect(ctx, "postgres")
 	if err != nil {
 		return err
@@ -172,7 +154,7 @@ func (c *Cluster) waitLSN(ctx context.Context, expr string, want LSN) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pgtest: waiting on port %d for %s to reach %s (at %s): %w", c.Port, expr, want, got, ctx.Err())
+			return fmt.Errorf("pgcluster: waiting on port %d for %s to reach %s (at %s): %w", c.Port, expr, want, got, ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -188,11 +170,11 @@ func (c *Cluster) PauseReplay(ctx context.Context) error {
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "SELECT pg_wal_replay_pause()"); err != nil {
-		return fmt.Errorf("pgtest: pausing replay on port %d: %w", c.Port, err)
+		return fmt.Errorf("pgcluster: pausing replay on port %d: %w", c.Port, err)
 	}
 	var version int
 	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-		return fmt.Errorf("pgtest: on port %d: %w", c.Port, err)
+		return fmt.Errorf("pgcluster: on port %d: %w", c.Port, err)
 	}
 	if version < 140000 {
 		// Before 14 the pause cannot be observed; it takes effect before the next record.
@@ -201,14 +183,14 @@ func (c *Cluster) PauseReplay(ctx context.Context) error {
 	for {
 		var state string
 		if err := conn.QueryRow(ctx, "SELECT pg_get_wal_replay_pause_state()").Scan(&state); err != nil {
-			return fmt.Errorf("pgtest: pausing replay on port %d: %w", c.Port, err)
+			return fmt.Errorf("pgcluster: pausing replay on port %d: %w", c.Port, err)
 		}
 		if state == "paused" {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pgtest: waiting for replay to pause on port %d (state %q): %w", c.Port, state, ctx.Err())
+			return fmt.Errorf("pgcluster: waiting for replay to pause on port %d (state %q): %w", c.Port, state, ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -228,57 +210,7 @@ func (c *Cluster) IsStandby(ctx context.Context) (bool, error) {
 	defer conn.Close(context.Background())
 	var b bool
 	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&b); err != nil {
-		return false, fmt.Errorf("pgtest: on port %d: %w", c.Port, err)
+		return false, fmt.Errorf("pgcluster: on port %d: %w", c.Port, err)
 	}
 	return b, nil
-}
-
-// passfile is this process's pgpass file: CreateLoginRole adds a line per role, the way an
-// operator gives each owner role its password on a worker's machine. PGPASSFILE points to it.
-var passfile struct {
-	sync.Mutex
-	path string
-}
-
-// CreateLoginRole creates a LOGIN role (with attrs, a fixed string such as "CREATEDB") whose
-// password is random, and adds the password to this process's pgpass file, which the
-// environment variable PGPASSFILE names from then on: every program this process starts, and
-// every connection it opens without a password, logs in as the role with it.
-func (c *Cluster) CreateLoginRole(ctx context.Context, name, attrs string) error {
-	var raw [18]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return err
-	}
-	password := base64.RawURLEncoding.EncodeToString(raw[:])
-	if err := c.CreateRole(ctx, name, strings.TrimSpace("LOGIN "+attrs)); err != nil {
-		return err
-	}
-	if err := c.Exec(ctx, "postgres", "ALTER ROLE "+pgx.Identifier{name}.Sanitize()+" PASSWORD "+literal(password)); err != nil {
-		return err
-	}
-	return addPassword(name, password)
-}
-
-// addPassword records a role's password for any host and port: a role name is unique in the
-// process, and tests reach clusters through proxies on other ports too.
-func addPassword(role, password string) error {
-	passfile.Lock()
-	defer passfile.Unlock()
-	if passfile.path == "" {
-		f, err := os.CreateTemp("", "deckhand-pgpass-*")
-		if err != nil {
-			return fmt.Errorf("pgtest: pgpass: %w", err)
-		}
-		f.Close()
-		passfile.path = f.Name()
-		os.Setenv("PGPASSFILE", passfile.path)
-		AtExit(func() { os.Remove(passfile.path) })
-	}
-	esc := strings.NewReplacer(`\`, `\\`, `:`, `\:`)
-	f, err := os.OpenFile(passfile.path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("pgtest: pgpass: %w", err)
-	}
-	_, err = fmt.Fprintf(f, "*:*:*:%s:%s\n", esc.Replace(role), esc.Replace(password))
-	return errors.Join(err, f.Close())
 }

@@ -1,4 +1,4 @@
-package pgtest
+package pgcluster
 
 import (
 	"bytes"
@@ -41,8 +41,8 @@ type Options struct {
 	// off: the clusters are thrown away, and fsync dominates test time on slow disks.
 	Durable bool
 	// PasswordAuth makes every role but the superuser log in with a password (scram-sha-256),
-	// as in production, so that a test proves which role a connection really is. Roles made
-	// with CreateLoginRole get a password and a line in this process's pgpass file.
+	// as in production, so that a test proves which role a connection really is (the test
+	// harness gives the roles it makes a password and a line in a pgpass file).
 	PasswordAuth bool
 }
 
@@ -78,11 +78,11 @@ var settingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
 func (o Options) validate() error {
 	for k, v := range o.Settings {
 		if !settingName.MatchString(k) {
-			return fmt.Errorf("pgtest: invalid setting name %q", k)
+			return fmt.Errorf("pgcluster: invalid setting name %q", k)
 		}
 		// A newline would let a value smuggle in further settings.
 		if strings.ContainsAny(v, "\n\r\x00") {
-			return fmt.Errorf("pgtest: setting %s: value contains a line break or NUL", k)
+			return fmt.Errorf("pgcluster: setting %s: value contains a line break or NUL", k)
 		}
 	}
 	return nil
@@ -127,7 +127,7 @@ func (c *Cluster) StartStandby(ctx context.Context, opts Options) (*Cluster, err
 		"--pgdata="+s.DataDir, "--write-recovery-conf", "--wal-method=stream",
 		"--checkpoint=fast", "--no-sync")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, errors.Join(fmt.Errorf("pgtest: pg_basebackup from port %d: %w\n%s", c.Port, err, tail(out, 30)), s.Stop())
+		return nil, errors.Join(fmt.Errorf("pgcluster: pg_basebackup from port %d: %w\n%s", c.Port, err, tail(out, 30)), s.Stop())
 	}
 	// The backup carries the primary's pg_hba.conf and include line; only the harness-owned
 	// settings file differs, and startOnFreePort rewrites it.
@@ -152,11 +152,11 @@ func newCluster(opts Options) (*Cluster, error) {
 	sweepOnce.Do(sweepStale)
 	tmp, err := filepath.Abs(os.TempDir())
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %w", err)
+		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	dir, err := os.MkdirTemp(tmp, dirPrefix+"*")
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %w", err)
+		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	c := &Cluster{
 		Host:    "127.0.0.1",
@@ -174,7 +174,7 @@ func newCluster(opts Options) (*Cluster, error) {
 		err = u.chown(dir)
 	}
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("pgtest: %w", err), c.Stop())
+		return nil, errors.Join(fmt.Errorf("pgcluster: %w", err), c.Stop())
 	}
 	return c, nil
 }
@@ -184,7 +184,7 @@ func (c *Cluster) initdb(ctx context.Context) error {
 		"--pgdata="+c.DataDir, "--username="+Superuser, "--auth=trust",
 		"--encoding=UTF8", "--locale=C", "--no-sync")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("pgtest: initdb: %w\n%s", err, tail(out, 30))
+		return fmt.Errorf("pgcluster: initdb: %w\n%s", err, tail(out, 30))
 	}
 	if err := c.user.writeFile(filepath.Join(c.DataDir, "pg_hba.conf"), []byte(hbaConf(c.opts.PasswordAuth))); err != nil {
 		return err
@@ -193,7 +193,7 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	// after pg_basebackup copied the primary's.
 	f, err := os.OpenFile(filepath.Join(c.DataDir, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
-		return fmt.Errorf("pgtest: %w", err)
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	_, err = f.WriteString("\ninclude = '" + confFile + "'\n")
 	return errors.Join(err, f.Close())
@@ -207,7 +207,7 @@ func hbaConf(passwordAuth bool) string {
 		others = "scram-sha-256"
 	}
 	var b strings.Builder
-	b.WriteString("# written by deckhand pgtest\n")
+	b.WriteString("# written by deckhand pgcluster\n")
 	for _, db := range []string{"all", "replication"} {
 		fmt.Fprintf(&b, "local %-11s %-9s              trust\n", db, Superuser)
 		fmt.Fprintf(&b, "host  %-11s %-9s 127.0.0.1/32 trust\n", db, Superuser)
@@ -255,7 +255,7 @@ func (c *Cluster) writeConf() error {
 	}
 	sort.Strings(keys)
 	var b strings.Builder
-	b.WriteString("# written by deckhand pgtest; rewritten on every start\n")
+	b.WriteString("# written by deckhand pgcluster; rewritten on every start\n")
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s = '%s'\n", k, strings.ReplaceAll(s[k], "'", "''"))
 	}
@@ -287,7 +287,7 @@ func (c *Cluster) startOnFreePort(ctx context.Context) error {
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("pgtest: finding a free port: %w", err)
+		return 0, fmt.Errorf("pgcluster: finding a free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
@@ -307,19 +307,19 @@ func (e *startError) Unwrap() error { return e.err }
 
 func (c *Cluster) launchLocked(ctx context.Context) error {
 	if c.removed {
-		return errors.New("pgtest: cluster already stopped")
+		return errors.New("pgcluster: cluster already stopped")
 	}
 	if c.proc != nil {
 		select {
 		case <-c.proc.exited:
 			c.proc = nil
 		default:
-			return errors.New("pgtest: cluster already running")
+			return errors.New("pgcluster: cluster already running")
 		}
 	}
 	logf, err := os.OpenFile(c.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("pgtest: %w", err)
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	logStart, _ := logf.Seek(0, io.SeekEnd)
 	cmd := c.user.command(nil, c.Dir, filepath.Join(c.bin, "postgres"), "-D", c.DataDir)
@@ -332,7 +332,7 @@ func (c *Cluster) launchLocked(ctx context.Context) error {
 	err = cmd.Start()
 	logf.Close()
 	if err != nil {
-		return fmt.Errorf("pgtest: starting postgres: %w", err)
+		return fmt.Errorf("pgcluster: starting postgres: %w", err)
 	}
 	p := &process{pid: cmd.Process.Pid, exited: make(chan struct{})}
 	go func() {
@@ -344,7 +344,7 @@ func (c *Cluster) launchLocked(ctx context.Context) error {
 		c.killLocked()
 		logText := c.readLog(logStart)
 		return &startError{
-			err:       fmt.Errorf("pgtest: starting postgres in %s on port %d: %w", c.DataDir, c.Port, err),
+			err:       fmt.Errorf("pgcluster: starting postgres in %s on port %d: %w", c.DataDir, c.Port, err),
 			logTail:   tail([]byte(logText), 40),
 			portTaken: errors.Is(err, errNotOurServer) || strings.Contains(logText, "Address already in use"),
 		}
@@ -435,7 +435,7 @@ func (c *Cluster) Stop() error {
 	c.removed = true
 	err := c.shutdownLocked()
 	if rmErr := os.RemoveAll(c.Dir); rmErr != nil {
-		err = errors.Join(err, fmt.Errorf("pgtest: %w", rmErr))
+		err = errors.Join(err, fmt.Errorf("pgcluster: %w", rmErr))
 	}
 	unregister(c)
 	c.stopErr = err
@@ -461,7 +461,7 @@ func (c *Cluster) shutdownLocked() error {
 		return nil
 	case <-time.After(stopTimeout):
 		c.killLocked()
-		return fmt.Errorf("pgtest: postgres on port %d ignored fast shutdown for %v and was killed", c.Port, stopTimeout)
+		return fmt.Errorf("pgcluster: postgres on port %d ignored fast shutdown for %v and was killed", c.Port, stopTimeout)
 	}
 }
 

@@ -1,7 +1,6 @@
-package pgtest_test
+package pgcluster_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,85 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func TestSharedDatabaseAndRole(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	c := pgtest.Shared(t)
-	role := `Role "With" Space` // quoting must survive odd names
-	if err := c.CreateLoginRole(ctx, role, ""); err != nil {
-		t.Fatal(err)
-	}
-	// Registered before NewDatabase so that it runs after the database (holding the role's
-	// grants) is dropped.
-	t.Cleanup(func() {
-		if err := c.Exec(context.Background(), "postgres", "DROP ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
-			t.Error(err)
-		}
-	})
-	db := pgtest.NewDatabase(t)
-	if err := c.Exec(ctx, db, "CREATE TABLE t (v int); GRANT ALL ON t TO "+pgx.Identifier{role}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-
-	conn := pgtest.Connect(t, c.DSN(db, role))
-	var who, dbname string
-	if err := conn.QueryRow(ctx, "SELECT current_user, current_database()").Scan(&who, &dbname); err != nil {
-		t.Fatal(err)
-	}
-	if who != role || dbname != db {
-		t.Fatalf("connected as %q to %q, want %q to %q", who, dbname, role, db)
-	}
-	if _, err := conn.Exec(ctx, "INSERT INTO t VALUES ($1)", 42); err != nil {
-		t.Fatal(err)
-	}
-	var v int
-	if err := conn.QueryRow(ctx, "SELECT v FROM t").Scan(&v); err != nil || v != 42 {
-		t.Fatalf("got %d, %v", v, err)
-	}
-
-	// Only the pgpass line lets the role in: the shared cluster asks every role but the
-	// superuser for its password.
-	nopass := role + " without password"
-	if err := c.CreateRole(ctx, nopass, "LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Exec(context.Background(), "postgres", "DROP ROLE "+pgx.Identifier{nopass}.Sanitize()) }) //nolint:errcheck
-	if conn, err := pgx.Connect(ctx, c.DSN(db, nopass)); err == nil {
-		conn.Close(ctx)
-		t.Fatal("a role without a password logged in to the shared cluster")
-	}
-
-	var fsync, walLevel, maxConn string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('fsync'), current_setting('wal_level'), current_setting('max_connections')").Scan(&fsync, &walLevel, &maxConn); err != nil {
-		t.Fatal(err)
-	}
-	if fsync != "off" || walLevel != "replica" || maxConn != "300" {
-		t.Fatalf("fsync=%s wal_level=%s max_connections=%s", fsync, walLevel, maxConn)
-	}
-	if !strings.HasPrefix(c.DSN(db, "postgres"), "host=127.0.0.1 port=") {
-		t.Fatalf("DSN %q", c.DSN(db, "postgres"))
-	}
-}
-
 func TestStandbyReplayAndPause(t *testing.T) {
-	ctx := ctxFor(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	primary := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
 	if err := primary.Exec(ctx, db, "CREATE TABLE t (v int)"); err != nil {
 		t.Fatal(err)
 	}
-	standby := pgtest.NewStandby(t, primary, pgtest.Options{})
+	standby := pgtest.NewStandby(t, primary, pgcluster.Options{})
 	if standby.Port == primary.Port || standby.Primary != primary {
 		t.Fatalf("standby port %d primary %v", standby.Port, standby.Primary)
 	}
@@ -97,7 +29,7 @@ func TestStandbyReplayAndPause(t *testing.T) {
 
 	count := func() int {
 		t.Helper()
-		conn := pgtest.Connect(t, standby.DSN(db, pgtest.Superuser))
+		conn := pgtest.Connect(t, standby.DSN(db, pgcluster.Superuser))
 		defer conn.Close(ctx)
 		var n int
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
@@ -152,12 +84,12 @@ func TestStandbyReplayAndPause(t *testing.T) {
 }
 
 func TestKillRestart(t *testing.T) {
-	ctx := ctxFor(t, 2*time.Minute)
-	c := pgtest.New(t, pgtest.Options{Durable: true, Settings: map[string]string{"work_mem": "8MB"}})
+	ctx := pgtest.Context(t, 2*time.Minute)
+	c := pgtest.New(t, pgcluster.Options{Durable: true, Settings: map[string]string{"work_mem": "8MB"}})
 	if err := c.Exec(ctx, "postgres", "CREATE TABLE t (v int); INSERT INTO t VALUES (7)"); err != nil {
 		t.Fatal(err)
 	}
-	conn := pgtest.Connect(t, c.DSN("postgres", pgtest.Superuser))
+	conn := pgtest.Connect(t, c.DSN("postgres", pgcluster.Superuser))
 	var backend int
 	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
 		t.Fatal(err)
@@ -184,7 +116,7 @@ func TestKillRestart(t *testing.T) {
 	if c.Port != port {
 		t.Fatalf("port changed from %d to %d", port, c.Port)
 	}
-	conn2 := pgtest.Connect(t, c.DSN("postgres", pgtest.Superuser))
+	conn2 := pgtest.Connect(t, c.DSN("postgres", pgcluster.Superuser))
 	var v int
 	var workMem, fsync string
 	if err := conn2.QueryRow(ctx, "SELECT v, current_setting('work_mem'), current_setting('fsync') FROM t").Scan(&v, &workMem, &fsync); err != nil {
@@ -221,8 +153,8 @@ func TestKillRestart(t *testing.T) {
 }
 
 func TestStartFailureShowsLog(t *testing.T) {
-	ctx := ctxFor(t, time.Minute)
-	c, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{"shared_buffers": "lots"}})
+	ctx := pgtest.Context(t, time.Minute)
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"shared_buffers": "lots"}})
 	if err == nil {
 		c.Stop()
 		t.Fatal("started with a bogus setting")
@@ -230,26 +162,7 @@ func TestStartFailureShowsLog(t *testing.T) {
 	if !strings.Contains(err.Error(), `"shared_buffers"`) {
 		t.Fatalf("error lacks the server log: %v", err)
 	}
-	if _, err := pgtest.Start(ctx, pgtest.Options{Settings: map[string]string{"a\nb": "1"}}); err == nil {
+	if _, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"a\nb": "1"}}); err == nil {
 		t.Fatal("accepted a setting name with a newline")
 	}
-}
-
-func TestLSN(t *testing.T) {
-	l, err := pgtest.ParseLSN("16/B374D848")
-	if err != nil || l != 0x16B374D848 || l.String() != "16/B374D848" {
-		t.Fatalf("%v %x %s", err, uint64(l), l)
-	}
-	if _, err := pgtest.ParseLSN("nope"); err == nil {
-		t.Fatal("parsed nonsense")
-	}
-}
-
-// pgCode extracts the SQLSTATE of a server error.
-func pgCode(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
 }

@@ -1,8 +1,6 @@
-package cleanup_test
+package move_test
 
 import (
-	"encoding/json"
-	"fmt"
 	"regexp"
 	"strings"
 	"sync"
@@ -10,105 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
-	"github.com/deckhandhq/deckhand/spec"
 )
-
-// moveEnv is a catalog with a source and a target node on the logical cluster (two databases,
-// reached by workers through the fault proxy) and a table with rows on the source.
-type moveEnv struct {
-	*env
-	src, dst string // databases
-}
-
-const movedTable = "app.orders"
-
-func newMoveEnv(t *testing.T) *moveEnv {
-	t.Helper()
-	e := &moveEnv{env: newEnv(t, logicalCluster(t))}
-	e.src = e.node("src")
-	e.dst = e.node("dst")
-	e.exec(e.src, `CREATE SCHEMA app;
-		CREATE TABLE app.orders (id bigint PRIMARY KEY, customer text NOT NULL, total numeric(10,2), note text);
-		INSERT INTO app.orders SELECT g, 'c' || g % 17, g * 1.5, repeat('x', g % 50) FROM generate_series(1, 2000) g`)
-	return e
-}
-
-func (e *moveEnv) moveJob() *spec.Job {
-	return &spec.Job{Description: "move orders", Tasks: []spec.Task{{
-		Name: "move", Kind: move.KindMoveTable, Node: "src", MaxAttempts: 1, Timeout: spec.Duration(time.Minute),
-		Payload: payload(e.t, move.MovePayload{Table: movedTable, To: "dst",
-			// The target server reaches the source directly: the proxy is the workers'.
-			SourceConninfo: e.cluster.DSN(e.src, pgtest.Superuser)}),
-	}}}
-}
-
-func (e *moveEnv) snapshots() (src, dst []string) {
-	return e.snapshot(e.src, movedTable), e.snapshot(e.dst, movedTable)
-}
-
-// moved is the state a successful move leaves: the source without the table, the target with
-// the schema and the table holding the source's rows.
-func (e *moveEnv) moved(preSrc []string) (src, dst []string) {
-	for _, s := range preSrc {
-		if strings.Contains(s, "app.orders") {
-			dst = append(dst, s)
-		} else {
-			src = append(src, s)
-			dst = append(dst, s)
-		}
-	}
-	return src, dst
-}
-
-// checkState compares the nodes with what they should hold, and the job's records with their
-// policies: a record is removed if its policy removes it for that outcome, else forgotten.
-func (e *moveEnv) checkState(jobID int64, wantSrc, wantDst []string, succeeded bool) {
-	e.t.Helper()
-	src, dst := e.snapshots()
-	if d := diff(wantSrc, src); d != "" {
-		e.t.Errorf("source node differs from the expected state:\n%s", d)
-	}
-	if d := diff(wantDst, dst); d != "" {
-		e.t.Errorf("target node differs from the expected state:\n%s", d)
-	}
-	recs := e.records(jobID)
-	if len(recs) == 0 {
-		e.t.Errorf("job %d registered no cleanup record", jobID)
-	}
-	for _, r := range recs {
-		want := deckhandtype.CleanupRemoved
-		if (succeeded && r.Policy == deckhandtype.PolicyOnFailure) || (!succeeded && r.Policy == deckhandtype.PolicyDeferredOnSuccess) {
-			want = deckhandtype.CleanupForgotten
-		}
-		if r.State != want {
-			e.t.Errorf("record %d (%s %s, %s) is %s, want %s (last error: %s)", r.ID, r.Type, r.Resource().Display(), r.Policy, r.State, want, deref(r.LastError))
-		}
-	}
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// cleanupRun runs `deckhand cleanup run` and checks it succeeded.
-func (e *moveEnv) cleanupRun() string {
-	e.t.Helper()
-	code, out, errOut := e.deckhand("cleanup", "run", "--wait", "20s")
-	if code != 0 {
-		e.t.Fatalf("deckhand cleanup run: exit %d\n%s%s", code, out, errOut)
-	}
-	return out
-}
 
 // A move with nothing failing, while a writer keeps inserting: every row committed before the
 // switch is on the target, the source table and all the scaffolding are gone, and the records
@@ -117,7 +23,7 @@ func TestMoveTable(t *testing.T) {
 	t.Parallel()
 	e := newMoveEnv(t)
 	preSrc, _ := e.snapshots()
-	e.worker([]engine.Feature{e.moveKind(false)})
+	e.WorkerWith([]engine.Feature{moveKind(e.Env, false)})
 
 	type write struct {
 		id    int64
@@ -129,7 +35,7 @@ func TestMoveTable(t *testing.T) {
 		stop   = make(chan struct{})
 		done   = make(chan struct{})
 	)
-	writer := e.conn(e.src, pgtest.Superuser)
+	writer := e.NodeConn(e.src, pgcluster.Superuser)
 	go func() {
 		defer close(done)
 		for id := int64(1_000_000); ; id++ {
@@ -149,7 +55,7 @@ func TestMoveTable(t *testing.T) {
 		}
 	}()
 
-	id := e.submit(e.moveJob())
+	id := e.Submit(e.moveJob())
 	job := e.Wait(id, time.Minute)
 	close(stop)
 	<-done
@@ -157,13 +63,13 @@ func TestMoveTable(t *testing.T) {
 		d, _ := e.Client.Job(ctx, id)
 		t.Fatalf("job %s: %v", job.State, d.Tasks[0].LastError)
 	}
-	recs := e.records(id)
+	recs := e.Records(id)
 	op, err := e.Client.Catalog().OperationByID(ctx, recs[0].OperationID)
 	if err != nil || op.State != deckhandtype.OperationSucceeded || op.EndedAt == nil {
 		t.Fatalf("operation %+v, %v", op, err)
 	}
 	// Writes acknowledged before the switch committed must all have reached the target.
-	dst := e.conn(e.dst, pgtest.Superuser)
+	dst := e.NodeConn(e.dst, pgcluster.Superuser)
 	var before []int64
 	mu.Lock()
 	for _, w := range writes {
@@ -188,15 +94,15 @@ func TestMoveTable(t *testing.T) {
 	e.cleanupRun()
 	wantSrc, wantDst := e.moved(preSrc)
 	src, dstSnap := e.snapshots()
-	if d := diff(wantSrc, src); d != "" {
+	if d := testenv.Diff(wantSrc, src); d != "" {
 		t.Errorf("source after the move:\n%s", d)
 	}
 	// The target's rows include the writer's; compare its objects only.
 	dstObjects := filter(dstSnap, func(s string) bool { return !strings.HasPrefix(s, "rows of") })
-	if d := diff(filter(wantDst, func(s string) bool { return !strings.HasPrefix(s, "rows of") }), dstObjects); d != "" {
+	if d := testenv.Diff(filter(wantDst, func(s string) bool { return !strings.HasPrefix(s, "rows of") }), dstObjects); d != "" {
 		t.Errorf("target after the move:\n%s", d)
 	}
-	for _, r := range e.records(id) {
+	for _, r := range e.Records(id) {
 		want := deckhandtype.CleanupRemoved
 		if r.Policy == deckhandtype.PolicyOnFailure {
 			want = deckhandtype.CleanupForgotten
@@ -241,13 +147,13 @@ func TestMoveFailsAtEachStep(t *testing.T) {
 				t.Parallel()
 				e := newMoveEnv(t)
 				preSrc, preDst := e.snapshots()
-				e.proxy.AddRule(pgtest.Rule{Name: step, Match: stepStatement[step], Action: action, Times: 1,
+				e.Proxy.AddRule(pgtest.Rule{Name: step, Match: stepStatement[step], Action: action, Times: 1,
 					Code: "58000", Message: "injected at " + step})
-				e.worker([]engine.Feature{e.moveKind(step != move.StepDrop)})
-				id := e.submit(e.moveJob())
+				e.WorkerWith([]engine.Feature{moveKind(e.Env, step != move.StepDrop)})
+				id := e.Submit(e.moveJob())
 				job := e.Wait(id, time.Minute)
-				if e.proxy.Hits(step) != 1 {
-					t.Fatalf("the fault at %s fired %d times", step, e.proxy.Hits(step))
+				if e.Proxy.Hits(step) != 1 {
+					t.Fatalf("the fault at %s fired %d times", step, e.Proxy.Hits(step))
 				}
 				succeeded := step == move.StepDrop
 				if wantState := map[bool]deckhandtype.JobState{true: deckhandtype.JobFinished, false: deckhandtype.JobFailed}[succeeded]; job.State != wantState {
@@ -276,22 +182,22 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 			t.Parallel()
 			e := newMoveEnv(t)
 			preSrc, preDst := e.snapshots()
-			remove := e.proxy.AddRule(pgtest.Rule{Name: step, Match: stepStatement[step], Action: pgtest.ActionStall})
+			remove := e.Proxy.AddRule(pgtest.Rule{Name: step, Match: stepStatement[step], Action: pgtest.ActionStall})
 			victim := e.Serve("--lease", "1s", "--maintenance-interval", "100ms")
-			id := e.submit(e.moveJob())
+			id := e.Submit(e.moveJob())
 			testenv.Eventually(t, time.Minute, func() bool {
 				if j, err := e.Client.JobRow(ctx, id); err == nil && j.State.Terminal() {
 					d, _ := e.Client.Job(ctx, id)
 					t.Fatalf("job %d %s before reaching %s: %v", id, j.State, step, d.Tasks[0].LastError)
 				}
-				return e.proxy.Hits(step) > 0
+				return e.Proxy.Hits(step) > 0
 			}, "the worker reaches "+step)
 			if err := victim.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			_ = victim.Cmd.Wait()
 			// The held statement dies with its connection, as it would with the process.
-			e.proxy.DropAll()
+			e.Proxy.DropAll()
 			remove()
 			testenv.Eventually(t, 10*time.Second, func() bool {
 				ws, err := e.Client.Workers(ctx, true)
@@ -312,7 +218,3 @@ func TestMoveKilledAtEachStep(t *testing.T) {
 		})
 	}
 }
-
-var _ = json.Marshal
-var _ = fmt.Sprint
-var _ = pgx.Identifier{}

@@ -1,7 +1,9 @@
-// Package pgtest starts throwaway PostgreSQL clusters from the installed server binaries and
-// offers a fault-injecting wire-protocol proxy. The tests use it, and so do `deckhand demo`
-// and `deckhand bench`, which is why nothing outside testing.go imports package testing.
-package pgtest
+// Package pgcluster starts throwaway PostgreSQL clusters from the installed server binaries:
+// primaries, hot standbys streaming from them, crash and restart, and the WAL positions that
+// tell when a standby has caught up. `deckhand demo` and `deckhand bench` run on such clusters,
+// so this package is linked into the deckhand binary and must never import package testing;
+// the test harness built on it is package pgtest.
+package pgcluster
 
 import (
 	"context"
@@ -27,7 +29,7 @@ const EnvBinDir = "DECKHAND_PG_BIN"
 func BinDir() (string, error) {
 	if dir := os.Getenv(EnvBinDir); dir != "" {
 		if err := checkBinDir(dir); err != nil {
-			return "", fmt.Errorf("pgtest: %s=%s: %w", EnvBinDir, dir, err)
+			return "", fmt.Errorf("pgcluster: %s=%s: %w", EnvBinDir, dir, err)
 		}
 		return dir, nil
 	}
@@ -54,7 +56,7 @@ var discoveredBinDir = sync.OnceValues(func() (string, error) {
 			return dir, nil
 		}
 	}
-	return "", fmt.Errorf("pgtest: no PostgreSQL server binaries found (tried pg_config --bindir and /usr/lib/postgresql/*/bin); set %s", EnvBinDir)
+	return "", fmt.Errorf("pgcluster: no PostgreSQL server binaries found (tried pg_config --bindir and /usr/lib/postgresql/*/bin); set %s", EnvBinDir)
 })
 
 func checkBinDir(dir string) error {
@@ -95,12 +97,12 @@ var serverUser = sync.OnceValues(func() (osUser, error) {
 	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		return osUser{}, fmt.Errorf("pgtest: running as root, so the server must run as OS user postgres: %w", err)
+		return osUser{}, fmt.Errorf("pgcluster: running as root, so the server must run as OS user postgres: %w", err)
 	}
 	uid, err1 := strconv.Atoi(u.Uid)
 	gid, err2 := strconv.Atoi(u.Gid)
 	if err := errors.Join(err1, err2); err != nil {
-		return osUser{}, fmt.Errorf("pgtest: OS user postgres: %w", err)
+		return osUser{}, fmt.Errorf("pgcluster: OS user postgres: %w", err)
 	}
 	return osUser{uid: uid, gid: gid, switched: true}, nil
 })
@@ -110,7 +112,7 @@ func (u osUser) chown(path string) error {
 		return nil
 	}
 	if err := os.Chown(path, u.uid, u.gid); err != nil {
-		return fmt.Errorf("pgtest: chown %s to postgres: %w", path, err)
+		return fmt.Errorf("pgcluster: chown %s to postgres: %w", path, err)
 	}
 	return nil
 }
@@ -118,7 +120,7 @@ func (u osUser) chown(path string) error {
 // writeFile writes a file the server must be able to read.
 func (u osUser) writeFile(path string, data []byte) error {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
-		return fmt.Errorf("pgtest: %w", err)
+		return fmt.Errorf("pgcluster: %w", err)
 	}
 	return u.chown(path)
 }
