@@ -14,10 +14,11 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/internal/notifier"
 )
 
 // Cleaner removes the resources of ended operations. As an engine.Service it runs on the
-// leader: it wakes when a job ends (LISTEN deckhand_job) or an operation finishes (LISTEN
+// leader: it wakes when a job ends (channel deckhand_job) or an operation finishes (channel
 // deckhand_cleanup), on a timer as a fallback, and every ProbeInterval while a resource it must
 // remove is in use. RunOnce is one pass on demand (`deckhand cleanup run`); any number of
 // cleaners may run at once, as each record is locked while it is being removed.
@@ -27,6 +28,8 @@ type Cleaner struct {
 	Catalog *catalog.Catalog
 	Pools   *nodeconn.Pools // removals connect to nodes as the operation's owner
 	Logger  *slog.Logger
+	// Notifier wakes Run on notifications; nil: Run makes its own and runs it while it runs.
+	Notifier *notifier.Notifier
 
 	// LockTimeout bounds how long a removal may make other sessions queue behind its lock
 	// request; default: the catalog setting cleanup_lock_timeout, else 100ms.
@@ -271,8 +274,19 @@ func (c *Cleaner) claim(ctx context.Context, sel catalog.CleanupClaim) (*catalog
 // Run is the leader service: a pass whenever a job ends or an operation finishes, every
 // Interval as a fallback, and every ProbeInterval while resources wait to be free.
 func (c *Cleaner) Run(ctx context.Context) error {
-	kick := make(chan struct{}, 1)
-	go c.listen(ctx, kick)
+	nt := c.Notifier
+	if nt == nil {
+		nt = notifier.New(c.Catalog.Pool.Config().ConnConfig, c.Log())
+		nctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); nt.Run(nctx) }()
+		defer func() { stop(); <-done }()
+	}
+	// A pass reads the catalog, so one waiting notification is as good as many; the buffer
+	// lets job state changes that end nothing queue up without crowding out one that does.
+	// Should it overflow all the same, the next pass comes after Interval.
+	sub := nt.Subscribe(256, catalog.ChannelJob, catalog.ChannelCleanup)
+	defer sub.Close()
 	interval := orDefault(c.Interval, time.Second)
 	var lastRetention, lastFull time.Time
 	probeOnly := false
@@ -301,12 +315,44 @@ func (c *Cleaner) Run(ctx context.Context) error {
 			c.applyRetention(ctx)
 			lastRetention = time.Now()
 		}
+		switch c.wait(ctx, sub, next) {
+		case woken:
+			probeOnly = false
+		case stopped:
+			return nil
+		}
+	}
+}
+
+type wakeReason int
+
+const (
+	timedOut wakeReason = iota
+	woken               // something may have ended, or notifications may have been missed
+	stopped
+)
+
+// wait waits up to d for a notification that may end an operation, or a resync.
+func (c *Cleaner) wait(ctx context.Context, sub *notifier.Subscription, d time.Duration) wakeReason {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-kick:
-			probeOnly = false
-		case <-time.After(next):
+			return stopped
+		case <-timer.C:
+			return timedOut
+		case <-sub.Resync():
+			return woken
+		case n := <-sub.C():
+			if n.Channel == catalog.ChannelJob {
+				// Payload "<job id>:<state>": only an ending job can end operations.
+				_, state, _ := strings.Cut(n.Payload, ":")
+				if !deckhandtype.JobState(state).Terminal() {
+					continue
+				}
+			}
+			return woken
 		}
 	}
 }
@@ -322,57 +368,6 @@ func (c *Cleaner) applyRetention(ctx context.Context) {
 		if n < 500 {
 			return
 		}
-	}
-}
-
-// listen wakes the cleaner when a job ends or an operation finishes.
-func (c *Cleaner) listen(ctx context.Context, kick chan<- struct{}) {
-	wake := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	for try := 0; ctx.Err() == nil; try++ {
-		err := c.listenOnce(ctx, wake)
-		if ctx.Err() != nil {
-			return
-		}
-		delay := min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second)
-		c.Log().Warn("cleanup listener lost; reconnecting", "err", err, "in", delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-	}
-}
-
-func (c *Cleaner) listenOnce(ctx context.Context, wake func()) error {
-	conn, err := pgx.ConnectConfig(ctx, c.Catalog.Pool.Config().ConnConfig)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background()) //nolint:errcheck
-	for _, ch := range []string{catalog.ChannelJob, catalog.ChannelCleanup} {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	wake() // whatever ended while we were not listening
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Channel == catalog.ChannelJob {
-			// Payload "<job id>:<state>": only an ending job can end operations.
-			_, state, _ := strings.Cut(n.Payload, ":")
-			if !deckhandtype.JobState(state).Terminal() {
-				continue
-			}
-		}
-		wake()
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/deckhandhq/deckhand/internal/notifier"
 )
 
 // Clock tells the time. Tests inject one to move time without sleeping.
@@ -62,6 +64,10 @@ type Config struct {
 	// LeaderServices run while this worker leads (for example the cleaner) and are stopped,
 	// through their context, when it stops leading.
 	LeaderServices []Service
+	// Notifier is the process's catalog notification listener, shared with whatever else in
+	// the process subscribes (an API server). Nil: the worker makes its own and runs it while
+	// it runs.
+	Notifier *notifier.Notifier
 	// Metrics, when set, are updated as the worker claims and runs tasks.
 	Metrics *Metrics
 }

@@ -15,8 +15,9 @@ the job and its tasks in one transaction, then notifies the workers.
 A Worker runs four loops:
 
   - fetch: claims runnable tasks (FOR UPDATE SKIP LOCKED) whenever it is woken — by a
-    notification, by its own completions, or by the fallback poll — up to its free concurrency
-    and each node's max_tasks;
+    notification or a resync of the process's notifier (Config.Notifier), by its own
+    completions, or by the fallback poll — up to its free concurrency and each node's
+    max_tasks;
   - complete: records results in batches; one statement moves the tasks, records the
     attempts, releases dependents and updates the job, so a dependent is claimable the moment
     its prerequisite's result commits;

@@ -327,8 +327,10 @@ func (n *Notifier) deliver(note Notification) {
 		select {
 		case s.c <- note:
 		default:
+			// Some subscribers drop on purpose (a buffer of one merges hints), so this is
+			// no warning.
 			if s.dropped.Add(1) == 1 {
-				n.log.Warn("a notification subscriber is not keeping up; dropping its notifications", "channels", s.channels)
+				n.log.Debug("a notification subscriber's buffer is full; dropping notifications", "channels", s.channels)
 			}
 		}
 	}
