@@ -20,7 +20,7 @@ import (
 // Cleaner removes the resources of ended operations. As an engine.Service it runs on the
 // leader: it wakes when a job ends (channel deckhand_job) or an operation finishes (channel
 // deckhand_cleanup), on a timer as a fallback, and every ProbeInterval while a resource it must
-// remove is in use. RunOnce is one pass on demand (`deckhand cleanup run`); any number of
+// remove is in use. As an engine.Retainer it deletes what ended long ago. RunOnce is one pass on demand (`deckhand cleanup run`); any number of
 // cleaners may run at once, as each record is locked while it is being removed.
 //
 // Zero fields take the defaults documented on them.
@@ -47,7 +47,8 @@ type Cleaner struct {
 	// MaxErrors is how many transient errors a record may meet before it fails and waits for an
 	// operator; default 20.
 	MaxErrors int
-	// Retention is how long removed and forgotten records are kept; default 7 days.
+	// Retention is how long ended operations with their removed and forgotten records are
+	// kept (see Retain); default 7 days.
 	Retention time.Duration
 	// RemovalTimeout bounds one removal attempt (a prefix with many objects, a node that does
 	// not answer); the record is retried after it. Default 5 minutes.
@@ -288,7 +289,7 @@ func (c *Cleaner) Run(ctx context.Context) error {
 	sub := nt.Subscribe(256, catalog.ChannelJob, catalog.ChannelCleanup)
 	defer sub.Close()
 	interval := orDefault(c.Interval, time.Second)
-	var lastRetention, lastFull time.Time
+	var lastFull time.Time
 	probeOnly := false
 	for {
 		next := interval
@@ -310,10 +311,6 @@ func (c *Cleaner) Run(ctx context.Context) error {
 		}
 		if d, err := c.Catalog.NextCleanupIn(ctx); err == nil && d >= 0 && d < next {
 			next = max(d, 10*time.Millisecond)
-		}
-		if time.Since(lastRetention) >= time.Hour {
-			c.applyRetention(ctx)
-			lastRetention = time.Now()
 		}
 		switch c.wait(ctx, sub, next) {
 		case woken:
@@ -357,18 +354,25 @@ func (c *Cleaner) wait(ctx context.Context, sub *notifier.Subscription, d time.D
 	}
 }
 
-func (c *Cleaner) applyRetention(ctx context.Context) {
-	cutoff := time.Now().Add(-orDefault(c.Retention, 7*24*time.Hour))
+// Retain deletes the operations that ended more than Retention before now, with their
+// records, once every record has ended that long ago too. The engine's leader calls it on its
+// clock (engine.Retainer).
+func (c *Cleaner) Retain(ctx context.Context, now time.Time) error {
+	cutoff := now.Add(-orDefault(c.Retention, 7*24*time.Hour))
+	const batch = 500
 	for ctx.Err() == nil {
-		n, err := c.Catalog.DeleteEndedCleanup(ctx, cutoff, 500)
+		n, err := c.Catalog.DeleteEndedCleanup(ctx, cutoff, batch)
 		if err != nil {
-			c.Log().Warn("cleanup retention failed", "err", err)
-			return
+			return err
 		}
-		if n < 500 {
-			return
+		if n > 0 {
+			c.Log().Info("deleted ended cleanup operations past retention", "operations", n)
+		}
+		if n < batch {
+			return nil
 		}
 	}
+	return nil
 }
 
 // probe returns the waiting records whose resource nothing holds any more: relations that no

@@ -25,7 +25,8 @@ A Worker runs four loops:
     of its tasks are being cancelled;
   - lead: stands for the leader lease; the leader declares workers with expired leases dead,
     terminates their orphaned backends on the nodes, and hands their tasks back (or fails
-    them when attempts are exhausted), probes nodes, and applies retention.
+    them when attempts are exhausted), probes nodes, and runs the leader services: the
+    cleaner, the features' services, and retention (on Config.Clock).
 
 Every write a worker makes about a task is fenced by the attempt token it got when claiming,
 so a worker that lost its lease (paused, partitioned) can never overwrite a newer outcome.

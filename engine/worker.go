@@ -106,7 +106,8 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 			services = append(services, f.Services(deps)...)
 		}
 	}
-	w.cfg.LeaderServices = append(services, cfg.LeaderServices...)
+	services = append(services, cfg.LeaderServices...)
+	w.cfg.LeaderServices = append(services, w.retention(services))
 	return w
 }
 
