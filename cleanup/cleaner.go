@@ -20,8 +20,9 @@ import (
 // Cleaner removes the resources of ended operations. As an engine.Service it runs on the
 // leader: it wakes when a job ends (channel deckhand_job) or an operation finishes (channel
 // deckhand_cleanup), on a timer as a fallback, and every ProbeInterval while a resource it must
-// remove is in use. As an engine.Retainer it deletes what ended long ago. RunOnce is one pass on demand (`deckhand cleanup run`); any number of
-// cleaners may run at once, as each record is locked while it is being removed.
+// remove is in use. As an engine.Retainer it deletes what ended long ago. RunOnce is one pass
+// on demand (`deckhand cleanup run`); any number of cleaners may run at once, as each record
+// is locked while it is being removed.
 //
 // Zero fields take the defaults documented on them.
 type Cleaner struct {
