@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/notifier"
 )
 
 // GET /api/events is a server-sent event stream of hints:
@@ -27,133 +28,73 @@ import (
 // endpoints it loaded it from, which show the caller only what its role may see. So a hint
 // carries nothing, and hints waiting for a slow stream merge into one: one is as good as many.
 //
-// One connection per server LISTENs on the catalog channel deckhand_job, whatever the
-// number of streams; it is opened with the first stream and reconnects when lost, sending
-// hello again since notifications may have been missed meanwhile. The number of streams is
-// capped by the catalog setting api_max_event_streams (default 100); a stream ends when
-// its caller's session does.
+// Streams are subscribers of the process's notifier (Config.Notifier, shared with the worker
+// in `deckhand serve`; else one the server opens with the first stream): one connection
+// LISTENs on the catalog channel deckhand_job, whatever the number of streams. Each stream
+// gets hello again whenever that connection is re-established, since notifications may have
+// been missed meanwhile. The number of streams is capped by the catalog setting
+// api_max_event_streams (default 100); a stream ends when its caller's session does.
 
-type subscriber struct {
-	ch chan string // the next event's name; holds one, since hints merge
-}
-
+// hub counts the open streams and runs the notifier when the server made its own.
 type hub struct {
-	connCfg *pgx.ConnConfig
-	log     *slog.Logger
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
+	notifier *notifier.Notifier
+	own      bool
 
 	mu      sync.Mutex
-	subs    map[*subscriber]struct{}
-	live    bool
+	open    int
 	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
-func newHub(cfg *pgx.ConnConfig, log *slog.Logger) *hub {
-	cfg = cfg.Copy()
-	cfg.RuntimeParams["application_name"] = "deckhand api events"
-	ctx, cancel := context.WithCancel(context.Background())
-	return &hub{connCfg: cfg, log: log, ctx: ctx, cancel: cancel, done: make(chan struct{}), subs: map[*subscriber]struct{}{}}
+func newHub(shared *notifier.Notifier, cfg *pgx.ConnConfig, log *slog.Logger) *hub {
+	if shared != nil {
+		return &hub{notifier: shared}
+	}
+	return &hub{notifier: notifier.New(cfg, log), own: true}
 }
 
-// subscribe adds a stream unless max are open already, and reports whether the listener is
-// connected already (if not, the stream gets hello once it is).
-func (h *hub) subscribe(max int) (sub *subscriber, live, ok bool) {
+// subscribe opens a stream's subscription unless max streams are open already. Its buffer
+// holds one hint: hints waiting for a slow stream merge into one.
+func (h *hub) subscribe(max int) (*notifier.Subscription, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.subs) >= max {
-		return nil, false, false
+	if h.open >= max {
+		return nil, false
 	}
-	if !h.started && h.ctx.Err() == nil {
+	if h.own && !h.started && !h.stopped {
 		h.started = true
-		go h.run()
+		ctx, cancel := context.WithCancel(context.Background())
+		h.cancel, h.done = cancel, make(chan struct{})
+		go func() { defer close(h.done); h.notifier.Run(ctx) }()
 	}
-	sub = &subscriber{ch: make(chan string, 1)}
-	h.subs[sub] = struct{}{}
-	return sub, h.live, true
+	h.open++
+	return h.notifier.Subscribe(1, catalog.ChannelJob), true
+}
+
+func (h *hub) unsubscribe(sub *notifier.Subscription) {
+	sub.Close()
+	h.mu.Lock()
+	h.open--
+	h.mu.Unlock()
 }
 
 func (h *hub) streams() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.subs)
+	return h.open
 }
 
-func (h *hub) unsubscribe(s *subscriber) {
-	h.mu.Lock()
-	delete(h.subs, s)
-	h.mu.Unlock()
-}
-
+// stop stops the server's own notifier; a shared one belongs to whoever made it.
 func (h *hub) stop() {
 	h.mu.Lock()
+	h.stopped = true
 	started := h.started
-	h.cancel()
 	h.mu.Unlock()
 	if started {
+		h.cancel()
 		<-h.done
-	}
-}
-
-// broadcast never blocks: a stream with an event still waiting has nothing more to learn.
-func (h *hub) broadcast(name string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s := range h.subs {
-		select {
-		case s.ch <- name:
-		default:
-		}
-	}
-}
-
-func (h *hub) setLive(live bool) {
-	h.mu.Lock()
-	h.live = live
-	h.mu.Unlock()
-	if live {
-		h.broadcast("hello")
-	}
-}
-
-func (h *hub) run() {
-	defer close(h.done)
-	backoff := 250 * time.Millisecond
-	for h.ctx.Err() == nil {
-		connected, err := h.listen()
-		h.setLive(false)
-		if h.ctx.Err() != nil {
-			return
-		}
-		if connected {
-			backoff = 250 * time.Millisecond
-		}
-		h.log.Warn("event stream lost its catalog listener; reconnecting", "err", err, "in", backoff)
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 10*time.Second)
-	}
-}
-
-func (h *hub) listen() (connected bool, err error) {
-	conn, err := pgx.ConnectConfig(h.ctx, h.connCfg)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close(context.Background()) //nolint:errcheck
-	if _, err := conn.Exec(h.ctx, "LISTEN "+pgx.Identifier{catalog.ChannelJob}.Sanitize()); err != nil {
-		return false, err
-	}
-	h.setLive(true)
-	for {
-		if _, err := conn.WaitForNotification(h.ctx); err != nil {
-			return true, err
-		}
-		h.broadcast("change")
 	}
 }
 
@@ -165,7 +106,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := callerOf(r)
 	max := s.maxStreams.get(r.Context())
-	sub, live, ok := s.hub.subscribe(max)
+	sub, ok := s.hub.subscribe(max)
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("this server has %d event streams open, its limit (setting api_max_event_streams): try again later", max))
 		return
@@ -189,9 +130,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	// Browsers reconnect after this many milliseconds when the stream breaks.
 	fmt.Fprint(w, "retry: 2000\n\n")
-	if live {
-		_ = send("hello", `{"live":true}`)
-	}
 	flusher.Flush()
 
 	tick := time.NewTicker(s.cfg.Heartbeat)
@@ -205,12 +143,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-sess.done:
 			return
-		case name := <-sub.ch:
-			data := "{}"
-			if name == "hello" {
-				data = `{"live":true}`
-			}
-			err = send(name, data)
+		case <-sub.Resync():
+			err = send("hello", `{"live":true}`)
+		case <-sub.C():
+			err = send("change", "{}")
 		case now := <-tick.C:
 			err = send("heartbeat", fmt.Sprintf(`{"time":%q}`, now.UTC().Format(time.RFC3339Nano)))
 		}

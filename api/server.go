@@ -26,6 +26,7 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/internal/notifier"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -33,8 +34,9 @@ import (
 type Config struct {
 	// Client is the server's own catalog client, used only for what belongs to no caller:
 	// the catalog-wide counts (/metrics, /api/summary), the notification listener behind
-	// /api/events, settings, and /healthz. Every other request runs on a client of the
-	// caller's role, opened from this client's conninfo with the caller's user and password.
+	// /api/events when Notifier is nil, settings, and /healthz. Every other request runs on a
+	// client of the caller's role, opened from this client's conninfo with the caller's user
+	// and password.
 	// Give the server a client of its own rather than the worker's: then the dashboard never
 	// queues behind a busy worker's claims, nor slows them.
 	Client *engine.Client
@@ -64,6 +66,10 @@ type Config struct {
 	StatsMaxAge time.Duration
 	// Pages are extra sections of the API and the dashboard.
 	Pages []Page
+	// Notifier is the process's catalog notification listener, which /api/events subscribes
+	// to; `deckhand serve` shares the worker's. Nil: the server opens its own with the first
+	// stream, on Client's conninfo, and closes it in Close.
+	Notifier *notifier.Notifier
 }
 
 // Server is the HTTP API, dashboard and metrics endpoint.
@@ -140,7 +146,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.stats = &statsCache{cat: cfg.Client.Catalog(), minAge: cfg.StatsMaxAge}
-	s.hub = newHub(cfg.Client.Catalog().Pool.Config().ConnConfig, cfg.Logger)
+	s.hub = newHub(cfg.Notifier, cfg.Client.Catalog().Pool.Config().ConnConfig, cfg.Logger)
 	if err := s.reg.Register(newCatalogCollector(s.stats, cfg.Client.Catalog())); err != nil {
 		return nil, err
 	}

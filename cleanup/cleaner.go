@@ -13,19 +13,23 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/internal/notifier"
 )
 
 // Cleaner removes the resources of ended operations. As an engine.Service it runs on the
-// leader: it wakes when a job ends (LISTEN deckhand_job) or an operation finishes (LISTEN
+// leader: it wakes when a job ends (channel deckhand_job) or an operation finishes (channel
 // deckhand_cleanup), on a timer as a fallback, and every ProbeInterval while a resource it must
-// remove is in use. RunOnce is one pass on demand (`deckhand cleanup run`); any number of
-// cleaners may run at once, as each record is locked while it is being removed.
+// remove is in use. As an engine.Retainer it deletes what ended long ago. RunOnce is one pass
+// on demand (`deckhand cleanup run`); any number of cleaners may run at once, as each record
+// is locked while it is being removed.
 //
 // Zero fields take the defaults documented on them.
 type Cleaner struct {
 	Catalog *catalog.Catalog
 	Pools   *nodeconn.Pools // removals connect to nodes as the operation's owner
 	Logger  *slog.Logger
+	// Notifier wakes Run on notifications; nil: Run makes its own and runs it while it runs.
+	Notifier *notifier.Notifier
 
 	// LockTimeout bounds how long a removal may make other sessions queue behind its lock
 	// request; default: the catalog setting cleanup_lock_timeout, else 100ms.
@@ -43,7 +47,8 @@ type Cleaner struct {
 	// MaxErrors is how many transient errors a record may meet before it fails and waits for an
 	// operator; default 20.
 	MaxErrors int
-	// Retention is how long removed and forgotten records are kept; default 7 days.
+	// Retention is how long ended operations with their removed and forgotten records are
+	// kept (see Retain); default 7 days.
 	Retention time.Duration
 	// RemovalTimeout bounds one removal attempt (a prefix with many objects, a node that does
 	// not answer); the record is retried after it. Default 5 minutes.
@@ -264,10 +269,21 @@ func (c *Cleaner) claim(ctx context.Context, sel catalog.CleanupClaim) (*catalog
 // Run is the leader service: a pass whenever a job ends or an operation finishes, every
 // Interval as a fallback, and every ProbeInterval while resources wait to be free.
 func (c *Cleaner) Run(ctx context.Context) error {
-	kick := make(chan struct{}, 1)
-	go c.listen(ctx, kick)
+	nt := c.Notifier
+	if nt == nil {
+		nt = notifier.New(c.Catalog.Pool.Config().ConnConfig, c.Log())
+		nctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); nt.Run(nctx) }()
+		defer func() { stop(); <-done }()
+	}
+	// A pass reads the catalog, so one waiting notification is as good as many; the buffer
+	// lets job state changes that end nothing queue up without crowding out one that does.
+	// Should it overflow all the same, the next pass comes after Interval.
+	sub := nt.Subscribe(256, catalog.ChannelJob, catalog.ChannelCleanup)
+	defer sub.Close()
 	interval := orDefault(c.Interval, time.Second)
-	var lastRetention, lastFull time.Time
+	var lastFull time.Time
 	probeOnly := false
 	for {
 		next := interval
@@ -290,83 +306,67 @@ func (c *Cleaner) Run(ctx context.Context) error {
 		if d, err := c.Catalog.NextCleanupIn(ctx); err == nil && d >= 0 && d < next {
 			next = max(d, 10*time.Millisecond)
 		}
-		if time.Since(lastRetention) >= time.Hour {
-			c.applyRetention(ctx)
-			lastRetention = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-kick:
+		switch c.wait(ctx, sub, next) {
+		case woken:
 			probeOnly = false
-		case <-time.After(next):
+		case stopped:
+			return nil
 		}
 	}
 }
 
-func (c *Cleaner) applyRetention(ctx context.Context) {
-	cutoff := time.Now().Add(-orDefault(c.Retention, 7*24*time.Hour))
-	for ctx.Err() == nil {
-		n, err := c.Catalog.DeleteEndedCleanup(ctx, cutoff, 500)
-		if err != nil {
-			c.Log().Warn("cleanup retention failed", "err", err)
-			return
-		}
-		if n < 500 {
-			return
-		}
-	}
-}
+type wakeReason int
 
-// listen wakes the cleaner when a job ends or an operation finishes.
-func (c *Cleaner) listen(ctx context.Context, kick chan<- struct{}) {
-	wake := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	for try := 0; ctx.Err() == nil; try++ {
-		err := c.listenOnce(ctx, wake)
-		if ctx.Err() != nil {
-			return
-		}
-		delay := min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second)
-		c.Log().Warn("cleanup listener lost; reconnecting", "err", err, "in", delay)
+const (
+	timedOut wakeReason = iota
+	woken               // something may have ended, or notifications may have been missed
+	stopped
+)
+
+// wait waits up to d for a notification that may end an operation, or a resync.
+func (c *Cleaner) wait(ctx context.Context, sub *notifier.Subscription, d time.Duration) wakeReason {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-time.After(delay):
+			return stopped
+		case <-timer.C:
+			return timedOut
+		case <-sub.Resync():
+			return woken
+		case n := <-sub.C():
+			if n.Channel == catalog.ChannelJob {
+				// Payload "<job id>:<state>": only an ending job can end operations.
+				_, state, _ := strings.Cut(n.Payload, ":")
+				if !deckhandtype.JobState(state).Terminal() {
+					continue
+				}
+			}
+			return woken
 		}
 	}
 }
 
-func (c *Cleaner) listenOnce(ctx context.Context, wake func()) error {
-	conn, err := pgx.ConnectConfig(ctx, c.Catalog.Pool.Config().ConnConfig)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background()) //nolint:errcheck
-	for _, ch := range []string{catalog.ChannelJob, catalog.ChannelCleanup} {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	wake() // whatever ended while we were not listening
-	for {
-		n, err := conn.WaitForNotification(ctx)
+// Retain deletes the operations that ended more than Retention before now, with their
+// records, once every record has ended that long ago too. The engine's leader calls it on its
+// clock (engine.Retainer).
+func (c *Cleaner) Retain(ctx context.Context, now time.Time) error {
+	cutoff := now.Add(-orDefault(c.Retention, 7*24*time.Hour))
+	const batch = 500
+	for ctx.Err() == nil {
+		n, err := c.Catalog.DeleteEndedCleanup(ctx, cutoff, batch)
 		if err != nil {
 			return err
 		}
-		if n.Channel == catalog.ChannelJob {
-			// Payload "<job id>:<state>": only an ending job can end operations.
-			_, state, _ := strings.Cut(n.Payload, ":")
-			if !deckhandtype.JobState(state).Terminal() {
-				continue
-			}
+		if n > 0 {
+			c.Log().Info("deleted ended cleanup operations past retention", "operations", n)
 		}
-		wake()
+		if n < batch {
+			return nil
+		}
 	}
+	return nil
 }
 
 // probe returns the waiting records whose resource nothing holds any more: relations that no

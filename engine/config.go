@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/notifier"
 )
 
 // Clock tells the time. Tests inject one to move time without sleeping.
@@ -32,7 +33,9 @@ type Config struct {
 	PollInterval        time.Duration // claim even without a notification this often; default 1s
 	MaintenanceInterval time.Duration // the leader rescues and probes this often; default 1s
 	ShutdownGrace       time.Duration // running tasks may finish this long after a stop; default 30s
-	Retention           time.Duration // finished jobs are deleted after this; default 7 days
+	// Retention is how long finished jobs are kept unless the catalog setting retention says
+	// otherwise; default 7 days. The leader applies it every minute on Clock.
+	Retention time.Duration
 
 	Backoff deckhandtype.Backoff
 	Clock   Clock          // nil: real time; SQL then uses the database clock
@@ -45,8 +48,13 @@ type Config struct {
 	// NoCleaner keeps the cleaner (package cleanup) out of this worker's leader services.
 	NoCleaner bool
 	// LeaderServices run while this worker leads (for example the cleaner) and are stopped,
-	// through their context, when it stops leading.
+	// through their context, when it stops leading. Those that are Retainers have their
+	// history deleted by the leader's retention service.
 	LeaderServices []Service
+	// Notifier is the process's catalog notification listener, shared with whatever else in
+	// the process subscribes (an API server). Nil: the worker makes its own and runs it while
+	// it runs.
+	Notifier *notifier.Notifier
 	// Metrics, when set, are updated as the worker claims and runs tasks.
 	Metrics *Metrics
 }

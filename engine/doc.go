@@ -21,8 +21,9 @@ the job and its tasks in one transaction, then notifies the workers.
 A Worker runs four loops:
 
   - fetch: claims runnable tasks (FOR UPDATE SKIP LOCKED) whenever it is woken — by a
-    notification, by its own completions, or by the fallback poll — up to its free concurrency
-    and each node's max_tasks;
+    notification or a resync of the process's notifier (Config.Notifier), by its own
+    completions, or by the fallback poll — up to its free concurrency and each node's
+    max_tasks;
   - complete: records results in batches; one statement moves the tasks, records the
     attempts, releases dependents and updates the job, so a dependent is claimable the moment
     its prerequisite's result commits;
@@ -30,7 +31,8 @@ A Worker runs four loops:
     of its tasks are being cancelled;
   - lead: stands for the leader lease; the leader declares workers with expired leases dead,
     terminates their orphaned backends on the nodes, and hands their tasks back (or fails
-    them when attempts are exhausted), probes nodes, and applies retention.
+    them when attempts are exhausted), probes nodes, and runs the leader services: the
+    cleaner, the features' services, and retention (on Config.Clock).
 
 Every write a worker makes about a task is fenced by the attempt token it got when claiming,
 so a worker that lost its lease (paused, partitioned) can never overwrite a newer outcome.

@@ -11,16 +11,17 @@ import (
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
-// lead stands for election every MaintenanceInterval and, while leading, does maintenance:
-// rescuing tasks of dead workers, probing nodes, and retention. Leadership is a lease row in
-// the catalog, so losing the leader loses nothing: the next one picks up where it stopped.
+// lead stands for election every MaintenanceInterval and, while leading, rescues tasks of
+// dead workers, probes nodes, and runs the leader services (the cleaner, retention, the
+// features' services). Leadership is a lease row in the catalog, so losing the leader loses
+// nothing: the next one picks up where it stopped.
 func (w *Worker) lead(ctx context.Context) {
 	if w.cfg.NoLeader {
 		return
 	}
 	tick := time.NewTicker(w.cfg.MaintenanceInterval)
 	defer tick.Stop()
-	var lastRetention, lastProbe time.Time
+	var lastProbe time.Time
 	stopServices := func() {}
 	defer func() { stopServices() }()
 	for {
@@ -45,10 +46,6 @@ func (w *Worker) lead(ctx context.Context) {
 			if time.Since(lastProbe) >= 5*w.cfg.MaintenanceInterval {
 				w.probeNodes(ctx)
 				lastProbe = time.Now()
-			}
-			if time.Since(lastRetention) >= time.Minute {
-				w.applyRetention(ctx)
-				lastRetention = time.Now()
 			}
 		}
 		select {
@@ -130,29 +127,6 @@ func (w *Worker) probeNodes(ctx context.Context) {
 		role, lsn, err := nodeconn.Probe(ctx, w.pools, n.DSN)
 		if err := w.cat.RecordNodeCheck(ctx, n.Name, role, lsn, err); err != nil && ctx.Err() == nil {
 			w.log.Warn("could not record node check", "node", n.Name, "err", err)
-		}
-	}
-}
-
-func (w *Worker) applyRetention(ctx context.Context) {
-	retention := w.cfg.Retention
-	if v, err := w.cat.Setting(ctx, "retention", ""); err == nil && v != "" {
-		if d, err := time.ParseDuration(v); err == nil && d > 0 {
-			retention = d
-		}
-	}
-	cutoff := w.cfg.Clock.Now().Add(-retention)
-	for ctx.Err() == nil {
-		n, err := w.cat.DeleteFinishedJobs(ctx, cutoff, 500)
-		if err != nil {
-			w.log.Warn("retention failed", "err", err)
-			return
-		}
-		if n > 0 {
-			w.log.Info("deleted finished jobs past retention", "jobs", n)
-		}
-		if n < 500 {
-			return
 		}
 	}
 }

@@ -10,12 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/internal/notifier"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
@@ -35,6 +34,10 @@ type Worker struct {
 	log   *slog.Logger
 	pools *nodeconn.Pools
 	exec  map[string]Executor // by task kind
+	// notifier wakes the worker and its cleaner; ownNotifier when the worker made it and so
+	// runs it while it runs.
+	notifier    *notifier.Notifier
+	ownNotifier bool
 
 	id        atomic.Int64
 	active    atomic.Int64 // task slots in use, including slots reserved for a claim in flight
@@ -42,12 +45,11 @@ type Worker struct {
 
 	// claimMu serializes claims (by the fetch loop and by the completer) with the start of a
 	// shutdown, so that no task starts once stopping is set.
-	claimMu   sync.Mutex
-	stopping  bool
-	tasksCtx  context.Context
-	wake      chan struct{}
-	checkCanc chan struct{}
-	results   chan finished
+	claimMu  sync.Mutex
+	stopping bool
+	tasksCtx context.Context
+	wake     chan struct{}
+	results  chan finished
 
 	mu      sync.Mutex
 	running map[int64]*runningTask
@@ -75,14 +77,18 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		cat.Now = cfg.Clock.Now
 	}
 	w := &Worker{
-		cat:       cat,
-		cfg:       cfg,
-		log:       cfg.Logger.With("worker", cfg.Name),
-		pools:     nodeconn.NewPools(cfg.Concurrency),
-		wake:      make(chan struct{}, 1),
-		checkCanc: make(chan struct{}, 1),
-		results:   make(chan finished, 2*cfg.Concurrency),
-		running:   map[int64]*runningTask{},
+		cat:      cat,
+		cfg:      cfg,
+		log:      cfg.Logger.With("worker", cfg.Name),
+		pools:    nodeconn.NewPools(cfg.Concurrency),
+		notifier: cfg.Notifier,
+		wake:     make(chan struct{}, 1),
+		results:  make(chan finished, 2*cfg.Concurrency),
+		running:  map[int64]*runningTask{},
+	}
+	if w.notifier == nil {
+		w.notifier = notifier.New(cat.Pool.Config().ConnConfig, w.log)
+		w.ownNotifier = true
 	}
 	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log}
 	kinds := newRegistry(cfg.Features)
@@ -92,6 +98,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		// Nothing may leak: wherever a worker leads, the cleaner runs.
 		cl := cleanup.New(cat, w.pools)
 		cl.Logger = w.log.With("service", "cleaner")
+		cl.Notifier = w.notifier
 		services = append(services, cl)
 	}
 	for _, f := range cfg.Features {
@@ -99,7 +106,8 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 			services = append(services, f.Services(deps)...)
 		}
 	}
-	w.cfg.LeaderServices = append(services, cfg.LeaderServices...)
+	services = append(services, cfg.LeaderServices...)
+	w.cfg.LeaderServices = append(services, w.retention(services))
 	return w
 }
 
@@ -138,7 +146,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	completerDone := make(chan struct{})
 	go func() { defer close(completerDone); w.completer(bgCtx) }()
-	for _, loop := range []func(context.Context){w.listen, w.heartbeat, w.lead} {
+	loops := []func(context.Context){w.listen, w.heartbeat, w.lead}
+	if w.ownNotifier {
+		loops = append(loops, w.notifier.Run)
+	}
+	for _, loop := range loops {
 		bg.Add(1)
 		go func() { defer bg.Done(); loop(bgCtx) }()
 	}
@@ -374,52 +386,34 @@ func (w *Worker) injectedNow() time.Time {
 	return w.cat.Now()
 }
 
-// listen wakes the worker on catalog notifications; polling covers any gap while it reconnects.
+// listen wakes the worker on catalog notifications. Polling covers what the notifier misses
+// while it reconnects; on resync (it listens again) the worker looks for work and for
+// cancelled tasks at once rather than at the next poll.
 func (w *Worker) listen(ctx context.Context) {
-	for try := 0; ctx.Err() == nil; try++ {
-		err := w.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		delay := min(time.Duration(try+1)*100*time.Millisecond, 5*time.Second)
-		w.log.Warn("notification listener lost; reconnecting", "err", err, "in", delay)
+	// Reading is quick (a nudge, a look at the running tasks), so a small buffer only fills
+	// when the worker is busy anyway; what it drops the poll and the heartbeat catch.
+	sub := w.notifier.Subscribe(256, catalog.ChannelRunnable, catalog.ChannelCancel)
+	defer sub.Close()
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(delay):
-		}
-	}
-}
-
-func (w *Worker) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, w.cat.Pool.Config().ConnConfig)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background()) //nolint:errcheck
-	for _, ch := range []string{catalog.ChannelRunnable, catalog.ChannelCancel} {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	w.Nudge() // anything announced while we were not listening
-	w.cancelMarked(ctx)
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		switch n.Channel {
-		case catalog.ChannelRunnable:
-			// Our own completions nudge us directly; a second, empty claim would only
-			// delay the next real one.
-			if n.Payload != strconv.FormatInt(w.ID(), 10) {
-				w.Nudge()
-			}
-		case catalog.ChannelCancel:
-			jobID, _ := strconv.ParseInt(n.Payload, 10, 64)
-			if w.runsJob(jobID) {
-				w.cancelMarked(ctx)
+		case <-sub.Resync():
+			w.Nudge()
+			w.cancelMarked(ctx)
+		case n := <-sub.C():
+			switch n.Channel {
+			case catalog.ChannelRunnable:
+				// Our own completions nudge us directly; a second, empty claim would only
+				// delay the next real one.
+				if n.Payload != strconv.FormatInt(w.ID(), 10) {
+					w.Nudge()
+				}
+			case catalog.ChannelCancel:
+				jobID, _ := strconv.ParseInt(n.Payload, 10, 64)
+				if w.runsJob(jobID) {
+					w.cancelMarked(ctx)
+				}
 			}
 		}
 	}

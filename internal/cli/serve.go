@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"log/slog"
 	"os/signal"
 	"syscall"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/notifier"
 )
 
 func (a *app) serveCommand() *cobra.Command {
@@ -29,6 +32,13 @@ func (a *app) serveCommand() *cobra.Command {
 			// SIGTERM starts a graceful shutdown: no new claims, running tasks get ShutdownGrace.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			// One catalog listener for the whole process: the worker, its cleaner and the API's
+			// event streams subscribe to it. It outlives them all, as it stops last.
+			cfg.Notifier = notifier.New(c.Catalog().Pool.Config().ConnConfig, slog.Default())
+			nctx, stopNotifier := context.WithCancel(context.WithoutCancel(ctx))
+			notifierDone := make(chan struct{})
+			go func() { defer close(notifierDone); cfg.Notifier.Run(nctx) }()
+			defer func() { stopNotifier(); <-notifierDone }()
 			stopHTTP, err := a.startHTTP(ctx, httpOpts, &cfg)
 			if err != nil {
 				return err

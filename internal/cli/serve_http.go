@@ -38,7 +38,8 @@ func checkHTTP(o *httpOptions) error {
 
 // startHTTP serves the API, the dashboard and /metrics on addr (when set) and registers the
 // worker's metrics there. The server has a catalog pool of its own, so that dashboards
-// never wait behind the worker's claims, nor slow them. stop ends the server.
+// never wait behind the worker's claims, nor slow them, and shares the worker's notifier.
+// stop ends the server.
 func (a *app) startHTTP(ctx context.Context, o httpOptions, cfg *engine.Config) (stop func(), err error) {
 	if o.addr == "" {
 		return func() {}, nil
@@ -51,7 +52,7 @@ func (a *app) startHTTP(ctx context.Context, o httpOptions, cfg *engine.Config) 
 		return nil, err
 	}
 	srv, err := api.New(api.Config{Client: client, MetricsToken: o.token, SessionIdle: o.sessionIdle, MaxSessions: o.maxSessions,
-		Registry: reg, Logger: slog.Default()})
+		Registry: reg, Logger: slog.Default(), Notifier: cfg.Notifier})
 	if err != nil {
 		client.Close()
 		return nil, Failed("%v", err)
