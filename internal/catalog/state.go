@@ -160,4 +160,5 @@ const (
 	ChannelRunnable = "deckhand_runnable" // new runnable tasks exist; payload: the id of the worker whose results released them, if any
 	ChannelCancel   = "deckhand_cancel"   // payload: job id whose running tasks must stop
 	ChannelJob      = "deckhand_job"      // payload: "<job id>:<state>" on every job state change
+	ChannelCleanup  = "deckhand_cleanup"  // cleanup records became due; payload: the operation id, or empty
 )
