@@ -40,7 +40,8 @@ func (c *Catalog) RegisterCleanup(ctx context.Context, opID int64, r deckhandtyp
 	err := c.Pool.QueryRow(ctx, `
 		WITH op AS (
 			SELECT o.id FROM deckhand.operation o
-			WHERE o.id = $2 AND o.state = 'running' AND `+aliveSQL+`
+			CROSS JOIN LATERAL deckhand.operation_alive(o.job_id, o.task_id, o.attempt_token, $1) a
+			WHERE o.id = $2 AND o.state = 'running' AND a.alive
 			FOR SHARE OF o
 		), superseded AS (
 			UPDATE deckhand.cleanup_record SET state = 'forgotten', ended_at = coalesce($1, now()),
@@ -74,8 +75,9 @@ func (c *Catalog) RegisterCleanup(ctx context.Context, opID int64, r deckhandtyp
 func (c *Catalog) liveRecordOf(ctx context.Context, r deckhandtype.CleanupResource) (*ResourceBusyError, error) {
 	e := &ResourceBusyError{Resource: r}
 	err := c.Pool.QueryRow(ctx, `
-		SELECT r.id, r.operation_id, r.state, o.state = 'running' AND `+aliveSQL+`
+		SELECT r.id, r.operation_id, r.state, o.state = 'running' AND a.alive
 		FROM deckhand.cleanup_record r JOIN deckhand.operation o ON o.id = r.operation_id
+		CROSS JOIN LATERAL deckhand.operation_alive(o.job_id, o.task_id, o.attempt_token, $1) a
 		WHERE coalesce(r.node, '') = coalesce($2, '') AND r.resource_type = $3 AND r.location = $4 AND r.name = $5
 		  AND r.state IN ('pending', 'due')`,
 		c.now(), nonEmpty(r.Node), r.Type, r.Location, r.Name).Scan(&e.RecordID, &e.OperationID, &e.State, &e.OperationLive)

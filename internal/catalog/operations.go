@@ -25,13 +25,6 @@ type NewOperation struct {
 	Description string
 }
 
-// aliveSQL is true while operation o may still create resources; $1 is the injected clock.
-const aliveSQL = `(CASE WHEN o.task_id IS NOT NULL THEN EXISTS (
-		SELECT 1 FROM deckhand.task t JOIN deckhand.worker w ON w.id = t.worker_id
-		WHERE t.id = o.task_id AND t.attempt_token = o.attempt_token AND t.state IN ('running', 'cancelling')
-		  AND w.stopped_at IS NULL AND w.lease_expires_at > coalesce($1, now()))
-	ELSE EXISTS (SELECT 1 FROM deckhand.job j WHERE j.id = o.job_id AND j.state NOT IN ('finished', 'failed', 'cancelled')) END)`
-
 // BeginOperation records a new operation and returns its id. An attempt-scoped operation is
 // refused with ErrOperationEnded unless the attempt is running; a job-scoped one returns the
 // job's running job-wide operation if there is one.
@@ -83,12 +76,9 @@ func (c *Catalog) BeginOperation(ctx context.Context, op NewOperation) (int64, e
 const resolveSQL = `
 WITH resolved AS (
 	UPDATE deckhand.cleanup_record r SET
-		state = CASE WHEN (o.state = 'succeeded' AND r.policy = 'on_failure')
-		               OR (o.state = 'failed' AND r.policy = 'deferred_on_success') THEN 'forgotten'
-		             ELSE 'due' END,
+		state = deckhand.cleanup_state_after(o.state, r.policy),
 		due_at = coalesce($1, now()),
-		ended_at = CASE WHEN (o.state = 'succeeded' AND r.policy = 'on_failure')
-		                  OR (o.state = 'failed' AND r.policy = 'deferred_on_success') THEN coalesce($1, now()) END
+		ended_at = CASE WHEN deckhand.cleanup_state_after(o.state, r.policy) = 'forgotten' THEN coalesce($1, now()) END
 	FROM deckhand.operation o
 	WHERE o.id = r.operation_id AND r.state = 'pending' AND o.state <> 'running'
 	  AND ($2::bigint[] IS NULL OR o.id = ANY ($2))
@@ -113,7 +103,8 @@ func (c *Catalog) FinishOperation(ctx context.Context, opID int64, succeeded boo
 		var current string
 		err := tx.QueryRow(ctx, `
 			UPDATE deckhand.operation o SET state = $3, end_reason = nullif($4, ''), ended_at = coalesce($1, now())
-			WHERE o.id = $2 AND o.state = 'running' AND ($3 = 'failed' OR `+aliveSQL+`)
+			WHERE o.id = $2 AND o.state = 'running'
+			  AND ($3 = 'failed' OR (SELECT alive FROM deckhand.operation_alive(o.job_id, o.task_id, o.attempt_token, $1)))
 			RETURNING o.state`, c.now(), opID, state, reason).Scan(&current)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var was deckhandtype.OperationState
@@ -168,7 +159,8 @@ func (c *Catalog) DecideOperations(ctx context.Context) ([]EndedOperation, error
 				FROM deckhand.operation o
 				LEFT JOIN deckhand.job j ON j.id = o.job_id
 				LEFT JOIN deckhand.task t ON t.id = o.task_id
-				WHERE o.state = 'running' AND NOT `+aliveSQL+`
+				CROSS JOIN LATERAL deckhand.operation_alive(o.job_id, o.task_id, o.attempt_token, $1) a
+				WHERE o.state = 'running' AND NOT a.alive
 				ORDER BY o.id
 			)
 			UPDATE deckhand.operation o SET state = orphan.state, end_reason = orphan.reason, ended_at = coalesce($1, now())

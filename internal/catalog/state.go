@@ -76,7 +76,7 @@ var JobTransitions = []Transition[JobState]{
 }
 
 // Operation states. An operation is the scope cleanup records belong to: one attempt of a task,
-// or a whole job. It is alive while it runs and
+// or a whole job. It is alive (deckhand.operation_alive) while it runs and
 //   - for an attempt: the task still runs that attempt (same attempt token) and the worker's
 //     lease is fresh;
 //   - for a job: the job is not terminal.
