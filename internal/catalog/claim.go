@@ -72,7 +72,8 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	if groupWork {
 		query = claimGroupsSQL
 	}
-	b.Queue(query, limit, nodes, caps, c.now(), workerID, global).Query(func(rows pgx.Rows) error {
+	args := pgx.StrictNamedArgs{"limit": limit, "nodes": nodes, "caps": caps, "now": c.now(), "worker": workerID, "global_cap": global}
+	b.Queue(query, args).Query(func(rows pgx.Rows) error {
 		var err error
 		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.ClaimedTask])
 		return err
@@ -120,19 +121,19 @@ WITH cap AS (
 	-- An export's coordinator only holds a lock while its parts work: it takes no slot.
 	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
 		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export'), 0) AS free
-	FROM unnest($2::text[], $3::int[]) AS c(node, cap)
+	FROM unnest(@nodes::text[], @caps::int[]) AS c(node, cap)
 ), budget AS (
-	SELECT CASE WHEN $6::int > 0
-		THEN least($1, greatest($6 - (SELECT count(*) FROM deckhand.task WHERE state IN ('running', 'cancelling')), 0))
-		ELSE $1 END AS n
+	SELECT CASE WHEN @global_cap::int > 0
+		THEN least(@limit, greatest(@global_cap - (SELECT count(*) FROM deckhand.task WHERE state IN ('running', 'cancelling')), 0))
+		ELSE @limit END AS n
 ), anywhere AS (
 	SELECT id FROM deckhand.task
-	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce($4, now())
+	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce(@now, now())
 	ORDER BY id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
 ), on_nodes AS (
 	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
 		SELECT t.id FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce($4, now())
+		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
 		ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
 `
 
@@ -140,8 +141,8 @@ const claimGroups = `), group_tasks AS (
 	SELECT t.id, t.node_group, t.min_lsn, row_number() OVER (PARTITION BY t.node_group ORDER BY t.id) AS rn
 	FROM deckhand.task t
 	WHERE t.state = 'runnable' AND t.node_group IS NOT NULL AND t.node IS NULL
-	  AND t.node_group IN (SELECT n.node_group FROM deckhand.node n WHERE n.name = ANY ($2))
-	  AND t.not_before <= coalesce($4, now())
+	  AND t.node_group IN (SELECT n.node_group FROM deckhand.node n WHERE n.name = ANY (@nodes))
+	  AND t.not_before <= coalesce(@now, now())
 ), group_slots AS (
 	SELECT n.name AS node, n.node_group, row_number() OVER (PARTITION BY n.node_group ORDER BY s, n.name) AS rn
 	FROM cap JOIN deckhand.node n ON n.name = cap.node
@@ -164,13 +165,13 @@ const claimPick = `), picked AS (
 const claimTail = `	LIMIT (SELECT n FROM budget)
 ), claimed AS (
 	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
-		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $5,
-		started_at = coalesce($4, clock_timestamp()), finished_at = NULL,
+		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = @worker,
+		started_at = coalesce(@now, clock_timestamp()), finished_at = NULL,
 		node = coalesce(picked.node, t.node)
 	FROM picked WHERE t.id = picked.id
 	RETURNING t.*
 ), started AS (
-	UPDATE deckhand.job j SET started_at = coalesce($4, clock_timestamp())
+	UPDATE deckhand.job j SET started_at = coalesce(@now, clock_timestamp())
 	WHERE j.id IN (SELECT DISTINCT job_id FROM claimed) AND j.started_at IS NULL
 )
 SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,

@@ -77,14 +77,15 @@ func (c *Catalog) ClaimCleanup(ctx context.Context, sel CleanupClaim, fn func(co
 			JOIN deckhand.operation o ON o.id = r.operation_id
 			LEFT JOIN deckhand.node n ON n.name = r.node
 			WHERE r.state = 'due'
-			  AND (r.next_attempt_at <= coalesce($1, now()) OR r.id = ANY ($2) OR $5)
-			  AND ($3::bigint IS NULL OR r.operation_id = $3)
-			  AND r.id <> ALL ($4)
-			  AND NOT EXISTS (SELECT 1 FROM deckhand.cleanup_record e
-			                  WHERE e.operation_id = r.operation_id AND e.rank < r.rank AND e.state IN ('pending', 'due'))
+			  AND (r.next_attempt_at <= coalesce(@now, now()) OR r.id = ANY (@force) OR @ignore_backoff)
+			  AND (@op::bigint IS NULL OR r.operation_id = @op)
+			  AND r.id <> ALL (@skip)
+			  AND `+turnSQL+`
 			ORDER BY r.operation_id, r.rank, r.id
 			LIMIT 1
-			FOR UPDATE OF r SKIP LOCKED`, c.now(), nonNil(sel.Force), opArg, nonNil(sel.Skip), sel.IgnoreBackoff)
+			FOR UPDATE OF r SKIP LOCKED`,
+			pgx.StrictNamedArgs{"now": c.now(), "force": nonNil(sel.Force), "op": opArg, "skip": nonNil(sel.Skip),
+				"ignore_backoff": sel.IgnoreBackoff})
 		got, err := pgx.CollectRows(rows, pgx.RowToStructByName[DueRecord])
 		if err != nil || len(got) == 0 {
 			return err
@@ -97,14 +98,15 @@ func (c *Catalog) ClaimCleanup(ctx context.Context, sel CleanupClaim, fn func(co
 		final := out.State == deckhandtype.CleanupRemoved || out.State == deckhandtype.CleanupFailed || out.State == deckhandtype.CleanupNodeRemoved
 		_, err = tx.Exec(ctx, `
 			UPDATE deckhand.cleanup_record SET
-				state = CASE WHEN $6 THEN $2 ELSE 'due' END,
-				wait_reason = CASE WHEN $6 THEN NULL ELSE $2 END,
-				attempts = attempts + CASE WHEN $2 IN ('pinned', 'node_removed') THEN 0 ELSE 1 END,
-				errors = errors + CASE WHEN $2 IN ('retrying', 'failed') THEN 1 ELSE 0 END,
-				last_error = coalesce(deckhand.redact(nullif($3, '')), CASE WHEN $2 = 'removed' THEN last_error END),
-				next_attempt_at = coalesce($5, now()) + $4::interval,
-				ended_at = CASE WHEN $6 THEN coalesce($5, now()) END
-			WHERE id = $1`, rec.ID, out.State, out.Error, out.Backoff, c.now(), final)
+				state = CASE WHEN @final THEN @found ELSE 'due' END,
+				wait_reason = CASE WHEN @final THEN NULL ELSE @found END,
+				attempts = attempts + CASE WHEN @found IN ('pinned', 'node_removed') THEN 0 ELSE 1 END,
+				errors = errors + CASE WHEN @found IN ('retrying', 'failed') THEN 1 ELSE 0 END,
+				last_error = coalesce(deckhand.redact(nullif(@error, '')), CASE WHEN @found = 'removed' THEN last_error END),
+				next_attempt_at = coalesce(@now, now()) + @backoff::interval,
+				ended_at = CASE WHEN @final THEN coalesce(@now, now()) END
+			WHERE id = @id`,
+			pgx.StrictNamedArgs{"id": rec.ID, "found": out.State, "error": out.Error, "backoff": out.Backoff, "now": c.now(), "final": final})
 		return err
 	})
 	if err != nil {
@@ -122,6 +124,14 @@ func nonNil(ids []int64) []int64 {
 	}
 	return ids
 }
+
+// turnSQL holds for a record r whose turn has come in its operation's removal order: no record
+// of the same operation with a lower rank (see deckhand.cleanup_record.rank) is still pending
+// or due. It stays a fragment rather than a SQL function: written out, NOT EXISTS becomes an
+// anti-join; behind a function it is a filter the planner misjudges, and ClaimCleanup of one
+// operation turned into a walk over every operation.
+const turnSQL = `NOT EXISTS (SELECT 1 FROM deckhand.cleanup_record e
+	WHERE e.operation_id = r.operation_id AND e.rank < r.rank AND e.state IN ('pending', 'due'))`
 
 // WaitingRecord is a due record that found its resource in use and waits for its next
 // attempt; the cleaner probes its node and retries it early once nothing holds it.
@@ -150,8 +160,7 @@ func (c *Catalog) WaitingInUse(ctx context.Context, opID int64) ([]WaitingRecord
 		JOIN deckhand.node n ON n.name = r.node
 		WHERE r.state = 'due' AND r.wait_reason = 'in_use' AND r.next_attempt_at > coalesce($1, now())
 		  AND ($2 = 0 OR r.operation_id = $2)
-		  AND NOT EXISTS (SELECT 1 FROM deckhand.cleanup_record e
-		                  WHERE e.operation_id = r.operation_id AND e.rank < r.rank AND e.state IN ('pending', 'due'))
+		  AND `+turnSQL+`
 		ORDER BY r.node, r.id LIMIT 1000`, c.now(), opID)
 	recs, err := pgx.CollectRows(rows, pgx.RowToStructByName[WaitingRecord])
 	if err != nil {
@@ -186,8 +195,7 @@ func (c *Catalog) ReadyCleanup(ctx context.Context, opID int64, ignoreBackoff bo
 		SELECT r.id FROM deckhand.cleanup_record r
 		WHERE r.state = 'due' AND ($2 = 0 OR r.operation_id = $2)
 		  AND (r.next_attempt_at <= coalesce($1, now()) OR $3)
-		  AND NOT EXISTS (SELECT 1 FROM deckhand.cleanup_record e
-		                  WHERE e.operation_id = r.operation_id AND e.rank < r.rank AND e.state IN ('pending', 'due'))
+		  AND `+turnSQL+`
 		ORDER BY r.id LIMIT 1000`, c.now(), opID, ignoreBackoff)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {

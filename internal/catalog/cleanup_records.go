@@ -40,19 +40,19 @@ func (c *Catalog) RegisterCleanup(ctx context.Context, opID int64, r deckhandtyp
 	err := c.Pool.QueryRow(ctx, `
 		WITH op AS (
 			SELECT o.id FROM deckhand.operation o
-			CROSS JOIN LATERAL deckhand.operation_alive(o.job_id, o.task_id, o.attempt_token, $1) a
-			WHERE o.id = $2 AND o.state = 'running' AND a.alive
+			CROSS JOIN LATERAL deckhand.operation_alive(o.job_id, o.task_id, o.attempt_token, @now) a
+			WHERE o.id = @op AND o.state = 'running' AND a.alive
 			FOR SHARE OF o
 		), superseded AS (
-			UPDATE deckhand.cleanup_record SET state = 'forgotten', ended_at = coalesce($1, now()),
+			UPDATE deckhand.cleanup_record SET state = 'forgotten', ended_at = coalesce(@now, now()),
 				last_error = 'superseded by a newer record of the same resource'
-			WHERE coalesce(node, '') = coalesce($4, '') AND resource_type = $3 AND location = $5 AND name = $6
+			WHERE coalesce(node, '') = coalesce(@node, '') AND resource_type = @type AND location = @location AND name = @name
 			  AND state IN ('failed', 'node_removed') AND EXISTS (SELECT 1 FROM op)
 		)
 		INSERT INTO deckhand.cleanup_record (operation_id, resource_type, node, location, name, policy, created_at)
-		SELECT id, $3, $4, $5, $6, $7, coalesce($1, now()) FROM op
+		SELECT id, @type, @node, @location, @name, @policy, coalesce(@now, now()) FROM op
 		RETURNING id`,
-		c.now(), opID, r.Type, nonEmpty(r.Node), r.Location, r.Name, policy).Scan(&id)
+		resourceArgs(r, pgx.StrictNamedArgs{"now": c.now(), "op": opID, "policy": policy})).Scan(&id)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -77,10 +77,10 @@ func (c *Catalog) liveRecordOf(ctx context.Context, r deckhandtype.CleanupResour
 	err := c.Pool.QueryRow(ctx, `
 		SELECT r.id, r.operation_id, r.state, o.state = 'running' AND a.alive
 		FROM deckhand.cleanup_record r JOIN deckhand.operation o ON o.id = r.operation_id
-		CROSS JOIN LATERAL deckhand.operation_alive(o.job_id, o.task_id, o.attempt_token, $1) a
-		WHERE coalesce(r.node, '') = coalesce($2, '') AND r.resource_type = $3 AND r.location = $4 AND r.name = $5
+		CROSS JOIN LATERAL deckhand.operation_alive(o.job_id, o.task_id, o.attempt_token, @now) a
+		WHERE coalesce(r.node, '') = coalesce(@node, '') AND r.resource_type = @type AND r.location = @location AND r.name = @name
 		  AND r.state IN ('pending', 'due')`,
-		c.now(), nonEmpty(r.Node), r.Type, r.Location, r.Name).Scan(&e.RecordID, &e.OperationID, &e.State, &e.OperationLive)
+		resourceArgs(r, pgx.StrictNamedArgs{"now": c.now()})).Scan(&e.RecordID, &e.OperationID, &e.State, &e.OperationLive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -88,6 +88,13 @@ func (c *Catalog) liveRecordOf(ctx context.Context, r deckhandtype.CleanupResour
 		return nil, err
 	}
 	return e, nil
+}
+
+// resourceArgs adds a resource to a statement's arguments, as @type, @node (NULL for object
+// storage), @location and @name.
+func resourceArgs(r deckhandtype.CleanupResource, args pgx.StrictNamedArgs) pgx.StrictNamedArgs {
+	args["type"], args["node"], args["location"], args["name"] = r.Type, nonEmpty(r.Node), r.Location, r.Name
+	return args
 }
 
 // ForgetCleanup drops a pending record of a running operation: the operation learned that the

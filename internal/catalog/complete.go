@@ -56,7 +56,8 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 	if err != nil {
 		return Completion{}, nil, err
 	}
-	args = append(args, c.now(), strconv.FormatInt(results[0].WorkerID, 10))
+	args["now"] = c.now()
+	args["released_by"] = strconv.FormatInt(results[0].WorkerID, 10)
 	for try := 0; ; try++ {
 		var (
 			out     Completion
@@ -64,10 +65,10 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 			err     error
 		)
 		if limit <= 0 {
-			err = c.Pool.QueryRow(ctx, completeSQL, args...).Scan(&out.Applied, &out.Runnable)
+			err = c.Pool.QueryRow(ctx, completeSQL, args).Scan(&out.Applied, &out.Runnable)
 		} else {
 			claimed, err = c.inClaimTx(ctx, workerID, limit, func(b *pgx.Batch) {
-				b.Queue(completeSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
+				b.Queue(completeSQL, args).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
 			})
 		}
 		var pgErr *pgconn.PgError
@@ -81,7 +82,9 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 	}
 }
 
-func completeArgs(results []Result) ([]any, error) {
+// completeArgs spreads the results over one array per column, for completeSQL's unnest;
+// the caller adds now and released_by.
+func completeArgs(results []Result) (pgx.StrictNamedArgs, error) {
 	n := len(results)
 	ids := make([]int64, n)
 	tokens := make([]int64, n)
@@ -103,13 +106,14 @@ func completeArgs(results []Result) ([]any, error) {
 			errs[i] = b
 		}
 	}
-	return []any{ids, tokens, workers, outcomes, backoffs, errs, finished}, nil
+	return pgx.StrictNamedArgs{"ids": ids, "tokens": tokens, "workers": workers, "outcomes": outcomes,
+		"backoffs": backoffs, "errors": errs, "finished_at": finished}, nil
 }
 
 const completeSQL = `
 WITH RECURSIVE locked AS MATERIALIZED (
 	SELECT i.*, t.state AS old_state, t.attempts < t.max_attempts AS can_retry
-	FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::interval[], $6::jsonb[], $7::timestamptz[])
+	FROM unnest(@ids::bigint[], @tokens::bigint[], @workers::bigint[], @outcomes::text[], @backoffs::interval[], @errors::jsonb[], @finished_at::timestamptz[])
 		AS i(id, token, worker_id, outcome, backoff, err, finished_at)
 	JOIN deckhand.task t ON t.id = i.id AND t.attempt_token = i.token
 	-- Written as a negation so the planner probes the primary key instead of scanning the
@@ -120,8 +124,8 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	SELECT l.id, l.token, l.worker_id, l.outcome, l.old_state,
 		-- Errors are shown to users: secrets a message quotes (a conninfo) are hidden.
 		(SELECT jsonb_object_agg(k, deckhand.redact(v)) FROM jsonb_each_text(l.err) AS e(k, v)) AS err,
-		coalesce(l.finished_at, $8, clock_timestamp()) AS finished_at,
-		coalesce(l.finished_at, $8, clock_timestamp()) + l.backoff AS not_before,
+		coalesce(l.finished_at, @now, clock_timestamp()) AS finished_at,
+		coalesce(l.finished_at, @now, clock_timestamp()) + l.backoff AS not_before,
 		CASE WHEN l.outcome = 'done' THEN 'done'
 		     WHEN l.old_state = 'cancelling' OR l.outcome = 'cancelled' THEN 'cancelled'
 		     WHEN l.outcome = 'released' THEN 'runnable'
@@ -169,7 +173,7 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	UPDATE deckhand.task t SET
 		state = CASE WHEN d.doomed THEN 'unscheduled' WHEN t.pending_deps - d.n <= 0 THEN 'runnable' ELSE 'blocked' END,
 		pending_deps = CASE WHEN d.doomed THEN t.pending_deps ELSE t.pending_deps - d.n END,
-		finished_at = CASE WHEN d.doomed THEN coalesce($8, now()) END
+		finished_at = CASE WHEN d.doomed THEN coalesce(@now, now()) END
 	FROM dependents d WHERE t.id = d.id
 	RETURNING t.id, t.job_id, t.state
 ), delta AS (
@@ -192,5 +196,5 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	     + (SELECT count(*) FROM moved WHERE new_state = 'runnable') AS n
 )
 SELECT (SELECT count(*) FROM moved)::int, w.n::int
-FROM woken w, LATERAL (SELECT CASE WHEN w.n > 0 THEN pg_notify('deckhand_runnable', $9::text) END) notify,
+FROM woken w, LATERAL (SELECT CASE WHEN w.n > 0 THEN pg_notify('deckhand_runnable', @released_by::text) END) notify,
 	LATERAL (SELECT count(*) FROM counted) c`

@@ -34,10 +34,12 @@ func (c *Catalog) BeginOperation(ctx context.Context, op NewOperation) (int64, e
 	if op.TaskID != 0 {
 		err = c.Pool.QueryRow(ctx, `
 			INSERT INTO deckhand.operation (job_id, task_id, attempt_token, worker_id, owner, submitted_by, description, created_at)
-			SELECT t.job_id, t.id, t.attempt_token, t.worker_id, $3, j.submitted_by, $4, coalesce($5, now())
+			SELECT t.job_id, t.id, t.attempt_token, t.worker_id, @owner, j.submitted_by, @description, coalesce(@now, now())
 			FROM deckhand.task t JOIN deckhand.job j ON j.id = t.job_id
-			WHERE t.id = $1 AND t.attempt_token = $2 AND t.state IN ('running', 'cancelling')
-			RETURNING id`, op.TaskID, op.Token, op.Owner, op.Description, c.now()).Scan(&id)
+			WHERE t.id = @task AND t.attempt_token = @token AND t.state IN ('running', 'cancelling')
+			RETURNING id`,
+			pgx.StrictNamedArgs{"task": op.TaskID, "token": op.Token, "owner": op.Owner, "description": op.Description, "now": c.now()},
+		).Scan(&id)
 	} else {
 		for try := 0; try < 3; try++ {
 			err = c.Pool.QueryRow(ctx, `

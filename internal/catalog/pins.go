@@ -15,14 +15,16 @@ import (
 func (c *Catalog) PinResource(ctx context.Context, r deckhandtype.CleanupResource, opID int64, reason string) (int64, error) {
 	var id int64
 	if opID == 0 {
-		err := c.Pool.QueryRow(ctx, `SELECT deckhand.pin($1, $2, $3, $4, $5)`, r.Type, r.Node, r.Location, r.Name, reason).Scan(&id)
+		err := c.Pool.QueryRow(ctx, `
+			SELECT deckhand.pin(resource_type => @type, node => @node, location => @location, name => @name, reason => @reason)`,
+			resourceArgs(r, pgx.StrictNamedArgs{"reason": reason})).Scan(&id)
 		return id, callError(err)
 	}
 	err := c.Pool.QueryRow(ctx, `
 		INSERT INTO deckhand.cleanup_pin (resource_type, node, location, name, operation_id, reason)
-		SELECT $1, $2, $3, $4, $5, $6
-		WHERE EXISTS (SELECT 1 FROM deckhand.operation WHERE id = $5 AND state = 'running')
-		RETURNING id`, r.Type, nonEmpty(r.Node), r.Location, r.Name, opID, reason).Scan(&id)
+		SELECT @type, @node, @location, @name, @op, @reason
+		WHERE EXISTS (SELECT 1 FROM deckhand.operation WHERE id = @op AND state = 'running')
+		RETURNING id`, resourceArgs(r, pgx.StrictNamedArgs{"op": opID, "reason": reason})).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("pin %s %s: operation %d: %w", r.Type, r.Display(), opID, ErrOperationEnded)
 	}
@@ -44,16 +46,17 @@ func (c *Catalog) UnpinOperation(ctx context.Context, opID int64, r deckhandtype
 	_, err := c.Pool.Exec(ctx, `
 		WITH unpinned AS (
 			DELETE FROM deckhand.cleanup_pin
-			WHERE operation_id = $1 AND resource_type = $2 AND coalesce(node, '') = coalesce($3, '') AND location = $4 AND name = $5
+			WHERE operation_id = @op AND resource_type = @type AND coalesce(node, '') = coalesce(@node, '')
+			  AND location = @location AND name = @name
 			RETURNING node, location
 		), woken AS (
 			UPDATE deckhand.cleanup_record SET next_attempt_at = '-infinity'
-			WHERE state = 'due' AND wait_reason = 'pinned' AND coalesce(node, '') = coalesce($3, '') AND location = $4
+			WHERE state = 'due' AND wait_reason = 'pinned' AND coalesce(node, '') = coalesce(@node, '') AND location = @location
 			  AND EXISTS (SELECT 1 FROM unpinned)
 			RETURNING id
 		)
-		SELECT pg_notify($6, '') WHERE EXISTS (SELECT 1 FROM woken)`,
-		opID, r.Type, nonEmpty(r.Node), r.Location, r.Name, ChannelCleanup)
+		SELECT pg_notify(@channel, '') WHERE EXISTS (SELECT 1 FROM woken)`,
+		resourceArgs(r, pgx.StrictNamedArgs{"op": opID, "channel": ChannelCleanup}))
 	if err != nil {
 		return fmt.Errorf("unpin %s %s: %w", r.Type, r.Display(), err)
 	}
