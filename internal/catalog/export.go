@@ -145,10 +145,16 @@ type ExportPart struct {
 // attempt (after a rescue) owns the task now.
 var ErrStaleAttempt = errors.New("attempt is no longer current")
 
+// ErrExportCommitted is returned by PlanExport for an export that is committed (or superseded
+// since): an earlier attempt of its coordinator finished it, and a committed export is never
+// reopened.
+var ErrExportCommitted = errors.New("export is already committed")
+
 // PlanExport starts a new epoch of the export: it records the consistency point, the parts,
 // and adds one task per part to the export's job — all guarded by the coordinator's attempt
 // token. Part tasks of earlier epochs that have not ended are cancelled: what they read may
-// predate a change, so only this epoch's parts can be committed. It returns the new epoch.
+// predate a change, so only this epoch's parts can be committed. It returns the new epoch,
+// or ErrExportCommitted when there is nothing left to plan.
 func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 	var epoch int
 	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
@@ -157,11 +163,17 @@ func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 			UPDATE deckhand.export e SET epoch = e.epoch + 1, state = 'running', consistency_lsn = @lsn::pg_lsn,
 				coordinator_token = @token, parts_total = @parts, columns = @columns, planned_at = coalesce(@now, now())
 			FROM deckhand.task t
-			WHERE e.id = @export AND t.job_id = e.job_id AND t.attempt_token = @token AND t.state = 'running'
+			WHERE e.id = @export AND e.state IN ('planning', 'running')
+			  AND t.job_id = e.job_id AND t.attempt_token = @token AND t.state = 'running'
 			RETURNING e.epoch, e.job_id`,
 			pgx.StrictNamedArgs{"export": p.ExportID, "token": p.Token, "lsn": p.ConsistencyLSN, "parts": len(p.Parts),
 				"columns": p.Columns, "now": c.now()}).Scan(&epoch, &jobID)
 		if errors.Is(err, pgx.ErrNoRows) {
+			var state deckhandtype.ExportState
+			err := tx.QueryRow(ctx, `SELECT state FROM deckhand.export WHERE id = $1`, p.ExportID).Scan(&state)
+			if err == nil && (state == deckhandtype.ExportCommitted || state == deckhandtype.ExportSuperseded) {
+				return ErrExportCommitted
+			}
 			return ErrStaleAttempt
 		}
 		if err != nil {
