@@ -117,6 +117,9 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 			}
 		},
 	})
+	if errors.Is(err, catalog.ErrExportCommitted) {
+		return nil // an earlier attempt committed it, then was lost before its task could say so
+	}
 	if errors.Is(err, catalog.ErrStaleAttempt) {
 		return taskerr.Permanent(err)
 	}

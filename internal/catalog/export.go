@@ -45,11 +45,14 @@ const exportColumns = `id, job_id, source_table, partition, node_group, destinat
 func (c *Catalog) CreateExport(ctx context.Context, e NewExport) (exportID, jobID int64, err error) {
 	err = c.Pool.QueryRow(ctx, `
 		SELECT export_id, job_id FROM deckhand.submit_export(
-			source_table => $1, partition => $2, node_group => $3, primary_node => $4, owner => $5,
-			destination => $6, compression => $7, part_size => $8, force => $9, max_attempts => $10,
-			timeout => make_interval(secs => $11))`,
-		e.SourceTable, e.Partition, e.Group, e.Primary, e.Owner, e.Destination, e.Compression, e.PartSize,
-		e.Force, e.MaxAttempts, e.Timeout.Seconds()).Scan(&exportID, &jobID)
+			source_table => @source_table, partition => @partition, node_group => @node_group,
+			primary_node => @primary_node, owner => @owner, destination => @destination, compression => @compression,
+			part_size => @part_size, force => @force, max_attempts => @max_attempts,
+			timeout => make_interval(secs => @timeout_secs))`,
+		pgx.StrictNamedArgs{"source_table": e.SourceTable, "partition": e.Partition, "node_group": e.Group,
+			"primary_node": e.Primary, "owner": e.Owner, "destination": e.Destination, "compression": e.Compression,
+			"part_size": e.PartSize, "force": e.Force, "max_attempts": e.MaxAttempts, "timeout_secs": e.Timeout.Seconds()},
+	).Scan(&exportID, &jobID)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // duplicate_object
 		return 0, 0, &refusal{pgErr.Message, ErrExportExists}
@@ -77,11 +80,12 @@ func (c *Catalog) SetExportRelation(ctx context.Context, exportID, token int64, 
 	var out ExportRelation
 	err := c.Pool.QueryRow(ctx, `
 		UPDATE deckhand.export e
-		SET relation_oid = coalesce(e.relation_oid, $3), relation_schema = coalesce(e.relation_schema, $4),
-		    relation_name = coalesce(e.relation_name, $5)
+		SET relation_oid = coalesce(e.relation_oid, @oid), relation_schema = coalesce(e.relation_schema, @schema),
+		    relation_name = coalesce(e.relation_name, @name)
 		FROM deckhand.task t
-		WHERE e.id = $1 AND t.job_id = e.job_id AND t.attempt_token = $2 AND t.state = 'running'
-		RETURNING e.relation_oid, e.relation_schema, e.relation_name`, exportID, token, r.OID, r.Schema, r.Name).
+		WHERE e.id = @export AND t.job_id = e.job_id AND t.attempt_token = @token AND t.state = 'running'
+		RETURNING e.relation_oid, e.relation_schema, e.relation_name`,
+		pgx.StrictNamedArgs{"export": exportID, "token": token, "oid": r.OID, "schema": r.Schema, "name": r.Name}).
 		Scan(&out.OID, &out.Schema, &out.Name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return out, ErrStaleAttempt
@@ -141,22 +145,35 @@ type ExportPart struct {
 // attempt (after a rescue) owns the task now.
 var ErrStaleAttempt = errors.New("attempt is no longer current")
 
+// ErrExportCommitted is returned by PlanExport for an export that is committed (or superseded
+// since): an earlier attempt of its coordinator finished it, and a committed export is never
+// reopened.
+var ErrExportCommitted = errors.New("export is already committed")
+
 // PlanExport starts a new epoch of the export: it records the consistency point, the parts,
 // and adds one task per part to the export's job — all guarded by the coordinator's attempt
 // token. Part tasks of earlier epochs that have not ended are cancelled: what they read may
-// predate a change, so only this epoch's parts can be committed. It returns the new epoch.
+// predate a change, so only this epoch's parts can be committed. It returns the new epoch,
+// or ErrExportCommitted when there is nothing left to plan.
 func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 	var epoch int
 	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
 		var jobID int64
 		err := tx.QueryRow(ctx, `
-			UPDATE deckhand.export e SET epoch = e.epoch + 1, state = 'running', consistency_lsn = $3::pg_lsn,
-				coordinator_token = $2, parts_total = $4, columns = $5, planned_at = coalesce($6, now())
+			UPDATE deckhand.export e SET epoch = e.epoch + 1, state = 'running', consistency_lsn = @lsn::pg_lsn,
+				coordinator_token = @token, parts_total = @parts, columns = @columns, planned_at = coalesce(@now, now())
 			FROM deckhand.task t
-			WHERE e.id = $1 AND t.job_id = e.job_id AND t.attempt_token = $2 AND t.state = 'running'
+			WHERE e.id = @export AND e.state IN ('planning', 'running')
+			  AND t.job_id = e.job_id AND t.attempt_token = @token AND t.state = 'running'
 			RETURNING e.epoch, e.job_id`,
-			p.ExportID, p.Token, p.ConsistencyLSN, len(p.Parts), p.Columns, c.now()).Scan(&epoch, &jobID)
+			pgx.StrictNamedArgs{"export": p.ExportID, "token": p.Token, "lsn": p.ConsistencyLSN, "parts": len(p.Parts),
+				"columns": p.Columns, "now": c.now()}).Scan(&epoch, &jobID)
 		if errors.Is(err, pgx.ErrNoRows) {
+			var state deckhandtype.ExportState
+			err := tx.QueryRow(ctx, `SELECT state FROM deckhand.export WHERE id = $1`, p.ExportID).Scan(&state)
+			if err == nil && (state == deckhandtype.ExportCommitted || state == deckhandtype.ExportSuperseded) {
+				return ErrExportCommitted
+			}
 			return ErrStaleAttempt
 		}
 		if err != nil {
@@ -202,10 +219,12 @@ func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 		}
 		_, err = tx.Exec(ctx, `
 			INSERT INTO deckhand.export_part (export_id, epoch, part, start_page, end_page, object_key, task_id)
-			SELECT $1, $2, u.part, u.start_page, u.end_page, u.object_key,
-				(SELECT t.id FROM deckhand.task t WHERE t.job_id = $3 AND t.name = $6 || u.part::text)
-			FROM unnest($4::int[], $5::bigint[], $7::bigint[], $8::text[]) AS u(part, start_page, end_page, object_key)`,
-			p.ExportID, epoch, jobID, parts, starts, PartTaskPrefix(epoch), ends, keys)
+			SELECT @export, @epoch, u.part, u.start_page, u.end_page, u.object_key,
+				(SELECT t.id FROM deckhand.task t WHERE t.job_id = @job AND t.name = @task_prefix || u.part::text)
+			FROM unnest(@parts::int[], @start_pages::bigint[], @end_pages::bigint[], @object_keys::text[])
+				AS u(part, start_page, end_page, object_key)`,
+			pgx.StrictNamedArgs{"export": p.ExportID, "epoch": epoch, "job": jobID, "task_prefix": PartTaskPrefix(epoch),
+				"parts": parts, "start_pages": starts, "end_pages": ends, "object_keys": keys})
 		if err != nil {
 			return err
 		}
@@ -262,11 +281,13 @@ func (c *Catalog) CurrentEpoch(ctx context.Context, exportID, token int64) (epoc
 // RecordExportPart stores what a part wrote. Guarded by the part task's attempt token.
 func (c *Catalog) RecordExportPart(ctx context.Context, exportID int64, epoch, part int, taskToken int64, node string, rows, bytes int64, sha string) error {
 	tag, err := c.Pool.Exec(ctx, `
-		UPDATE deckhand.export_part p SET node = $5, rows = $6, bytes = $7, sha256 = $8, finished_at = coalesce($9, now())
+		UPDATE deckhand.export_part p SET node = @node, rows = @rows, bytes = @bytes, sha256 = @sha256,
+			finished_at = coalesce(@now, now())
 		FROM deckhand.task t
-		WHERE p.export_id = $1 AND p.epoch = $2 AND p.part = $3 AND t.id = p.task_id AND t.attempt_token = $4
+		WHERE p.export_id = @export AND p.epoch = @epoch AND p.part = @part AND t.id = p.task_id AND t.attempt_token = @token
 		  AND t.state = 'running'`,
-		exportID, epoch, part, taskToken, node, rows, bytes, sha, c.now())
+		pgx.StrictNamedArgs{"export": exportID, "epoch": epoch, "part": part, "token": taskToken, "node": node,
+			"rows": rows, "bytes": bytes, "sha256": sha, "now": c.now()})
 	if err != nil {
 		return fmt.Errorf("record export part: %w", err)
 	}
@@ -311,9 +332,11 @@ func (c *Catalog) CommitExport(ctx context.Context, exportID int64, epoch int, t
 	return pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
 		var dest string
 		err := tx.QueryRow(ctx, `
-			UPDATE deckhand.export SET state = 'committed', manifest_url = $4, finished_at = coalesce($5, now())
-			WHERE id = $1 AND epoch = $2 AND coordinator_token = $3 AND state = 'running'
-			RETURNING destination`, exportID, epoch, token, manifestURL, c.now()).Scan(&dest)
+			UPDATE deckhand.export SET state = 'committed', manifest_url = @manifest_url, finished_at = coalesce(@now, now())
+			WHERE id = @export AND epoch = @epoch AND coordinator_token = @token AND state = 'running'
+			RETURNING destination`,
+			pgx.StrictNamedArgs{"export": exportID, "epoch": epoch, "token": token, "manifest_url": manifestURL, "now": c.now()},
+		).Scan(&dest)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrStaleAttempt
 		}

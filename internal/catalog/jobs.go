@@ -91,8 +91,9 @@ func (c *Catalog) insertJob(ctx context.Context, tx pgx.Tx, j NewJob) (int64, er
 	var id int64
 	err := tx.QueryRow(ctx, `
 		INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, created_at)
-		VALUES ($1, $2, $3, $4, $5, coalesce($6, now())) RETURNING id`,
-		j.Description, j.Kind, j.SearchPath, settings, n, c.now()).Scan(&id)
+		VALUES (@description, @kind, @search_path, @settings, @tasks, coalesce(@now, now())) RETURNING id`,
+		pgx.StrictNamedArgs{"description": j.Description, "kind": j.Kind, "search_path": j.SearchPath, "settings": settings,
+			"tasks": n, "now": c.now()}).Scan(&id)
 	if err != nil {
 		return 0, err
 	}
@@ -142,13 +143,16 @@ func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []N
 	_, err := tx.Exec(ctx, `
 		INSERT INTO deckhand.task (job_id, name, kind, node, node_group, min_lsn, owner, sql, payload,
 			in_transaction, max_attempts, timeout, state, pending_deps, added_by)
-		SELECT $1, name, kind, node, node_group, min_lsn::pg_lsn, owner, sql, payload, in_tx, max_attempts,
-			make_interval(secs => timeout), CASE WHEN pending > 0 THEN 'blocked' ELSE 'runnable' END, pending, $13
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-			$9::jsonb[], $10::bool[], $11::int[], $12::float8[], $14::int[]) WITH ORDINALITY
+		SELECT @job, name, kind, node, node_group, min_lsn::pg_lsn, owner, sql, payload, in_tx, max_attempts,
+			make_interval(secs => timeout), CASE WHEN pending > 0 THEN 'blocked' ELSE 'runnable' END, pending, @added_by
+		FROM unnest(@names::text[], @kinds::text[], @nodes::text[], @groups::text[], @min_lsns::text[], @owners::text[],
+			@sqls::text[], @payloads::jsonb[], @in_tx::bool[], @max_attempts::int[], @timeouts::float8[], @pending::int[])
+			WITH ORDINALITY
 			AS u(name, kind, node, node_group, min_lsn, owner, sql, payload, in_tx, max_attempts, timeout, pending, ord)
 		ORDER BY ord`,
-		jobID, names, kinds, nodes, groups, minLSNs, owners, sqls, payloads, inTx, maxAttempts, timeouts, addedByArg, pending)
+		pgx.StrictNamedArgs{"job": jobID, "added_by": addedByArg, "names": names, "kinds": kinds, "nodes": nodes,
+			"groups": groups, "min_lsns": minLSNs, "owners": owners, "sqls": sqls, "payloads": payloads, "in_tx": inTx,
+			"max_attempts": maxAttempts, "timeouts": timeouts, "pending": pending})
 	if err != nil {
 		return err
 	}

@@ -65,9 +65,10 @@ func (c *Catalog) RecordNodeCheck(ctx context.Context, name, role, lsn string, c
 		roleArg = &role
 	}
 	_, err := c.Pool.Exec(ctx, `
-		UPDATE deckhand.node SET role = coalesce($2, role), replay_lsn = coalesce($3::pg_lsn, replay_lsn),
-			checked_at = coalesce($5, now()), last_error = deckhand.redact($4)
-		WHERE name = $1`, name, roleArg, lsnArg, errText, c.now())
+		UPDATE deckhand.node SET role = coalesce(@role, role), replay_lsn = coalesce(@lsn::pg_lsn, replay_lsn),
+			checked_at = coalesce(@now, now()), last_error = deckhand.redact(@error)
+		WHERE name = @name`,
+		pgx.StrictNamedArgs{"name": name, "role": roleArg, "lsn": lsnArg, "error": errText, "now": c.now()})
 	if err != nil {
 		return fmt.Errorf("record check of node %s: %w", name, err)
 	}

@@ -5,7 +5,8 @@ import . "github.com/deckhandhq/deckhand/deckhandtype" //nolint:revive // the st
 // This file is the home of deckhand's state machines: each is drawn, then tabled. Every
 // transition is one guarded statement of this package (WHERE state = <from> and, for a task,
 // attempt_token = <token>), so a worker that lost its lease can never overwrite a newer
-// outcome. The tables are what the state-machine tests check every statement against.
+// outcome. Each table has a row per edge and statement that takes it; the state-machine tests
+// (states_*_test.go) run every statement from rows in each state and hold it to its rows.
 
 // Task states.
 //
@@ -23,27 +24,33 @@ import . "github.com/deckhandhq/deckhand/deckhandtype" //nolint:revive // the st
 //
 // blocked and runnable tasks are cancelled at once; running ones pass through cancelling while
 // their backend is cancelled on the target. A task that completes successfully while
-// cancelling is recorded as done: it did its work. Retry takes failed, unscheduled and
-// cancelled tasks of an ended job back to runnable (or blocked behind prerequisites retried too).
+// cancelling is recorded as done: it did its work. An export's coordinator that plans a new
+// epoch cancels the parts of earlier ones the same way.
+//
+// Retry takes the failed, unscheduled and cancelled tasks of an ended job back to runnable,
+// or to blocked while a prerequisite is not done. A failed task is never blocked (it ran, so
+// its prerequisites were done); an unscheduled one always is, behind the prerequisite whose
+// failure unscheduled it, which is retried too.
 var TaskTransitions = []Transition[TaskState]{
-	{TaskBlocked, TaskRunnable, "Complete: its last prerequisite is done"},
-	{TaskBlocked, TaskUnscheduled, "Complete: a prerequisite failed"},
-	{TaskBlocked, TaskCancelled, "deckhand.cancel"},
-	{TaskRunnable, TaskRunning, "Claim"},
-	{TaskRunnable, TaskCancelled, "deckhand.cancel"},
-	{TaskRunning, TaskDone, "Complete: done"},
-	{TaskRunning, TaskRunnable, "Complete: retry or lost with attempts left, or released"},
-	{TaskRunning, TaskFailed, "Complete: failed, or retry or lost with no attempt left"},
-	{TaskRunning, TaskCancelled, "Complete: cancelled (superseded work)"},
-	{TaskRunning, TaskCancelling, "deckhand.cancel"},
-	{TaskCancelling, TaskDone, "Complete: done"},
-	{TaskCancelling, TaskCancelled, "Complete: any other outcome"},
-	{TaskFailed, TaskRunnable, "deckhand.retry"},
-	{TaskFailed, TaskBlocked, "deckhand.retry: behind a prerequisite retried too"},
-	{TaskUnscheduled, TaskRunnable, "deckhand.retry"},
-	{TaskUnscheduled, TaskBlocked, "deckhand.retry: behind a prerequisite retried too"},
-	{TaskCancelled, TaskRunnable, "deckhand.retry"},
-	{TaskCancelled, TaskBlocked, "deckhand.retry: behind a prerequisite retried too"},
+	{TaskBlocked, TaskRunnable, "Complete", "its last prerequisite is done"},
+	{TaskBlocked, TaskUnscheduled, "Complete", "a prerequisite failed"},
+	{TaskBlocked, TaskCancelled, "CancelJob", "deckhand.cancel"},
+	{TaskBlocked, TaskCancelled, "PlanExport", "a part of an earlier epoch"},
+	{TaskRunnable, TaskRunning, "Claim", ""},
+	{TaskRunnable, TaskCancelled, "CancelJob", "deckhand.cancel"},
+	{TaskRunnable, TaskCancelled, "PlanExport", "a part of an earlier epoch"},
+	{TaskRunning, TaskDone, "Complete", "done"},
+	{TaskRunning, TaskRunnable, "Complete", "retry or lost with attempts left, or released"},
+	{TaskRunning, TaskFailed, "Complete", "failed, or retry or lost with no attempt left"},
+	{TaskRunning, TaskCancelled, "Complete", "cancelled (superseded work)"},
+	{TaskRunning, TaskCancelling, "CancelJob", "deckhand.cancel"},
+	{TaskRunning, TaskCancelling, "PlanExport", "a part of an earlier epoch"},
+	{TaskCancelling, TaskDone, "Complete", "done"},
+	{TaskCancelling, TaskCancelled, "Complete", "any other outcome"},
+	{TaskFailed, TaskRunnable, "RetryJob", "deckhand.retry"},
+	{TaskUnscheduled, TaskBlocked, "RetryJob", "deckhand.retry: behind the prerequisite that failed, retried too"},
+	{TaskCancelled, TaskRunnable, "RetryJob", "deckhand.retry"},
+	{TaskCancelled, TaskBlocked, "RetryJob", "deckhand.retry: behind a prerequisite retried too"},
 }
 
 // Job states are derived from the job's task counters by the trigger deckhand.derive_job_state
@@ -54,29 +61,30 @@ var TaskTransitions = []Transition[TaskState]{
 //	                 ├──▶ failing ──▶ failed       (a task failed; others still run)
 //	                 └──▶ cancelling ──▶ cancelled (cancel requested; backends cancelled)
 //
-// A failed or cancelled job can be retried, which takes it back to running (or scheduled, if
-// none of its tasks ever started).
+// A scheduled job has nothing running: cancelling it cancels it at once. A failed job that
+// is retried runs again (it had started: a task failed); a cancelled one runs again, or is
+// scheduled if none of its tasks ever started, or finished if every task had finished (the
+// cancel came after the last one started, and it succeeded).
 var JobTransitions = []Transition[JobState]{
-	{JobScheduled, JobRunning, "Claim: its first task starts"},
-	{JobScheduled, JobCancelling, "deckhand.cancel"},
-	{JobScheduled, JobCancelled, "deckhand.cancel: nothing was running"},
-	{JobRunning, JobFinished, "Complete: its last task is done"},
-	{JobRunning, JobFailing, "Complete: a task failed, others still run"},
-	{JobRunning, JobFailed, "Complete: a task failed and nothing else runs"},
-	{JobRunning, JobCancelling, "deckhand.cancel"},
-	{JobRunning, JobCancelled, "deckhand.cancel: nothing was running"},
-	{JobFailing, JobFailed, "Complete: the last running task ended"},
-	{JobFailing, JobCancelling, "deckhand.cancel"},
-	{JobFailing, JobCancelled, "deckhand.cancel: nothing was running"},
-	{JobCancelling, JobCancelled, "Complete: the last running task ended"},
-	{JobFailed, JobRunning, "deckhand.retry"},
-	{JobFailed, JobScheduled, "deckhand.retry: none of its tasks ever started"},
-	{JobCancelled, JobRunning, "deckhand.retry"},
-	{JobCancelled, JobScheduled, "deckhand.retry: none of its tasks ever started"},
+	{JobScheduled, JobRunning, "Claim", "its first task starts"},
+	{JobScheduled, JobCancelled, "CancelJob", "deckhand.cancel: nothing was running"},
+	{JobRunning, JobFinished, "Complete", "its last task is done"},
+	{JobRunning, JobFailing, "Complete", "a task failed, others still run"},
+	{JobRunning, JobFailed, "Complete", "a task failed and nothing else runs"},
+	{JobRunning, JobCancelling, "CancelJob", "deckhand.cancel"},
+	{JobRunning, JobCancelled, "CancelJob", "deckhand.cancel: nothing was running"},
+	{JobFailing, JobFailed, "Complete", "the last running task ended"},
+	{JobFailing, JobCancelling, "CancelJob", "deckhand.cancel"},
+	{JobFailing, JobCancelled, "CancelJob", "deckhand.cancel: nothing was running"},
+	{JobCancelling, JobCancelled, "Complete", "the last running task ended"},
+	{JobFailed, JobRunning, "RetryJob", "deckhand.retry"},
+	{JobCancelled, JobRunning, "RetryJob", "deckhand.retry"},
+	{JobCancelled, JobScheduled, "RetryJob", "deckhand.retry: none of its tasks ever started"},
+	{JobCancelled, JobFinished, "RetryJob", "deckhand.retry: every task had finished, nothing to run again"},
 }
 
 // Operation states. An operation is the scope cleanup records belong to: one attempt of a task,
-// or a whole job. It is alive while it runs and
+// or a whole job. It is alive (deckhand.operation_alive) while it runs and
 //   - for an attempt: the task still runs that attempt (same attempt token) and the worker's
 //     lease is fresh;
 //   - for a job: the job is not terminal.
@@ -87,8 +95,10 @@ var JobTransitions = []Transition[JobState]{
 //	running ──Finish(success), while alive──▶ succeeded
 //	   └─────Finish(failure) / orphaned──────▶ failed
 var OperationTransitions = []Transition[OperationState]{
-	{OperationRunning, OperationSucceeded, "FinishOperation(success) while alive; DecideOperations: its job finished"},
-	{OperationRunning, OperationFailed, "FinishOperation(failure); DecideOperations: orphaned"},
+	{OperationRunning, OperationSucceeded, "FinishOperation", "success, while alive"},
+	{OperationRunning, OperationSucceeded, "DecideOperations", "a job-wide operation whose job finished"},
+	{OperationRunning, OperationFailed, "FinishOperation", "failure"},
+	{OperationRunning, OperationFailed, "DecideOperations", "orphaned"},
 }
 
 // Cleanup record states, as stored (the wait reasons in_use, retrying and pinned are a due
@@ -107,39 +117,55 @@ var OperationTransitions = []Transition[OperationState]{
 //	                                               └── its node is no longer registered ─────────────▶ node_removed
 //
 // failed and node_removed are never retried on their own: they wait for an operator, who
-// fixes the cause and runs `deckhand cleanup retry` (back to due) or `deckhand cleanup forget`.
+// fixes the cause and runs `deckhand cleanup retry` (back to due) or `deckhand cleanup forget`,
+// or for a new record of the same resource, which supersedes them (forgotten).
 // Records of a running operation are only ever pending: nothing touches them.
 var CleanupTransitions = []Transition[CleanupState]{
-	{CleanupPending, CleanupDue, "FinishOperation / DecideOperations: the policy says remove"},
-	{CleanupPending, CleanupForgotten, "FinishOperation / DecideOperations: the policy says keep; deckhand.cleanup_forget once the operation ended"},
-	{CleanupDue, CleanupDue, "ClaimCleanup: in use, retrying or pinned (wait_reason set, next attempt later)"},
-	{CleanupDue, CleanupRemoved, "ClaimCleanup: removed, or already gone"},
-	{CleanupDue, CleanupFailed, "ClaimCleanup: a permanent error, or too many transient ones"},
-	{CleanupDue, CleanupNodeRemoved, "ClaimCleanup, MarkNodeRemoved: its node is no longer registered"},
-	{CleanupDue, CleanupForgotten, "deckhand.cleanup_forget"},
-	{CleanupFailed, CleanupDue, "deckhand.cleanup_retry"},
-	{CleanupFailed, CleanupForgotten, "deckhand.cleanup_forget"},
-	{CleanupNodeRemoved, CleanupDue, "deckhand.cleanup_retry"},
-	{CleanupNodeRemoved, CleanupForgotten, "deckhand.cleanup_forget"},
+	{CleanupPending, CleanupDue, "FinishOperation", "the policy says remove"},
+	{CleanupPending, CleanupDue, "DecideOperations", "the policy says remove"},
+	{CleanupPending, CleanupForgotten, "FinishOperation", "the policy says keep"},
+	{CleanupPending, CleanupForgotten, "DecideOperations", "the policy says keep"},
+	{CleanupPending, CleanupForgotten, "ForgetCleanup", "the running operation found the name taken: not its resource"},
+	{CleanupPending, CleanupForgotten, "ForgetCleanupRecord", "deckhand.cleanup_forget, once the operation ended"},
+	{CleanupDue, CleanupDue, "ClaimCleanup", "in use, retrying or pinned (wait_reason set, next attempt later)"},
+	{CleanupDue, CleanupRemoved, "ClaimCleanup", "removed, or already gone"},
+	{CleanupDue, CleanupFailed, "ClaimCleanup", "a permanent error, or too many transient ones"},
+	{CleanupDue, CleanupNodeRemoved, "ClaimCleanup", "its node is no longer registered"},
+	{CleanupDue, CleanupNodeRemoved, "MarkNodeRemoved", "its node is no longer registered"},
+	{CleanupDue, CleanupForgotten, "ForgetCleanupRecord", "deckhand.cleanup_forget"},
+	{CleanupFailed, CleanupDue, "RetryCleanupRecord", "deckhand.cleanup_retry"},
+	{CleanupFailed, CleanupForgotten, "ForgetCleanupRecord", "deckhand.cleanup_forget"},
+	{CleanupFailed, CleanupForgotten, "RegisterCleanup", "superseded by a new record of the same resource"},
+	{CleanupNodeRemoved, CleanupDue, "RetryCleanupRecord", "deckhand.cleanup_retry"},
+	{CleanupNodeRemoved, CleanupForgotten, "ForgetCleanupRecord", "deckhand.cleanup_forget"},
+	{CleanupNodeRemoved, CleanupForgotten, "RegisterCleanup", "superseded by a new record of the same resource"},
 }
 
 // Export states, as stored (deckhand.exports also shows failed and cancelled, which follow the
 // export's job: a coordinator that dies cannot be trusted to record them).
 //
-//	planning ──(coordinator holds the consistency point, parts added)──▶ running ──(manifest written)──▶ committed
-//	    ▲                                                                   │                               │
-//	    └──────────── coordinator lost: new consistency point, epoch + 1 ◀──┘     a forced export commits ──▶ superseded
+//	           coordinator holds the consistency point,            manifest written
+//	planning ─────────────── parts added ──────────────▶ running ─────────────────▶ committed
+//	                                                      │   ▲                         │ a forced export to the
+//	                                                      └───┘                         ▼ same destination commits
+//	                          coordinator lost; its next attempt plans again:      superseded
+//	                          a new consistency point, epoch + 1
+//
+// A committed export is never planned again: a coordinator whose earlier attempt committed
+// and was lost before its task could say so finds it committed (ErrExportCommitted).
 var ExportTransitions = []Transition[ExportState]{
-	{ExportPlanning, ExportRunning, "PlanExport"},
-	{ExportRunning, ExportRunning, "PlanExport: a new consistency point (epoch + 1)"},
-	{ExportRunning, ExportCommitted, "CommitExport"},
-	{ExportCommitted, ExportSuperseded, "CommitExport of a forced export to the same destination"},
+	{ExportPlanning, ExportRunning, "PlanExport", ""},
+	{ExportRunning, ExportRunning, "PlanExport", "a new consistency point (epoch + 1)"},
+	{ExportRunning, ExportCommitted, "CommitExport", ""},
+	{ExportCommitted, ExportSuperseded, "CommitExport", "of a forced export to the same destination"},
 }
 
-// Transition is one edge of a state machine and the statement that takes it.
+// Transition is one edge of a state machine and a statement that takes it. An edge that
+// several statements take has a row for each.
 type Transition[S ~string] struct {
 	From, To S
-	By       string
+	By       string // the method of Catalog whose statement takes the edge
+	Why      string // when it does; for SQL users, the deckhand function that does it
 }
 
 // Allowed reports whether the machine has an edge from → to (staying put counts as allowed).
@@ -160,4 +186,5 @@ const (
 	ChannelRunnable = "deckhand_runnable" // new runnable tasks exist; payload: the id of the worker whose results released them, if any
 	ChannelCancel   = "deckhand_cancel"   // payload: job id whose running tasks must stop
 	ChannelJob      = "deckhand_job"      // payload: "<job id>:<state>" on every job state change
+	ChannelCleanup  = "deckhand_cleanup"  // cleanup records became due; payload: the operation id, or empty
 )
