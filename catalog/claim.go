@@ -296,7 +296,7 @@ func completeArgs(results []Result) ([]any, error) {
 			finished[i] = &r.FinishedAt
 		}
 		if r.Err != nil {
-			b, err := json.Marshal(r.Err)
+			b, err := json.Marshal(r.Err.clipped())
 			if err != nil {
 				return nil, err
 			}

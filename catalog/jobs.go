@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -71,6 +72,32 @@ func (e *TaskError) String() string {
 		return e.SQLState + ": " + e.Message
 	}
 	return e.Message
+}
+
+// MaxErrorText bounds each field of an error the catalog keeps. A task chooses the size of its
+// own error (RAISE with a string of hundreds of megabytes): jsonb cannot hold a string beyond
+// 256 MB, and a worker whose results the catalog refuses retries them for ever, holding back
+// every other result it has.
+const MaxErrorText = 16 << 10
+
+// clipped is e with each field cut to MaxErrorText bytes, on a character boundary.
+func (e *TaskError) clipped() *TaskError {
+	if e == nil {
+		return nil
+	}
+	return &TaskError{SQLState: ClipText(e.SQLState), Message: ClipText(e.Message), Detail: ClipText(e.Detail), Hint: ClipText(e.Hint)}
+}
+
+// ClipText cuts s to MaxErrorText bytes, on a character boundary, saying how much was left out.
+func ClipText(s string) string {
+	if len(s) <= MaxErrorText {
+		return s
+	}
+	cut := MaxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes)", s[:cut], len(s)-cut)
 }
 
 // Task is a task as users see it.
