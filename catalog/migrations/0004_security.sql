@@ -97,6 +97,17 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
         OR (cardinality(owners) > 0 AND NOT EXISTS (SELECT 1 FROM unnest(owners) o WHERE NOT deckhand.member_of(o)))
 $$;
 
+-- conninfo_has_secret: dsn, a conninfo in either form, looks as if it holds a password. The
+-- client parses conninfo fully (internal/conninfo); this is the catalog's own, broader check,
+-- for what reaches it through psql. In keyword/value form a keyword follows white space, or
+-- directly the quote that closes the value before it (dbname='shop'password=...).
+CREATE FUNCTION deckhand.conninfo_has_secret(dsn text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT lower(dsn) ~ '(^|[\s?&''])(ssl)?password\s*='
+        OR dsn ~ '^[A-Za-z][A-Za-z0-9+.-]*://[^/@?#]*:[^/@?#]*@'
+        OR dsn ~ '[?&][^=&#]*%[^=&#]*='
+$$;
+
 -- redact hides password=... style secrets and URL passwords in text that is stored and shown
 -- (descriptions, errors). deckhand refuses secrets where it takes conninfo and URLs; this
 -- guards what other programs quote back, such as an error naming a connection string.
@@ -225,6 +236,8 @@ BEGIN
             WHEN k.kind = 'sql' AND btrim(coalesce(e.t ->> 'sql', '')) = '' THEN format('task %L: sql is empty', e.t ->> 'name')
             WHEN k.kind <> 'sql' AND coalesce(e.t ->> 'sql', '') <> '' THEN format('task %L: kind %s does not take sql', e.t ->> 'name', k.kind)
             WHEN k.kind IN ('sql', 'noop') AND jsonb_typeof(e.t -> 'payload') NOT IN ('null') THEN format('task %L: kind %s does not take a payload', e.t ->> 'name', k.kind)
+            WHEN k.kind = 'move_table' AND deckhand.conninfo_has_secret(e.t -> 'payload' ->> 'source_conninfo')
+                THEN format('task %L: source_conninfo must not contain a password; use pgpass or certificates on the nodes', e.t ->> 'name')
             WHEN tk.needs_node AND coalesce(e.t ->> 'node', '') = '' THEN format('task %L: node is required for kind %s', e.t ->> 'name', k.kind)
             WHEN coalesce(e.t ->> 'node', '') <> '' AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.name = e.t ->> 'node')
                 THEN format('task %L: unknown node %L (see `deckhand node list`)', e.t ->> 'name', e.t ->> 'node')
@@ -461,8 +474,7 @@ BEGIN
         PERFORM deckhand.input_error(format('node %s: conninfo is empty', name));
     END IF;
     -- The client parses conninfo fully; this refuses anything that even looks like a secret.
-    IF lower(dsn) ~ '(^|[\s?&])(ssl)?password\s*=' OR dsn ~ '^[A-Za-z][A-Za-z0-9+.-]*://[^/@?#]*:[^/@?#]*@'
-       OR dsn ~ '[?&][^=&#]*%[^=&#]*=' THEN
+    IF deckhand.conninfo_has_secret(dsn) THEN
         PERFORM deckhand.input_error(format('node %s: conninfo must not contain a password; use pgpass or certificates on the workers', name));
     END IF;
     INSERT INTO deckhand.node AS n (name, dsn, node_group, max_tasks)
