@@ -3,6 +3,8 @@ package export_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -454,5 +456,48 @@ func TestExportIgnoresTheOwnersFunctions(t *testing.T) {
 	}
 	if m := readManifest(t, dir); m.TotalRows != 2000 || len(m.Files) < 2 {
 		t.Errorf("exported %d rows in %d files, want the table's 2000 in several", m.TotalRows, len(m.Files))
+	}
+}
+
+// The cleanup record of an export's files addresses the export's own directory, however its
+// name is spelled: a directory named "exp#1" (or "exp?1", "50%") is not its prefix "exp", whose
+// export-<id>/ the cleaner would otherwise empty while leaving the export's own files behind.
+func TestCancelledExportIsRemovedFromItsOwnDirectory(t *testing.T) {
+	e, _ := single(t)
+	// One slot, which the coordinator takes: no part runs until the export is cancelled.
+	e.Worker(engine.Config{Concurrency: 1})
+	base := t.TempDir()
+	for i, c := range []struct{ name, cut string }{{"exp#1", "exp"}, {"exp?1", "exp"}, {"50%", "50"}} {
+		dir := filepath.Join(base, c.name)
+		got, err := e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: (&url.URL{Scheme: "file", Path: dir}).String(), PartSize: 8192})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := fmt.Sprintf("export-%d", got.ID)
+		ours := filepath.Join(dir, prefix, "epoch-1", "part-00000.parquet")
+		other := filepath.Join(base, c.cut, prefix, "keep")
+		for _, f := range []string{ours, other} {
+			if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			x, err := e.Client.Catalog.Export(ctx, got.ID)
+			return err == nil && x.PartsTotal > 0
+		}, "the export is planned, its files registered for removal")
+		if _, err := e.Client.Cancel(ctx, got.JobID); err != nil {
+			t.Fatal(err)
+		}
+		waitJob(t, e, got.JobID, catalog.JobCancelled)
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			_, err := os.Stat(ours)
+			return errors.Is(err, os.ErrNotExist)
+		}, fmt.Sprintf("export %d (#%d) to %q has its files removed", got.ID, i, c.name))
+		if _, err := os.Stat(other); err != nil {
+			t.Errorf("%s, outside the export's directory, was removed: %v", other, err)
+		}
 	}
 }
