@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/executor"
 	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -499,5 +501,52 @@ func TestCancelledExportIsRemovedFromItsOwnDirectory(t *testing.T) {
 		if _, err := os.Stat(other); err != nil {
 			t.Errorf("%s, outside the export's directory, was removed: %v", other, err)
 		}
+	}
+}
+
+// An export's coordinator holds a session on the primary while its parts run, and takes none
+// of the node's max_tasks slots, or its parts could never run. Yet exports must not make the
+// node hold a session each: at most max_tasks coordinators run on a node at once, the rest
+// wait their turn. Here they all wait for a lock someone holds on the table.
+func TestExportCoordinatorsAreBoundedPerNode(t *testing.T) {
+	e, db := single(t)
+	holder := pgtest.Connect(t, e.Cluster.DSN(db, pgtest.Superuser))
+	if _, err := holder.Exec(ctx, `BEGIN; LOCK TABLE facts IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	e.Worker(engine.Config{Concurrency: 20})
+	base := t.TempDir()
+	var jobs []int64
+	t.Cleanup(func() {
+		for _, id := range jobs {
+			e.Client.Cancel(context.Background(), id) //nolint:errcheck
+		}
+	})
+	for i := range 8 {
+		x, err := e.Client.Export(ctx, export.Request{Table: "facts", Group: "n1", To: "file://" + filepath.Join(base, strconv.Itoa(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, x.JobID)
+	}
+	catalogPool, nodePool := e.Pool(e.DB), e.Pool(db)
+	running := func() int {
+		var n int
+		if err := catalogPool.QueryRow(ctx, `SELECT count(*) FROM deckhand.task WHERE kind = 'export' AND state = 'running'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return running() >= 4 }, "coordinators run")
+	time.Sleep(time.Second) // time for more claims, should any be wrongly allowed
+	if n := running(); n > 4 {
+		t.Errorf("%d coordinators run on node n1, whose max_tasks is 4", n)
+	}
+	var sessions int
+	if err := nodePool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'deckhand task %'`).Scan(&sessions); err != nil {
+		t.Fatal(err)
+	}
+	if sessions > 4 {
+		t.Errorf("the node holds %d sessions of coordinators, want at most 4", sessions)
 	}
 }
