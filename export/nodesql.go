@@ -148,7 +148,7 @@ func resolveRelation(ctx context.Context, conn *pgx.Conn, e *catalog.Export, rec
 		}
 	}
 	// PostgreSQL's own words when the owner may not read the partition.
-	if _, err := conn.Exec(ctx, "SELECT FROM "+rel.Identifier().Sanitize()+" LIMIT 0"); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT FROM ONLY "+rel.Identifier().Sanitize()+" LIMIT 0"); err != nil {
 		return rel, executor.Permanent(err)
 	}
 	return rel, nil
