@@ -251,7 +251,7 @@ func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 			return err
 		}
 		if cancelled > 0 || len(tasks) > 0 {
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2::text)`, ChannelCancel, fmt.Sprint(jobID))
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelCancel)
 		}
 		return err
 	})

@@ -297,6 +297,20 @@ func nonEmpty(s string) *string {
 const jobColumns = `id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
 	tasks_cancelled, tasks_unscheduled, tasks_pending, created_at, started_at, finished_at, cancel_requested_at`
 
+// JobNotifyKey is the key by which the job's state changes are notified on ChannelJob
+// ("<key>:<state>"): a job may be waited for only by those who may see it.
+func (c *Catalog) JobNotifyKey(ctx context.Context, id int64) (string, error) {
+	var key string
+	err := c.Pool.QueryRow(ctx, `SELECT notify_key::text FROM deckhand.jobs WHERE id = $1`, id).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("job %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read job %d: %w", id, err)
+	}
+	return key, nil
+}
+
 // JobFilter selects jobs for listing, newest first.
 type JobFilter struct {
 	State    string // empty for all

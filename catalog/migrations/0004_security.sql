@@ -42,6 +42,32 @@ UPDATE deckhand.job j SET owners = ARRAY(SELECT DISTINCT t.owner FROM deckhand.t
 ALTER TABLE deckhand.operation ADD COLUMN submitted_by text;
 UPDATE deckhand.operation o SET submitted_by = j.submitted_by FROM deckhand.job j WHERE j.id = o.job_id;
 
+-- Anyone who may connect to the catalog's database may LISTEN there: a job's notifications
+-- name it by a key of its own, which only those who may see the job read (deckhand.jobs), and
+-- cancellations name no job at all.
+ALTER TABLE deckhand.job ADD COLUMN notify_key uuid NOT NULL DEFAULT gen_random_uuid();
+CREATE OR REPLACE FUNCTION deckhand.derive_job_state() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    ended int := NEW.tasks_done + NEW.tasks_failed + NEW.tasks_cancelled + NEW.tasks_unscheduled;
+BEGIN
+    IF ended >= NEW.tasks_total THEN
+        NEW.state := CASE WHEN NEW.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                          WHEN NEW.tasks_failed + NEW.tasks_unscheduled > 0 THEN 'failed'
+                          ELSE 'finished' END;
+        NEW.finished_at := coalesce(NEW.finished_at, now());
+    ELSE
+        NEW.state := CASE WHEN NEW.cancel_requested_at IS NOT NULL THEN 'cancelling'
+                          WHEN NEW.tasks_failed > 0 THEN 'failing'
+                          WHEN NEW.started_at IS NOT NULL THEN 'running'
+                          ELSE 'scheduled' END;
+        NEW.finished_at := NULL;
+    END IF;
+    IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state THEN
+        PERFORM pg_notify('deckhand_job', NEW.notify_key || ':' || NEW.state);
+    END IF;
+    RETURN NEW;
+END $$;
+
 CREATE FUNCTION deckhand.refuse_identity_change() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -376,7 +402,7 @@ BEGIN
         SELECT state INTO new_state FROM deckhand.job WHERE id = job;
         RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state', MESSAGE = format('job %s has ended: it is already %s', job, new_state);
     END IF;
-    PERFORM pg_notify('deckhand_cancel', job::text);
+    PERFORM pg_notify('deckhand_cancel', '');
     RETURN new_state;
 END $$;
 
@@ -602,7 +628,8 @@ CREATE OR REPLACE VIEW deckhand.jobs WITH (security_barrier) AS
     SELECT id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
            tasks_cancelled, tasks_unscheduled,
            tasks_total - tasks_done - tasks_failed - tasks_cancelled - tasks_unscheduled AS tasks_pending,
-           created_at, started_at, finished_at, finished_at - created_at AS duration, cancel_requested_at
+           created_at, started_at, finished_at, finished_at - created_at AS duration, cancel_requested_at,
+           notify_key
     FROM deckhand.job
     WHERE (SELECT deckhand.sees_all()) OR deckhand.may_act_on(submitted_by, owners);
 
