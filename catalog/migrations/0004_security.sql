@@ -45,7 +45,7 @@ UPDATE deckhand.operation o SET submitted_by = j.submitted_by FROM deckhand.job 
 -- Anyone who may connect to the catalog's database may LISTEN there: a job's notifications
 -- name it by a key of its own, which only those who may see the job read (deckhand.jobs), and
 -- cancellations name no job at all.
-ALTER TABLE deckhand.job ADD COLUMN notify_key uuid NOT NULL DEFAULT gen_random_uuid();
+ALTER TABLE deckhand.job ADD COLUMN notify_key uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid();
 CREATE OR REPLACE FUNCTION deckhand.derive_job_state() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     ended int := NEW.tasks_done + NEW.tasks_failed + NEW.tasks_cancelled + NEW.tasks_unscheduled;
