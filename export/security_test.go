@@ -449,6 +449,51 @@ func TestExportReadsNoInheritanceChild(t *testing.T) {
 	}
 }
 
+// Row security applies to an export's owner that does not own the table: the table's owner
+// decides the policies, whose code runs as the export's owner. An owner that is not a member of
+// the export's owner (here bob, whose policy calls his function) is refused before anything is
+// read; a trusted owner's policy applies, and the export holds the rows it lets through.
+func TestExportRunsNoPolicyCodeOfAnotherRole(t *testing.T) {
+	e, db := single(t)
+	app, bob := e.Role("app"), e.Role("bob")
+	qa, qb := pgx.Identifier{app}.Sanitize(), pgx.Identifier{bob}.Sanitize()
+	e.Exec(db, `GRANT CREATE ON SCHEMA public TO `+qb)
+	e.Exec(db, `CREATE TABLE bobs (id bigint NOT NULL); INSERT INTO bobs SELECT g FROM generate_series(1, 100) g;
+		ALTER TABLE bobs OWNER TO `+qb+`;
+		CREATE TABLE mine (id bigint NOT NULL); INSERT INTO mine SELECT g FROM generate_series(1, 100) g;
+		ALTER TABLE mine ENABLE ROW LEVEL SECURITY; CREATE POLICY small ON mine USING (id <= 10);
+		GRANT SELECT, UPDATE ON mine TO `+qa)
+	bobConn := pgtest.Connect(t, e.Cluster.DSN(db, bob))
+	if _, err := bobConn.Exec(ctx, `
+		CREATE FUNCTION public.visible(bigint) RETURNS boolean LANGUAGE plpgsql AS $f$
+		BEGIN RAISE EXCEPTION 'bob''s policy code ran as %', current_user; END $f$;
+		ALTER TABLE bobs ENABLE ROW LEVEL SECURITY;
+		CREATE POLICY everything ON bobs USING (public.visible(id));
+		GRANT SELECT, UPDATE ON bobs TO `+qa); err != nil {
+		t.Fatal(err)
+	}
+	e.Worker(engine.Config{Concurrency: 4})
+
+	x, err := e.Client.Export(ctx, export.Request{Table: "bobs", Group: "n1", Owner: app, To: "file://" + t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, e, x.JobID, catalog.JobFailed)
+	if msg := jobErrors(t, e, x.JobID); !strings.Contains(msg, "row security") || strings.Contains(msg, "policy code ran") {
+		t.Errorf("error %q, want the export refused for bob's row security before any of it ran", msg)
+	}
+
+	dir := t.TempDir()
+	x, err = e.Client.Export(ctx, export.Request{Table: "mine", Group: "n1", Owner: app, To: "file://" + dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, e, x.JobID, catalog.JobFinished)
+	if m := readManifest(t, dir); m.TotalRows != 10 {
+		t.Errorf("exported %d rows of mine, want the 10 its policy lets %s see", m.TotalRows, app)
+	}
+}
+
 // The owner's own functions and operators, placed before pg_catalog in its search_path, never
 // answer for pg_catalog's in what the export sends in the owner's session: each raises.
 func TestExportIgnoresTheOwnersFunctions(t *testing.T) {
