@@ -34,8 +34,14 @@ import (
 // its caller's session does.
 
 type subscriber struct {
-	ch chan string // the next event's name; holds one, since hints merge
+	ch   chan string // the next event's name; holds one, since hints merge
+	role string
 }
+
+// maxStreamsPerRole bounds one role's streams on a server, as maxSessionsPerRole bounds its
+// sessions: a script of one role opening stream after stream cannot take every slot of
+// api_max_event_streams from everyone else's dashboards.
+const maxStreamsPerRole = 10
 
 type hub struct {
 	connCfg *pgx.ConnConfig
@@ -57,21 +63,31 @@ func newHub(cfg *pgx.ConnConfig, log *slog.Logger) *hub {
 	return &hub{connCfg: cfg, log: log, ctx: ctx, cancel: cancel, done: make(chan struct{}), subs: map[*subscriber]struct{}{}}
 }
 
-// subscribe adds a stream unless max are open already, and reports whether the listener is
-// connected already (if not, the stream gets hello once it is).
-func (h *hub) subscribe(max int) (sub *subscriber, live, ok bool) {
+// subscribe adds a stream of role unless max are open already, or maxStreamsPerRole of the
+// role's (then roleFull), and reports whether the listener is connected already (if not, the
+// stream gets hello once it is).
+func (h *hub) subscribe(max int, role string) (sub *subscriber, live, ok, roleFull bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.subs) >= max {
-		return nil, false, false
+		return nil, false, false, false
+	}
+	n := 0
+	for s := range h.subs {
+		if s.role == role {
+			n++
+		}
+	}
+	if n >= maxStreamsPerRole {
+		return nil, false, false, true
 	}
 	if !h.started && h.ctx.Err() == nil {
 		h.started = true
 		go h.run()
 	}
-	sub = &subscriber{ch: make(chan string, 1)}
+	sub = &subscriber{ch: make(chan string, 1), role: role}
 	h.subs[sub] = struct{}{}
-	return sub, h.live, true
+	return sub, h.live, true, false
 }
 
 func (h *hub) streams() int {
@@ -165,7 +181,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := callerOf(r)
 	max := s.maxStreams.get(r.Context())
-	sub, live, ok := s.hub.subscribe(max)
+	sub, live, ok, roleFull := s.hub.subscribe(max, sess.role)
+	if roleFull {
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("role %s has %d event streams open on this server, the most one role may: close one first", sess.role, maxStreamsPerRole))
+		return
+	}
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("this server has %d event streams open, its limit (setting api_max_event_streams): try again later", max))
 		return

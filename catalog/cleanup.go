@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,7 +79,7 @@ const (
 	CleanupPinned   = "pinned"   // a pin keeps it alive
 )
 
-// ChannelCleanup is notified when cleanup records become due (payload: operation id, or empty).
+// ChannelCleanup is notified when cleanup records become due (payload: empty; anyone may listen).
 const ChannelCleanup = "deckhand_cleanup"
 
 // ErrOperationEnded is returned when registering with, or finishing, an operation that has
@@ -331,7 +330,7 @@ func (c *Catalog) FinishOperation(ctx context.Context, opID int64, succeeded boo
 		if err := tx.QueryRow(ctx, resolveSQL, c.now(), []int64{opID}).Scan(&due); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelCleanup, strconv.FormatInt(opID, 10))
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelCleanup)
 		return err
 	})
 	if err != nil {

@@ -279,6 +279,31 @@ func TestPinnedResourcesAreKept(t *testing.T) {
 	}
 }
 
+// DROP TABLE takes a partitioned table's partitions and a table's indexes with it: a drop that
+// would take a pinned one is refused like a drop of the pinned resource itself.
+func TestDropRefusesToTakeAPinnedPartitionOrIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, pgtest.Shared(t))
+	db := e.node("n1")
+	e.exec(db, `CREATE TABLE events (id int, at date) PARTITION BY RANGE (at);
+		CREATE TABLE events_2024 PARTITION OF events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+		CREATE TABLE notes (id int); CREATE INDEX notes_id ON notes (id)`)
+	e.worker(cleanup.Executors(e.Client.Catalog, pools(t)))
+	e.run("cleanup", "pin", "--node", "n1", "--reason", "archived", "public.events_2024")
+	e.run("cleanup", "pin", "--node", "n1", "--type", "index", "--reason", "audit", "public.notes_id")
+	for table, pinned := range map[string]string{"public.events": "events_2024", "public.notes": "notes_id"} {
+		code, _, errOut := e.deckhand("drop", "--node", "n1", "--wait", table)
+		if code != 1 || !strings.Contains(errOut, "pinned by pin") || !strings.Contains(errOut, pinned) {
+			t.Errorf("drop of %s, which holds the pinned %s: exit %d, %q", table, pinned, code, errOut)
+		}
+	}
+	for _, table := range []string{"events", "events_2024", "notes"} {
+		if !e.tableExists(db, table) {
+			t.Errorf("%s was dropped", table)
+		}
+	}
+}
+
 // Object-store records: an object and every key under a prefix are deleted; a key that was
 // never written counts as removed; nothing else in the bucket is touched.
 func TestObjectStoreRecords(t *testing.T) {

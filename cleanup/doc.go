@@ -31,7 +31,7 @@ Records move through the states documented next to their constants in package ca
 # The cleaner
 
 Cleaner is an engine.Service that runs on the leader. It wakes when a job ends (LISTEN
-deckhand_job, payload "<job id>:<state>") or an operation finishes (LISTEN deckhand_cleanup),
+deckhand_job, payload "<job notify_key>:<state>") or an operation finishes (LISTEN deckhand_cleanup),
 and on a timer as a fallback. Each pass decides orphans, then removes due records:
 
   - in dependency order within an operation: subscriptions, then publications and slots,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +57,67 @@ func TestMoveUnderTrojans(t *testing.T) {
 	}
 	for _, db := range []string{e.src, e.dst} {
 		testenv.NoTrojanRan(t, e.cluster, db, intruder)
+	}
+}
+
+// A low-privilege role's table, moved by the superuser: its column's type is the role's own
+// domain, whose CHECK calls the role's function, on both servers. Copying the rows into the
+// target, and applying changes there, would run that function as the superuser. The move is
+// refused before anything is copied, and the role's code never runs.
+func TestMoveRefusesToRunAnotherRolesDomainCheck(t *testing.T) {
+	t.Parallel()
+	e := newMoveEnv(t)
+	intruder := fmt.Sprintf("intruder_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if err := e.cluster.CreateRole(ctx, intruder, "LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, db := range []string{e.src, e.dst} {
+			_ = e.cluster.Exec(context.Background(), db, "DROP OWNED BY "+pgx.Identifier{intruder}.Sanitize())
+		}
+		_ = e.cluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{intruder}.Sanitize())
+	})
+	for _, db := range []string{e.src, e.dst} {
+		testenv.PlantTrojans(t, e.cluster, db, intruder)
+		conn := e.conn(db, intruder)
+		if _, err := conn.Exec(ctx, `
+			CREATE FUNCTION public.note_ok(text) RETURNS boolean LANGUAGE plpgsql AS $f$
+			BEGIN PERFORM public.trojan(); RETURN true; END $f$;
+			CREATE DOMAIN public.note AS text CHECK (public.note_ok(VALUE))`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := e.conn(e.src, intruder)
+	if _, err := conn.Exec(ctx, `CREATE TABLE public.notes (id bigint PRIMARY KEY, body public.note);
+		INSERT INTO public.notes SELECT g, 'n' || g FROM generate_series(1, 100) g;
+		SELECT pg_catalog.setval('public.trojan_hits', 1, false)`); err != nil {
+		t.Fatal(err)
+	}
+	e.worker(executor.Registry{cleanup.KindMoveTable: cleanup.MoveTable{Cleaner: e.cleaner()}})
+
+	job := e.moveJob()
+	job.Tasks[0].Payload = payload(t, cleanup.MovePayload{Table: "public.notes", To: "dst", SourceConninfo: e.cluster.DSN(e.src, "postgres")})
+	id := e.submit(job)
+	got := e.Wait(id, time.Minute)
+	d, _ := e.Client.Job(ctx, id)
+	if got.State != catalog.JobFailed || d.Tasks[0].LastError == nil || !strings.Contains(d.Tasks[0].LastError.Message, "public.note") {
+		t.Errorf("move %s (%+v): want it refused for the domain public.note", got.State, d.Tasks[0].LastError)
+	}
+	e.run("cleanup", "run", "--wait", "20s")
+	for _, db := range []string{e.src, e.dst} {
+		testenv.NoTrojanRan(t, e.cluster, db, intruder)
+	}
+
+	// A domain of the owner's own, whose CHECK calls PostgreSQL's operators, moves.
+	for _, db := range []string{e.src, e.dst} {
+		e.exec(db, `CREATE DOMAIN public.amount AS numeric CHECK (VALUE >= 0)`)
+	}
+	e.exec(e.src, `CREATE TABLE public.payments (id bigint PRIMARY KEY, amount public.amount);
+		INSERT INTO public.payments SELECT g, g FROM generate_series(1, 100) g`)
+	job.Tasks[0].Payload = payload(t, cleanup.MovePayload{Table: "public.payments", To: "dst", SourceConninfo: e.cluster.DSN(e.src, "postgres")})
+	id = e.submit(job)
+	if got := e.Wait(id, time.Minute); got.State != catalog.JobFinished {
+		d, _ := e.Client.Job(ctx, id)
+		t.Fatalf("move of public.payments %s: %+v", got.State, d.Tasks[0].LastError)
 	}
 }

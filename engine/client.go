@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -236,7 +235,11 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(catalog.Job))
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{catalog.ChannelJob}.Sanitize()); err != nil {
 		return catalog.Job{}, err
 	}
-	prefix := strconv.FormatInt(id, 10) + ":"
+	key, err := c.Catalog.JobNotifyKey(ctx, id)
+	if err != nil {
+		return catalog.Job{}, err
+	}
+	prefix := key + ":"
 	tick := time.Second // fallback poll, should a notification be missed
 	if progress != nil {
 		tick = 250 * time.Millisecond

@@ -61,7 +61,6 @@ type finished struct {
 }
 
 type runningTask struct {
-	jobID  int64
 	token  int64
 	cancel context.CancelCauseFunc
 }
@@ -249,7 +248,7 @@ func (w *Worker) start(t *catalog.ClaimedTask) {
 	// this deadline only catches what the server cannot see, like a stalled network.
 	ctx, cancelTimeout := context.WithTimeout(ctx, t.Timeout()+5*time.Second)
 	w.mu.Lock()
-	w.running[t.ID] = &runningTask{jobID: t.JobID, token: t.Token, cancel: cancel}
+	w.running[t.ID] = &runningTask{token: t.Token, cancel: cancel}
 	w.mu.Unlock()
 	w.tasksWG.Add(1)
 	go func() {
@@ -418,23 +417,18 @@ func (w *Worker) listenOnce(ctx context.Context) error {
 				w.Nudge()
 			}
 		case catalog.ChannelCancel:
-			jobID, _ := strconv.ParseInt(n.Payload, 10, 64)
-			if w.runsJob(jobID) {
+			// The payload names no job: anyone may listen. The catalog says which are ours.
+			if w.runsAny() {
 				w.cancelMarked(ctx)
 			}
 		}
 	}
 }
 
-func (w *Worker) runsJob(jobID int64) bool {
+func (w *Worker) runsAny() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, rt := range w.running {
-		if rt.jobID == jobID {
-			return true
-		}
-	}
-	return false
+	return len(w.running) > 0
 }
 
 // cancelMarked cancels the worker's tasks that the catalog marks cancelling.

@@ -107,7 +107,7 @@ func (x Part) read(ctx context.Context, conn *pgx.Conn, e *catalog.Export, part 
 	if err := sameRelation(ctx, conn, rel, node); err != nil {
 		return parquetcopy.Stats{}, err
 	}
-	if _, err := conn.Exec(ctx, "LOCK TABLE "+rel.Identifier().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
+	if _, err := conn.Exec(ctx, "LOCK TABLE ONLY "+rel.Identifier().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
 		return parquetcopy.Stats{}, err
 	}
 	if err := sameRelation(ctx, conn, rel, node); err != nil {
