@@ -109,8 +109,13 @@ func TestSubmitValidatesLikeTheCLI(t *testing.T) {
 			t.Errorf("POST %s: %d %q, want 400 with a one-line error mentioning %q", c.body, r.code, e.Error, c.want)
 		}
 	}
-	if r := h.do("POST", "/api/jobs", `{}`, "Content-Type", "text/plain"); r.code != http.StatusUnsupportedMediaType {
-		t.Errorf("text/plain spec: %d, want 415", r.code)
+	// A page elsewhere may send text/plain with any parameters (no CORS preflight needed), and
+	// forms their own types: the media type itself must be JSON or YAML.
+	for _, ct := range []string{"text/plain", "text/plain; charset=json", "text/plain;x=yaml", "application/x-www-form-urlencoded; json",
+		"multipart/form-data; boundary=json"} {
+		if r := h.do("POST", "/api/jobs", `{}`, "Content-Type", ct); r.code != http.StatusUnsupportedMediaType {
+			t.Errorf("spec sent as %q: %d, want 415", ct, r.code)
+		}
 	}
 	var jobs api.JobList
 	h.mustGet("/api/jobs", &jobs)

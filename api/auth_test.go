@@ -335,6 +335,24 @@ func TestEventStreamsAreCapped(t *testing.T) {
 	}, "a stream opens once another closed")
 }
 
+// One role cannot take every event stream of a server from everyone else's dashboards: its
+// eleventh stream is refused (429), and another role still gets one.
+func TestEventStreamsAreCappedPerRole(t *testing.T) {
+	h := newHarness(t)
+	bob := h.catalogUser("bob", "deckhand_submitter")
+	asBob := []string{"Authorization", bob.basic()}
+	for range 10 {
+		h.events(asBob...)
+	}
+	if s, code := h.openEvents(asBob...); code != http.StatusTooManyRequests {
+		if s != nil {
+			s.close()
+		}
+		t.Fatalf("bob's eleventh event stream: %d, want 429", code)
+	}
+	h.events()
+}
+
 // A stream tells its reader only that something changed, never which job: the catalog
 // decides who may see a job, and the hint is the same for everyone.
 func TestEventsNameNoJob(t *testing.T) {

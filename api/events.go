@@ -36,12 +36,18 @@ import (
 // api_max_event_streams (default 100); a stream ends when its caller's session does.
 
 // hub counts the open streams and runs the notifier when the server made its own.
+// maxStreamsPerRole bounds one role's streams on a server, as maxSessionsPerRole bounds its
+// sessions: a script of one role opening stream after stream cannot take every slot of
+// api_max_event_streams from everyone else's dashboards.
+const maxStreamsPerRole = 10
+
 type hub struct {
 	notifier *notifier.Notifier
 	own      bool
 
 	mu      sync.Mutex
 	open    int
+	byRole  map[string]int
 	started bool
 	stopped bool
 	cancel  context.CancelFunc
@@ -55,13 +61,17 @@ func newHub(shared *notifier.Notifier, cfg *pgx.ConnConfig, log *slog.Logger) *h
 	return &hub{notifier: notifier.New(cfg, log), own: true}
 }
 
-// subscribe opens a stream's subscription unless max streams are open already. Its buffer
-// holds one hint: hints waiting for a slow stream merge into one.
-func (h *hub) subscribe(max int) (*notifier.Subscription, bool) {
+// subscribe opens a stream's subscription for role unless max streams are open already, or
+// maxStreamsPerRole of the role's (then roleFull). Its buffer holds one hint: hints waiting
+// for a slow stream merge into one.
+func (h *hub) subscribe(max int, role string) (sub *notifier.Subscription, ok, roleFull bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.open >= max {
-		return nil, false
+		return nil, false, false
+	}
+	if h.byRole[role] >= maxStreamsPerRole {
+		return nil, false, true
 	}
 	if h.own && !h.started && !h.stopped {
 		h.started = true
@@ -70,13 +80,20 @@ func (h *hub) subscribe(max int) (*notifier.Subscription, bool) {
 		go func() { defer close(h.done); h.notifier.Run(ctx) }()
 	}
 	h.open++
-	return h.notifier.Subscribe(1, catalog.ChannelJob), true
+	if h.byRole == nil {
+		h.byRole = map[string]int{}
+	}
+	h.byRole[role]++
+	return h.notifier.Subscribe(1, catalog.ChannelJob), true, false
 }
 
-func (h *hub) unsubscribe(sub *notifier.Subscription) {
+func (h *hub) unsubscribe(sub *notifier.Subscription, role string) {
 	sub.Close()
 	h.mu.Lock()
 	h.open--
+	if h.byRole[role]--; h.byRole[role] <= 0 {
+		delete(h.byRole, role)
+	}
 	h.mu.Unlock()
 }
 
@@ -106,12 +123,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := callerOf(r)
 	max := s.maxStreams.get(r.Context())
-	sub, ok := s.hub.subscribe(max)
+	role := sess.role
+	sub, ok, roleFull := s.hub.subscribe(max, role)
+	if roleFull {
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("role %s has %d event streams open on this server, the most one role may: close one first", role, maxStreamsPerRole))
+		return
+	}
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("this server has %d event streams open, its limit (setting api_max_event_streams): try again later", max))
 		return
 	}
-	defer s.hub.unsubscribe(sub)
+	defer s.hub.unsubscribe(sub, role)
 	// The server's timeouts are for ordinary requests; a stream lasts as long as its reader.
 	// (A read deadline left in place would also end it: net/http's background read of the
 	// idle connection fails at the deadline and cancels the request.)

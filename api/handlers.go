@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"regexp"
 	"slices"
@@ -105,10 +106,11 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 // same way. The job is submitted as the caller's role, so the owners it may name are the
 // roles the caller is a member of on each node.
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
-	ct := strings.ToLower(r.Header.Get("Content-Type"))
 	// A content type a form cannot send makes a cross-site submission need a CORS preflight,
-	// which this server never grants.
-	if !strings.Contains(ct, "json") && !strings.Contains(ct, "yaml") {
+	// which this server never grants. The media type itself decides: a page elsewhere may send
+	// text/plain with any parameters ("text/plain; x=json") without one.
+	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || !strings.Contains(ct, "json") && !strings.Contains(ct, "yaml") {
 		writeError(w, http.StatusUnsupportedMediaType, "send the job spec as application/json (or application/yaml)")
 		return
 	}

@@ -31,7 +31,7 @@ Records move through the states documented next to their constants in package ca
 # The cleaner
 
 Cleaner is an engine.Service that runs on the leader. It wakes when a job ends (channel
-deckhand_job, payload "<job id>:<state>") or an operation finishes (channel deckhand_cleanup),
+deckhand_job, payload "<job notify_key>:<state>") or an operation finishes (channel deckhand_cleanup),
 heard through the process's notifier, when that notifier reconnects, and on a timer as a
 fallback. As an engine.Retainer it deletes operations that ended long ago. Each pass decides orphans, then removes due records:
 

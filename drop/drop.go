@@ -110,7 +110,8 @@ func (d Drop) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	if err != nil {
 		return err
 	}
-	// Pins are checked for every table before any is dropped, so a refused job drops nothing.
+	// Pins are checked for every table before any is dropped, so a refused job drops nothing:
+	// the table's own, and those of what DROP TABLE takes with it (partitions, indexes).
 	if d.Catalog != nil {
 		for _, tb := range tables {
 			by, err := d.Catalog.PinnedBy(ctx, deckhandtype.CleanupResource{Type: deckhandtype.ResourceTable, Node: *t.Node, Location: tb[0], Name: tb[1]})
@@ -119,6 +120,21 @@ func (d Drop) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 			}
 			if by != "" {
 				return taskerr.Permanent(fmt.Errorf("refusing to drop table %s: it is pinned by %s", tb.Sanitize(), by))
+			}
+			taken, err := takenWith(ctx, conn, tb)
+			if err != nil {
+				return err
+			}
+			for _, r := range taken {
+				r.Node = *t.Node
+				by, err := d.Catalog.PinnedBy(ctx, r)
+				if err != nil {
+					return err
+				}
+				if by != "" {
+					return taskerr.Permanent(fmt.Errorf("refusing to drop table %s: it would take %s %s with it, which is pinned by %s",
+						tb.Sanitize(), r.Type, pgx.Identifier{r.Location, r.Name}.Sanitize(), by))
+				}
 			}
 		}
 	}
@@ -153,6 +169,36 @@ func (d Drop) dropOne(ctx context.Context, conn *pgx.Conn, tb pgx.Identifier, lo
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// takenWithSQL lists what DROP TABLE $1 removes besides the table: the partitions of a
+// partitioned table, at every level, and the indexes of all of them. It runs in owner sessions
+// whose search_path is SafeSearchPath, so its operators are pg_catalog's.
+const takenWithSQL = `
+	WITH rels AS (
+		SELECT pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid AS oid
+		UNION
+		SELECT p.relid::pg_catalog.oid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1::pg_catalog.text)) p
+	)
+	SELECT CASE WHEN c.relkind IN ('i', 'I') THEN 'index' ELSE 'table' END, n.nspname::pg_catalog.text, c.relname::pg_catalog.text
+	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	WHERE (c.oid IN (SELECT r.oid FROM rels r) AND c.oid <> pg_catalog.to_regclass($1::pg_catalog.text)::pg_catalog.oid)
+	   OR c.oid IN (SELECT i.indexrelid FROM pg_catalog.pg_index i WHERE i.indrelid IN (SELECT r.oid FROM rels r))
+	ORDER BY 2, 3`
+
+// takenWith lists what dropping table takes with it, as resources to check for pins.
+func takenWith(ctx context.Context, conn *pgx.Conn, table pgx.Identifier) ([]deckhandtype.CleanupResource, error) {
+	rows, _ := conn.Query(ctx, takenWithSQL, table.Sanitize())
+	var out []deckhandtype.CleanupResource
+	var r deckhandtype.CleanupResource
+	_, err := pgx.ForEachRow(rows, []any{&r.Type, &r.Location, &r.Name}, func() error {
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list what dropping %s removes: %w", table.Sanitize(), err)
+	}
+	return out, nil
 }
 
 // checkOwnership refuses the whole task, before anything is dropped, if the owner may not drop

@@ -119,3 +119,27 @@ func TestForgedDropIsRefused(t *testing.T) {
 		t.Error("the forged drop dropped the table")
 	}
 }
+
+// DROP TABLE takes a partitioned table's partitions and a table's indexes with it: a drop that
+// would take a pinned one is refused like a drop of the pinned resource itself.
+func TestDropRefusesToTakeAPinnedPartitionOrIndex(t *testing.T) {
+	t.Parallel()
+	e, db := newEnv(t)
+	e.NodeExec(db, `CREATE TABLE events (id int, at date) PARTITION BY RANGE (at);
+		CREATE TABLE events_2024 PARTITION OF events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+		CREATE TABLE notes (id int); CREATE INDEX notes_id ON notes (id)`)
+	e.WorkerWith([]engine.Feature{drop.Feature()})
+	clitest.Run(t, e.DSN, "cleanup", "pin", "--node", "n1", "--reason", "archived", "public.events_2024")
+	clitest.Run(t, e.DSN, "cleanup", "pin", "--node", "n1", "--type", "index", "--reason", "audit", "public.notes_id")
+	for table, pinned := range map[string]string{"public.events": "events_2024", "public.notes": "notes_id"} {
+		code, _, errOut := clitest.Deckhand(t, e.DSN, "drop", "--node", "n1", "--wait", table)
+		if code != 1 || !strings.Contains(errOut, "pinned by pin") || !strings.Contains(errOut, pinned) {
+			t.Errorf("drop of %s, which holds the pinned %s: exit %d, %q", table, pinned, code, errOut)
+		}
+	}
+	for _, table := range []string{"events", "events_2024", "notes"} {
+		if !e.TableExists(db, table) {
+			t.Errorf("%s was dropped", table)
+		}
+	}
+}

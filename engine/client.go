@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -258,7 +257,11 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{catalog.ChannelJob}.Sanitize()); err != nil {
 		return deckhandtype.Job{}, err
 	}
-	prefix := strconv.FormatInt(id, 10) + ":"
+	key, err := c.cat.JobNotifyKey(ctx, id)
+	if err != nil {
+		return deckhandtype.Job{}, err
+	}
+	prefix := key + ":"
 	tick := time.Second // fallback poll, should a notification be missed
 	if progress != nil {
 		tick = 250 * time.Millisecond

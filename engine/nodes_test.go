@@ -1,10 +1,14 @@
 package engine_test
 
 import (
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -37,4 +41,44 @@ func TestAddNodeRefusesSecrets(t *testing.T) {
 	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "byurl", DSN: url}); err != nil {
 		t.Fatalf("AddNode(%q): %v", url, err)
 	}
+}
+
+// The catalog refuses a conninfo holding a secret itself, for what reaches it through psql
+// without the client's parser: deckhand.node_add (admins) and a move_table task's
+// source_conninfo in deckhand.submit (submitters). A keyword directly after a quoted value is
+// read by libpq and pgx as a keyword of its own.
+func TestCatalogRefusesConninfoSecrets(t *testing.T) {
+	e := testenv.New(t)
+	e.AddNode("n1", 4)
+	conn := e.Pool(e.DB)
+	for _, dsn := range []string{
+		"host=localhost dbname='app'password=s3cr3t",
+		"host=localhost dbname=''sslpassword=s3cr3t",
+		"host=localhost password=s3cr3t",
+		"postgres://app:s3cr3t@localhost/app",
+	} {
+		_, err := conn.Exec(ctx, `SELECT deckhand.node_add('leaky', $1)`, dsn)
+		if code := sqlState(err); code != "22023" {
+			t.Errorf("node_add(%q) = %v, want a refusal (22023)", dsn, err)
+		}
+		payload, _ := json.Marshal(map[string]string{"table": "t", "to": "n1", "source_conninfo": dsn})
+		spec := `{"tasks": [{"name": "m", "kind": "move_table", "node": "n1", "payload": ` + string(payload) + `}]}`
+		_, err = conn.Exec(ctx, `SELECT deckhand.submit($1::jsonb)`, spec)
+		if code := sqlState(err); code != "22023" || !strings.Contains(err.Error(), "source_conninfo must not contain a password") {
+			t.Errorf("submit with source_conninfo %q = %v, want a refusal (22023)", dsn, err)
+		}
+	}
+	var leaked int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM deckhand.node WHERE dsn LIKE '%s3cr3t%')
+		+ (SELECT count(*) FROM deckhand.task WHERE payload::text LIKE '%s3cr3t%')`).Scan(&leaked); err != nil || leaked != 0 {
+		t.Errorf("%d rows hold the secret (%v)", leaked, err)
+	}
+}
+
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -289,4 +290,53 @@ func TestWorkerRunsAsDeckhandWorker(t *testing.T) {
 		t.Fatalf("job %s with %d done, want failed with 1 done: %s", job.State, job.TasksDone, explain(detail(t, e, id)))
 	}
 	testenv.Eventually(t, 10*time.Second, w.Leading, "the worker leads")
+}
+
+// Any role that may connect to the catalog's database may LISTEN there, deckhand user or not:
+// what deckhand notifies must not tell it which jobs exist, change state or are cancelled,
+// since the views tell each role only of the jobs it may act on. Waiting still wakes at once.
+func TestNotificationsNameNoJob(t *testing.T) {
+	e := testenv.New(t)
+	e.AddNode("n1", 4)
+	onlooker := e.Role("onlooker")
+	conn, err := pgx.Connect(ctx, e.RoleDSN(onlooker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, ch := range []string{catalog.ChannelJob, catalog.ChannelCancel, catalog.ChannelCleanup, catalog.ChannelRunnable} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Worker(engine.Config{})
+	long := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "long", Node: "n1", SQL: "SELECT pg_sleep(60)"}}})
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		d := detail(t, e, long)
+		return d.Tasks[0].State == deckhandtype.TaskRunning
+	}, "the task runs")
+	if _, err := e.Client.Cancel(ctx, long); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if job := e.Wait(long, 30*time.Second); job.State != deckhandtype.JobCancelled {
+		t.Fatalf("job %s", job.State)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("waiting for the cancelled job took %s", took)
+	}
+	ids := []string{strconv.FormatInt(long, 10)}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		for _, id := range ids {
+			if n.Payload == id || strings.HasPrefix(n.Payload, id+":") {
+				t.Errorf("a role with no access to job %s heard %s %q", id, n.Channel, n.Payload)
+			}
+		}
+	}
 }

@@ -65,7 +65,6 @@ type finished struct {
 }
 
 type runningTask struct {
-	jobID  int64
 	token  int64
 	cancel context.CancelCauseFunc
 }
@@ -260,7 +259,7 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 	// this deadline only catches what the server cannot see, like a stalled network.
 	ctx, cancelTimeout := context.WithTimeout(ctx, t.Timeout()+5*time.Second)
 	w.mu.Lock()
-	w.running[t.ID] = &runningTask{jobID: t.JobID, token: t.Token, cancel: cancel}
+	w.running[t.ID] = &runningTask{token: t.Token, cancel: cancel}
 	w.mu.Unlock()
 	w.tasksWG.Add(1)
 	go func() {
@@ -410,8 +409,8 @@ func (w *Worker) listen(ctx context.Context) {
 					w.Nudge()
 				}
 			case catalog.ChannelCancel:
-				jobID, _ := strconv.ParseInt(n.Payload, 10, 64)
-				if w.runsJob(jobID) {
+				// The payload names no job: anyone may listen. The catalog says which are ours.
+				if w.runsAny() {
 					w.cancelMarked(ctx)
 				}
 			}
@@ -419,15 +418,10 @@ func (w *Worker) listen(ctx context.Context) {
 	}
 }
 
-func (w *Worker) runsJob(jobID int64) bool {
+func (w *Worker) runsAny() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, rt := range w.running {
-		if rt.jobID == jobID {
-			return true
-		}
-	}
-	return false
+	return len(w.running) > 0
 }
 
 // cancelMarked cancels the worker's tasks that the catalog marks cancelling.

@@ -71,7 +71,7 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 	if _, err := conn.Exec(ctx, setLockTimeoutSQL, strconv.Itoa(int(lockTimeout.Milliseconds()))); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, "LOCK TABLE "+rel.Identifier().Sanitize()+" IN SHARE MODE"); err != nil {
+	if _, err := conn.Exec(ctx, "LOCK TABLE ONLY "+rel.Identifier().Sanitize()+" IN SHARE MODE"); err != nil {
 		return fmt.Errorf("lock %s to hold the consistency point: %w", e.Partition, err)
 	}
 	if _, err := conn.Exec(ctx, setLockTimeoutSQL, "0"); err != nil {

@@ -4,8 +4,8 @@
 // primary as the export's owner. It checks the partition and its columns, then takes the
 // consistency point and holds it for the export's whole duration:
 //
-//	BEGIN; LOCK TABLE partition IN SHARE MODE;   -- writers wait, readers do not
-//	SELECT pg_current_wal_insert_lsn();          -- every earlier commit is at or before it
+//	BEGIN; LOCK TABLE ONLY partition IN SHARE MODE;  -- writers wait, readers do not
+//	SELECT pg_current_wal_insert_lsn();               -- every earlier commit is at or before it
 //
 // No write to the partition can happen while the lock is held, so any member of the group
 // whose replay position has passed that LSN sees exactly the same rows. The coordinator splits

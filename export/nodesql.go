@@ -63,6 +63,30 @@ const pointSQL = `
 	           / pg_catalog.current_setting('block_size'::pg_catalog.text)::pg_catalog.int8
 	FROM p`
 
+// untrustedPolicySQL: row security of relation $1 applies to the session user, and the code its
+// policies run as the session user may be written by a role that is not a member of it: the
+// table's owner (who decides the policies), or the owner of a function, operator or relation a
+// policy names.
+const untrustedPolicySQL = `
+	SELECT pg_catalog.row_security_active($1::pg_catalog.oid::pg_catalog.regclass) AND (
+		NOT pg_catalog.pg_has_role(c.relowner, SESSION_USER, 'MEMBER'::pg_catalog.text)
+		OR EXISTS (
+			SELECT 1 FROM pg_catalog.pg_policy p
+			JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_policy'::pg_catalog.regclass
+			     AND d.objid OPERATOR(pg_catalog.=) p.oid
+			LEFT JOIN pg_catalog.pg_proc f ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+			     AND f.oid OPERATOR(pg_catalog.=) d.refobjid
+			LEFT JOIN pg_catalog.pg_operator o ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_operator'::pg_catalog.regclass
+			     AND o.oid OPERATOR(pg_catalog.=) d.refobjid
+			LEFT JOIN pg_catalog.pg_proc oc ON oc.oid OPERATOR(pg_catalog.=) o.oprcode
+			LEFT JOIN pg_catalog.pg_class r ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+			     AND r.oid OPERATOR(pg_catalog.=) d.refobjid
+			WHERE p.polrelid OPERATOR(pg_catalog.=) $1::pg_catalog.oid
+			  AND EXISTS (SELECT 1 FROM (VALUES (f.proowner), (o.oprowner), (oc.proowner), (r.relowner)) AS w(owner)
+			              WHERE w.owner IS NOT NULL
+			                AND NOT pg_catalog.pg_has_role(w.owner, SESSION_USER, 'MEMBER'::pg_catalog.text))))
+	FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) $1::pg_catalog.oid`
+
 const versionSQL = `SELECT pg_catalog.current_setting('server_version_num'::pg_catalog.text)::pg_catalog.int4`
 
 // lookupName resolves schema.name on the node; ok is false when no such relation exists.
@@ -148,8 +172,17 @@ func resolveRelation(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export
 			return rel, taskerr.Permanent(fmt.Errorf("%s is not a partition of %s", e.Partition, e.SourceTable))
 		}
 	}
+	// Before anything reads it, since planning may already call a policy's functions.
+	var untrusted bool
+	if err := conn.QueryRow(ctx, untrustedPolicySQL, rel.OID).Scan(&untrusted); err != nil {
+		return rel, err
+	}
+	if untrusted {
+		return rel, taskerr.Permanent(fmt.Errorf("row security of %s applies to the export's owner, and its policies are "+
+			"controlled by, or call code of, a role that is not a member of the owner: the export would run that code as the owner", e.Partition))
+	}
 	// PostgreSQL's own words when the owner may not read the partition.
-	if _, err := conn.Exec(ctx, "SELECT FROM "+rel.Identifier().Sanitize()+" LIMIT 0"); err != nil {
+	if _, err := conn.Exec(ctx, "SELECT FROM ONLY "+rel.Identifier().Sanitize()+" LIMIT 0"); err != nil {
 		return rel, taskerr.Permanent(err)
 	}
 	return rel, nil

@@ -109,7 +109,7 @@ func (x Part) read(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export, 
 	if err := sameRelation(ctx, conn, rel, node); err != nil {
 		return parquetcopy.Stats{}, err
 	}
-	if _, err := conn.Exec(ctx, "LOCK TABLE "+rel.Identifier().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
+	if _, err := conn.Exec(ctx, "LOCK TABLE ONLY "+rel.Identifier().Sanitize()+" IN ACCESS SHARE MODE"); err != nil {
 		return parquetcopy.Stats{}, err
 	}
 	if err := sameRelation(ctx, conn, rel, node); err != nil {

@@ -3,10 +3,13 @@ package export_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +23,8 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -411,6 +416,83 @@ func TestExportReadsTheRelationItChecks(t *testing.T) {
 	}
 }
 
+// A plain table's inheritance children are other relations, never checked, locked by OID
+// nor sized: the export of the table holds its own rows only, as every part reads ONLY it.
+func TestExportReadsNoInheritanceChild(t *testing.T) {
+	e, db := single(t)
+	e.Exec(db, `CREATE TABLE parent (id bigint NOT NULL); INSERT INTO parent SELECT g FROM generate_series(1, 100) g;
+		CREATE TABLE kid () INHERITS (parent); INSERT INTO kid SELECT g FROM generate_series(5001, 5003) g`)
+	e.Worker(engine.Config{Concurrency: 4})
+	dir := t.TempDir()
+	x, err := export.Start(ctx, e.Client, export.Request{Table: "parent", Group: "n1", To: "file://" + dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, e, x.JobID, deckhandtype.JobFinished)
+	var ids []int64
+	for _, f := range readManifest(t, dir).Files {
+		body, err := os.ReadFile(filepath.Join(dir, f.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := parquet.Read[idRow](strings.NewReader(string(body)), int64(len(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range got {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) != 100 || slices.Max(ids) != 100 {
+		t.Errorf("exported %d rows up to id %d, want parent's own 100", len(ids), slices.Max(ids))
+	}
+}
+
+// Row security applies to an export's owner that does not own the table: the table's owner
+// decides the policies, whose code runs as the export's owner. An owner that is not a member of
+// the export's owner (here bob, whose policy calls his function) is refused before anything is
+// read; a trusted owner's policy applies, and the export holds the rows it lets through.
+func TestExportRunsNoPolicyCodeOfAnotherRole(t *testing.T) {
+	e, db := single(t)
+	app, bob := e.Role("app"), e.Role("bob")
+	qa, qb := pgx.Identifier{app}.Sanitize(), pgx.Identifier{bob}.Sanitize()
+	e.Exec(db, `GRANT CREATE ON SCHEMA public TO `+qb)
+	e.Exec(db, `CREATE TABLE bobs (id bigint NOT NULL); INSERT INTO bobs SELECT g FROM generate_series(1, 100) g;
+		ALTER TABLE bobs OWNER TO `+qb+`;
+		CREATE TABLE mine (id bigint NOT NULL); INSERT INTO mine SELECT g FROM generate_series(1, 100) g;
+		ALTER TABLE mine ENABLE ROW LEVEL SECURITY; CREATE POLICY small ON mine USING (id <= 10);
+		GRANT SELECT, UPDATE ON mine TO `+qa)
+	bobConn := pgtest.Connect(t, e.Cluster.DSN(db, bob))
+	if _, err := bobConn.Exec(ctx, `
+		CREATE FUNCTION public.visible(bigint) RETURNS boolean LANGUAGE plpgsql AS $f$
+		BEGIN RAISE EXCEPTION 'bob''s policy code ran as %', current_user; END $f$;
+		ALTER TABLE bobs ENABLE ROW LEVEL SECURITY;
+		CREATE POLICY everything ON bobs USING (public.visible(id));
+		GRANT SELECT, UPDATE ON bobs TO `+qa); err != nil {
+		t.Fatal(err)
+	}
+	e.Worker(engine.Config{Concurrency: 4})
+
+	x, err := export.Start(ctx, e.Client, export.Request{Table: "bobs", Group: "n1", Owner: app, To: "file://" + t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, e, x.JobID, deckhandtype.JobFailed)
+	if msg := jobErrors(t, e, x.JobID); !strings.Contains(msg, "row security") || strings.Contains(msg, "policy code ran") {
+		t.Errorf("error %q, want the export refused for bob's row security before any of it ran", msg)
+	}
+
+	dir := t.TempDir()
+	x, err = export.Start(ctx, e.Client, export.Request{Table: "mine", Group: "n1", Owner: app, To: "file://" + dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, e, x.JobID, deckhandtype.JobFinished)
+	if m := readManifest(t, dir); m.TotalRows != 10 {
+		t.Errorf("exported %d rows of mine, want the 10 its policy lets %s see", m.TotalRows, app)
+	}
+}
+
 // The owner's own functions and operators, placed before pg_catalog in its search_path, never
 // answer for pg_catalog's in what the export sends in the owner's session: each raises.
 func TestExportIgnoresTheOwnersFunctions(t *testing.T) {
@@ -452,5 +534,95 @@ func TestExportIgnoresTheOwnersFunctions(t *testing.T) {
 	}
 	if m := readManifest(t, dir); m.TotalRows != 2000 || len(m.Files) < 2 {
 		t.Errorf("exported %d rows in %d files, want the table's 2000 in several", m.TotalRows, len(m.Files))
+	}
+}
+
+// The cleanup record of an export's files addresses the export's own directory, however its
+// name is spelled: a directory named "exp#1" (or "exp?1", "50%") is not its prefix "exp", whose
+// export-<id>/ the cleaner would otherwise empty while leaving the export's own files behind.
+func TestCancelledExportIsRemovedFromItsOwnDirectory(t *testing.T) {
+	e, _ := single(t)
+	// One slot, which the coordinator takes: no part runs until the export is cancelled.
+	e.Worker(engine.Config{Concurrency: 1})
+	base := t.TempDir()
+	for i, c := range []struct{ name, cut string }{{"exp#1", "exp"}, {"exp?1", "exp"}, {"50%", "50"}} {
+		dir := filepath.Join(base, c.name)
+		got, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: (&url.URL{Scheme: "file", Path: dir}).String(), PartSize: 8192})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := fmt.Sprintf("export-%d", got.ID)
+		ours := filepath.Join(dir, prefix, "epoch-1", "part-00000.parquet")
+		other := filepath.Join(base, c.cut, prefix, "keep")
+		for _, f := range []string{ours, other} {
+			if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			x, err := e.Client.Export(ctx, got.ID)
+			return err == nil && x.PartsTotal > 0
+		}, "the export is planned, its files registered for removal")
+		if _, err := e.Client.Cancel(ctx, got.JobID); err != nil {
+			t.Fatal(err)
+		}
+		waitJob(t, e, got.JobID, deckhandtype.JobCancelled)
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			_, err := os.Stat(ours)
+			return errors.Is(err, os.ErrNotExist)
+		}, fmt.Sprintf("export %d (#%d) to %q has its files removed", got.ID, i, c.name))
+		if _, err := os.Stat(other); err != nil {
+			t.Errorf("%s, outside the export's directory, was removed: %v", other, err)
+		}
+	}
+}
+
+// An export's coordinator holds a session on the primary while its parts run, and takes none
+// of the node's max_tasks slots, or its parts could never run. Yet exports must not make the
+// node hold a session each: at most max_tasks coordinators run on a node at once, the rest
+// wait their turn. Here they all wait for a lock someone holds on the table.
+func TestExportCoordinatorsAreBoundedPerNode(t *testing.T) {
+	e, db := single(t)
+	holder := pgtest.Connect(t, e.Cluster.DSN(db, pgcluster.Superuser))
+	if _, err := holder.Exec(ctx, `BEGIN; LOCK TABLE facts IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	e.Worker(engine.Config{Concurrency: 20})
+	base := t.TempDir()
+	var jobs []int64
+	t.Cleanup(func() {
+		for _, id := range jobs {
+			e.Client.Cancel(context.Background(), id) //nolint:errcheck
+		}
+	})
+	for i := range 8 {
+		x, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: "file://" + filepath.Join(base, strconv.Itoa(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, x.JobID)
+	}
+	catalogPool, nodePool := e.Pool(e.DB), e.Pool(db)
+	running := func() int {
+		var n int
+		if err := catalogPool.QueryRow(ctx, `SELECT count(*) FROM deckhand.task WHERE kind = 'export' AND state = 'running'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return running() >= 4 }, "coordinators run")
+	time.Sleep(time.Second) // time for more claims, should any be wrongly allowed
+	if n := running(); n > 4 {
+		t.Errorf("%d coordinators run on node n1, whose max_tasks is 4", n)
+	}
+	var sessions int
+	if err := nodePool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'deckhand task %'`).Scan(&sessions); err != nil {
+		t.Fatal(err)
+	}
+	if sessions > 4 {
+		t.Errorf("the node holds %d sessions of coordinators, want at most 4", sessions)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path"
 	"strings"
@@ -119,7 +120,8 @@ func BucketAndPrefix(destination string) (bucketURL, keyPrefix string, err error
 		return "", "", err
 	}
 	if u.Scheme == "file" {
-		return "file://" + u.Path, "", nil
+		// Escaped, as the normal form is: a directory named "exp#1" is not "exp".
+		return (&url.URL{Scheme: "file", Path: u.Path}).String(), "", nil
 	}
 	prefix := strings.TrimPrefix(u.Path, "/")
 	b := *u

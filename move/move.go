@@ -59,7 +59,9 @@ type MovePayload struct {
 // go on) and the target caught up — records success: the operation's final transaction is the
 // switch. The source table is then dropped as a deferred drop, once no query uses it, and
 // the replication scaffolding is removed. The table must have a primary key; columns, NOT
-// NULL and the primary key are copied, other indexes, defaults and constraints are not.
+// NULL and the primary key are copied, other indexes, defaults and constraints are not. A table
+// whose column types have constraints that run code of a role other than the owner's members
+// is refused: copying and applying rows runs it as the owner.
 // Applications must write to the target after the switch: writes to the source from then on
 // are not copied. On PostgreSQL 15 and older only superusers may own subscriptions, so the
 // owner must be a superuser there; it needs REPLICATION on the source in any case.
@@ -227,6 +229,9 @@ func (m MoveTable) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err er
 	if err := step(StepCreateTable, m.createTable(ctx, op, dstConn, p.To, def)); err != nil {
 		return err
 	}
+	if err := step(StepCreateTable, checkColumnTypes(ctx, dstConn, def)); err != nil {
+		return err
+	}
 	if err := step(StepCreatePublication, createIn(ctx, op, srcConn, cleanup.Publication(source, name),
 		"CREATE PUBLICATION "+pgx.Identifier{name}.Sanitize()+" FOR TABLE "+def.ident())); err != nil {
 		return err
@@ -328,6 +333,51 @@ func (m MoveTable) createTable(ctx context.Context, op *cleanup.Operation, conn 
 			return taskerr.Permanent(err)
 		}
 		return err
+	}
+	return nil
+}
+
+// untrustedTypesSQL lists the domains among the column types of table $1, at any depth (a
+// domain's base type, an array's element, a composite's or a range's parts), whose CHECK
+// constraints could run code of a role that is not a member of the session user: a domain or
+// a function or operator it calls that such a role owns (and so may change). Copying rows into
+// the table, and applying changes to it, evaluates those constraints as the session user.
+const untrustedTypesSQL = `
+	WITH RECURSIVE types(oid) AS (
+		SELECT a.atttypid FROM pg_catalog.pg_attribute a
+		WHERE a.attrelid = $1::pg_catalog.text::pg_catalog.regclass AND a.attnum > 0 AND NOT a.attisdropped
+		UNION
+		SELECT p.part FROM types t JOIN pg_catalog.pg_type y ON y.oid = t.oid
+		CROSS JOIN LATERAL (
+			SELECT y.typbasetype UNION ALL SELECT y.typelem
+			UNION ALL SELECT a.atttypid FROM pg_catalog.pg_attribute a WHERE a.attrelid = y.typrelid AND a.attnum > 0
+			UNION ALL SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = y.oid) p(part)
+		WHERE p.part <> 0
+	)
+	SELECT pg_catalog.format_type(y.oid, NULL) FROM types t JOIN pg_catalog.pg_type y ON y.oid = t.oid
+	WHERE y.typtype = 'd' AND (NOT pg_catalog.pg_has_role(y.typowner, SESSION_USER, 'MEMBER'::pg_catalog.text) OR EXISTS (
+		SELECT 1 FROM pg_catalog.pg_constraint c
+		JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass AND d.objid = c.oid
+		LEFT JOIN pg_catalog.pg_operator o ON d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = d.refobjid
+		JOIN pg_catalog.pg_proc f ON (d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND f.oid = d.refobjid) OR f.oid = o.oprcode
+		WHERE c.contypid = y.oid
+		  AND NOT (pg_catalog.pg_has_role(f.proowner, SESSION_USER, 'MEMBER'::pg_catalog.text)
+		           AND pg_catalog.pg_has_role(coalesce(o.oprowner, f.proowner), SESSION_USER, 'MEMBER'::pg_catalog.text))))
+	ORDER BY 1`
+
+// checkColumnTypes refuses a target table whose column types would run, while rows are copied
+// in and changes applied, code that a role other than the owner's members may write: the move
+// runs as the owner (a superuser on PostgreSQL 15 and older), and that code would run so too.
+// It runs on the target, where the table's types are the ones its rows go through.
+func checkColumnTypes(ctx context.Context, conn *pgx.Conn, def tableDef) error {
+	rows, _ := conn.Query(ctx, untrustedTypesSQL, def.ident())
+	types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if len(types) > 0 {
+		return taskerr.Permanent(fmt.Errorf("table %s has columns of type %s, whose constraints run code of a role "+
+			"that is not a member of the task's owner: the move would run it as the owner", def.ident(), strings.Join(types, ", ")))
 	}
 	return nil
 }

@@ -286,7 +286,7 @@ func specsOf(cols []Column) ([]spec, error) {
 	return specs, nil
 }
 
-// CopySQL builds `COPY (SELECT cols FROM table WHERE ctid >= '(startPage,0)' AND ctid <
+// CopySQL builds `COPY (SELECT cols FROM ONLY table WHERE ctid >= '(startPage,0)' AND ctid <
 // '(endPage,0)') TO STDOUT (FORMAT binary)`, naming pg_catalog's operators and type, since it
 // runs in the owner's session. endPage < 0 leaves the range open-ended, and startPage 0 with
 // endPage < 0 copies the whole table.
@@ -299,7 +299,9 @@ func CopySQL(table pgx.Identifier, cols []Column, startPage, endPage int64) stri
 		}
 		b.WriteString(pgx.Identifier{c.Name}.Sanitize())
 	}
-	b.WriteString(" FROM ")
+	// ONLY: a plain table's inheritance children are other relations, which the caller neither
+	// checked nor sized.
+	b.WriteString(" FROM ONLY ")
 	b.WriteString(table.Sanitize())
 	var conds []string
 	if startPage > 0 {

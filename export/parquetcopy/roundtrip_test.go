@@ -639,10 +639,10 @@ func TestCopySQL(t *testing.T) {
 		start, end int64
 		want       string
 	}{
-		{0, -1, `COPY (SELECT "a", "we""ird" FROM "s"."t") TO STDOUT (FORMAT binary)`},
-		{0, 10, `COPY (SELECT "a", "we""ird" FROM "s"."t" WHERE ctid OPERATOR(pg_catalog.<) '(10,0)'::pg_catalog.tid) TO STDOUT (FORMAT binary)`},
-		{10, 20, `COPY (SELECT "a", "we""ird" FROM "s"."t" WHERE ctid OPERATOR(pg_catalog.>=) '(10,0)'::pg_catalog.tid AND ctid OPERATOR(pg_catalog.<) '(20,0)'::pg_catalog.tid) TO STDOUT (FORMAT binary)`},
-		{20, -1, `COPY (SELECT "a", "we""ird" FROM "s"."t" WHERE ctid OPERATOR(pg_catalog.>=) '(20,0)'::pg_catalog.tid) TO STDOUT (FORMAT binary)`},
+		{0, -1, `COPY (SELECT "a", "we""ird" FROM ONLY "s"."t") TO STDOUT (FORMAT binary)`},
+		{0, 10, `COPY (SELECT "a", "we""ird" FROM ONLY "s"."t" WHERE ctid OPERATOR(pg_catalog.<) '(10,0)'::pg_catalog.tid) TO STDOUT (FORMAT binary)`},
+		{10, 20, `COPY (SELECT "a", "we""ird" FROM ONLY "s"."t" WHERE ctid OPERATOR(pg_catalog.>=) '(10,0)'::pg_catalog.tid AND ctid OPERATOR(pg_catalog.<) '(20,0)'::pg_catalog.tid) TO STDOUT (FORMAT binary)`},
+		{20, -1, `COPY (SELECT "a", "we""ird" FROM ONLY "s"."t" WHERE ctid OPERATOR(pg_catalog.>=) '(20,0)'::pg_catalog.tid) TO STDOUT (FORMAT binary)`},
 	} {
 		if got := parquetcopy.CopySQL(id, cols, tc.start, tc.end); got != tc.want {
 			t.Errorf("CopySQL(%d, %d) = %s", tc.start, tc.end, got)

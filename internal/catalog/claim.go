@@ -118,9 +118,13 @@ func claimQuery(groups bool) string {
 
 const claimHead = `
 WITH cap AS (
-	-- An export's coordinator only holds a lock while its parts work: it takes no slot.
+	-- An export's coordinator only holds a lock while its parts work: it takes no slot, or its
+	-- parts could never run. Coordinators have slots of their own, as many as the node's, so
+	-- that exports cannot make the node hold a session each.
 	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export'), 0) AS free
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export'), 0) AS free,
+		greatest(c.cap - (SELECT count(*) FROM deckhand.task t
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind = 'export'), 0) AS coordinators
 	FROM unnest(@nodes::text[], @caps::int[]) AS c(node, cap)
 ), budget AS (
 	SELECT CASE WHEN @global_cap::int > 0
@@ -130,11 +134,21 @@ WITH cap AS (
 	SELECT id FROM deckhand.task
 	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce(@now, now())
 	ORDER BY id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
-), on_nodes AS (
+), node_tasks AS (
 	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
 		SELECT t.id FROM deckhand.task t
 		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
+		  AND t.kind <> 'export'
 		ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
+), node_coordinators AS (
+	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
+		SELECT t.id FROM deckhand.task t
+		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
+		  AND t.kind = 'export'
+		ORDER BY t.id LIMIT cap.coordinators FOR UPDATE SKIP LOCKED) p
+), on_nodes AS (
+	SELECT id, node, false AS coordinator FROM node_tasks
+	UNION ALL SELECT id, node, true FROM node_coordinators
 `
 
 const claimGroups = `), group_tasks AS (
@@ -146,7 +160,7 @@ const claimGroups = `), group_tasks AS (
 ), group_slots AS (
 	SELECT n.name AS node, n.node_group, row_number() OVER (PARTITION BY n.node_group ORDER BY s, n.name) AS rn
 	FROM cap JOIN deckhand.node n ON n.name = cap.node
-	CROSS JOIN LATERAL generate_series(1, cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node)) s
+	CROSS JOIN LATERAL generate_series(1, cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node AND NOT o.coordinator)) s
 	WHERE n.role = 'primary'
 	   OR n.replay_lsn >= (SELECT max(g.min_lsn) FROM group_tasks g WHERE g.node_group = n.node_group)
 ), in_groups AS (

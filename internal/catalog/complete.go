@@ -99,7 +99,7 @@ func completeArgs(results []Result) (pgx.StrictNamedArgs, error) {
 			finished[i] = &r.FinishedAt
 		}
 		if r.Err != nil {
-			b, err := json.Marshal(r.Err)
+			b, err := json.Marshal(clipped(r.Err))
 			if err != nil {
 				return nil, err
 			}

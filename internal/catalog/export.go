@@ -229,7 +229,7 @@ func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 			return err
 		}
 		if cancelled > 0 || len(tasks) > 0 {
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2::text)`, ChannelCancel, fmt.Sprint(jobID))
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelCancel)
 		}
 		return err
 	})
@@ -354,7 +354,7 @@ func (c *Catalog) CommitExport(ctx context.Context, exportID int64, epoch int, t
 // that looks like a secret redacted.
 func (c *Catalog) FailExport(ctx context.Context, exportID int64, reason string) error {
 	_, err := c.Pool.Exec(ctx, `UPDATE deckhand.export SET error = deckhand.redact($2), finished_at = coalesce($3, now()) WHERE id = $1`,
-		exportID, reason, c.now())
+		exportID, ClipText(reason), c.now())
 	return err
 }
 

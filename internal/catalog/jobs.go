@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
@@ -35,6 +36,32 @@ type NewTask struct {
 	MaxAttempts   int
 	Timeout       time.Duration
 	DependsOn     []string
+}
+
+// MaxErrorText bounds each field of an error the catalog keeps. A task chooses the size of its
+// own error (RAISE with a string of hundreds of megabytes): jsonb cannot hold a string beyond
+// 256 MB, and a worker whose results the catalog refuses retries them for ever, holding back
+// every other result it has.
+const MaxErrorText = 16 << 10
+
+// clipped is e with each field cut to MaxErrorText bytes, on a character boundary.
+func clipped(e *deckhandtype.TaskError) *deckhandtype.TaskError {
+	if e == nil {
+		return nil
+	}
+	return &deckhandtype.TaskError{SQLState: ClipText(e.SQLState), Message: ClipText(e.Message), Detail: ClipText(e.Detail), Hint: ClipText(e.Hint)}
+}
+
+// ClipText cuts s to MaxErrorText bytes, on a character boundary, saying how much was left out.
+func ClipText(s string) string {
+	if len(s) <= MaxErrorText {
+		return s
+	}
+	cut := MaxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes)", s[:cut], len(s)-cut)
 }
 
 // InsertJob submits a job through deckhand.submit_job, as the catalog session's user, who
@@ -198,6 +225,20 @@ func nonEmpty(s string) *string {
 
 const jobColumns = `id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
 	tasks_cancelled, tasks_unscheduled, tasks_pending, created_at, started_at, finished_at, cancel_requested_at`
+
+// JobNotifyKey is the key by which the job's state changes are notified on ChannelJob
+// ("<key>:<state>"): a job may be waited for only by those who may see it.
+func (c *Catalog) JobNotifyKey(ctx context.Context, id int64) (string, error) {
+	var key string
+	err := c.Pool.QueryRow(ctx, `SELECT notify_key::text FROM deckhand.jobs WHERE id = $1`, id).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("job %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read job %d: %w", id, err)
+	}
+	return key, nil
+}
 
 // Job reads one job.
 func (c *Catalog) Job(ctx context.Context, id int64) (deckhandtype.Job, error) {

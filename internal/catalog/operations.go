@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -125,7 +124,7 @@ func (c *Catalog) FinishOperation(ctx context.Context, opID int64, succeeded boo
 		if err := tx.QueryRow(ctx, resolveSQL, c.now(), []int64{opID}).Scan(&due); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelCleanup, strconv.FormatInt(opID, 10))
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelCleanup)
 		return err
 	})
 	if err != nil {

@@ -181,10 +181,12 @@ func Allowed[S ~string](machine []Transition[S], from, to S) bool {
 	return false
 }
 
-// Notification channels.
+// Notification channels. Any role that may connect to the catalog's database may listen:
+// payloads name no job (a job is named by its notify_key, which deckhand.jobs shows only to
+// those who may see it).
 const (
 	ChannelRunnable = "deckhand_runnable" // new runnable tasks exist; payload: the id of the worker whose results released them, if any
-	ChannelCancel   = "deckhand_cancel"   // payload: job id whose running tasks must stop
-	ChannelJob      = "deckhand_job"      // payload: "<job id>:<state>" on every job state change
-	ChannelCleanup  = "deckhand_cleanup"  // cleanup records became due; payload: the operation id, or empty
+	ChannelCancel   = "deckhand_cancel"   // some job's running tasks must stop: workers look for theirs; payload empty
+	ChannelJob      = "deckhand_job"      // payload: "<job notify_key>:<state>" on every job state change
+	ChannelCleanup  = "deckhand_cleanup"  // cleanup records became due; payload empty
 )

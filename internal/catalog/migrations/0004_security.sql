@@ -42,6 +42,32 @@ UPDATE deckhand.job j SET owners = ARRAY(SELECT DISTINCT t.owner FROM deckhand.t
 ALTER TABLE deckhand.operation ADD COLUMN submitted_by text;
 UPDATE deckhand.operation o SET submitted_by = j.submitted_by FROM deckhand.job j WHERE j.id = o.job_id;
 
+-- Anyone who may connect to the catalog's database may LISTEN there: a job's notifications
+-- name it by a key of its own, which only those who may see the job read (deckhand.jobs), and
+-- cancellations name no job at all.
+ALTER TABLE deckhand.job ADD COLUMN notify_key uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid();
+CREATE OR REPLACE FUNCTION deckhand.derive_job_state() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    ended int := NEW.tasks_done + NEW.tasks_failed + NEW.tasks_cancelled + NEW.tasks_unscheduled;
+BEGIN
+    IF ended >= NEW.tasks_total THEN
+        NEW.state := CASE WHEN NEW.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                          WHEN NEW.tasks_failed + NEW.tasks_unscheduled > 0 THEN 'failed'
+                          ELSE 'finished' END;
+        NEW.finished_at := coalesce(NEW.finished_at, now());
+    ELSE
+        NEW.state := CASE WHEN NEW.cancel_requested_at IS NOT NULL THEN 'cancelling'
+                          WHEN NEW.tasks_failed > 0 THEN 'failing'
+                          WHEN NEW.started_at IS NOT NULL THEN 'running'
+                          ELSE 'scheduled' END;
+        NEW.finished_at := NULL;
+    END IF;
+    IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state THEN
+        PERFORM pg_notify('deckhand_job', NEW.notify_key || ':' || NEW.state);
+    END IF;
+    RETURN NEW;
+END $$;
+
 CREATE FUNCTION deckhand.refuse_identity_change() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -95,6 +121,17 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT submitted_by = session_user
         OR deckhand.sees_all()
         OR (cardinality(owners) > 0 AND NOT EXISTS (SELECT 1 FROM unnest(owners) o WHERE NOT deckhand.member_of(o)))
+$$;
+
+-- conninfo_has_secret: dsn, a conninfo in either form, looks as if it holds a password. The
+-- client parses conninfo fully (internal/conninfo); this is the catalog's own, broader check,
+-- for what reaches it through psql. In keyword/value form a keyword follows white space, or
+-- directly the quote that closes the value before it (dbname='shop'password=...).
+CREATE FUNCTION deckhand.conninfo_has_secret(dsn text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT lower(dsn) ~ '(^|[\s?&''])(ssl)?password\s*='
+        OR dsn ~ '^[A-Za-z][A-Za-z0-9+.-]*://[^/@?#]*:[^/@?#]*@'
+        OR dsn ~ '[?&][^=&#]*%[^=&#]*='
 $$;
 
 -- redact hides password=... style secrets and URL passwords in text that is stored and shown
@@ -225,6 +262,8 @@ BEGIN
             WHEN k.kind = 'sql' AND btrim(coalesce(e.t ->> 'sql', '')) = '' THEN format('task %L: sql is empty', e.t ->> 'name')
             WHEN k.kind <> 'sql' AND coalesce(e.t ->> 'sql', '') <> '' THEN format('task %L: kind %s does not take sql', e.t ->> 'name', k.kind)
             WHEN k.kind IN ('sql', 'noop') AND jsonb_typeof(e.t -> 'payload') NOT IN ('null') THEN format('task %L: kind %s does not take a payload', e.t ->> 'name', k.kind)
+            WHEN k.kind = 'move_table' AND deckhand.conninfo_has_secret(e.t -> 'payload' ->> 'source_conninfo')
+                THEN format('task %L: source_conninfo must not contain a password; use pgpass or certificates on the nodes', e.t ->> 'name')
             WHEN tk.needs_node AND coalesce(e.t ->> 'node', '') = '' THEN format('task %L: node is required for kind %s', e.t ->> 'name', k.kind)
             WHEN coalesce(e.t ->> 'node', '') <> '' AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.name = e.t ->> 'node')
                 THEN format('task %L: unknown node %L (see `deckhand node list`)', e.t ->> 'name', e.t ->> 'node')
@@ -363,7 +402,7 @@ BEGIN
         SELECT state INTO new_state FROM deckhand.job WHERE id = job;
         RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state', MESSAGE = format('job %s has ended: it is already %s', job, new_state);
     END IF;
-    PERFORM pg_notify('deckhand_cancel', job::text);
+    PERFORM pg_notify('deckhand_cancel', '');
     RETURN new_state;
 END $$;
 
@@ -461,8 +500,7 @@ BEGIN
         PERFORM deckhand.input_error(format('node %s: conninfo is empty', name));
     END IF;
     -- The client parses conninfo fully; this refuses anything that even looks like a secret.
-    IF lower(dsn) ~ '(^|[\s?&])(ssl)?password\s*=' OR dsn ~ '^[A-Za-z][A-Za-z0-9+.-]*://[^/@?#]*:[^/@?#]*@'
-       OR dsn ~ '[?&][^=&#]*%[^=&#]*=' THEN
+    IF deckhand.conninfo_has_secret(dsn) THEN
         PERFORM deckhand.input_error(format('node %s: conninfo must not contain a password; use pgpass or certificates on the workers', name));
     END IF;
     INSERT INTO deckhand.node AS n (name, dsn, node_group, max_tasks)
@@ -590,7 +628,8 @@ CREATE OR REPLACE VIEW deckhand.jobs WITH (security_barrier) AS
     SELECT id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
            tasks_cancelled, tasks_unscheduled,
            tasks_total - tasks_done - tasks_failed - tasks_cancelled - tasks_unscheduled AS tasks_pending,
-           created_at, started_at, finished_at, finished_at - created_at AS duration, cancel_requested_at
+           created_at, started_at, finished_at, finished_at - created_at AS duration, cancel_requested_at,
+           notify_key
     FROM deckhand.job
     WHERE (SELECT deckhand.sees_all()) OR deckhand.may_act_on(submitted_by, owners);
 

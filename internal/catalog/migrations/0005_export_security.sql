@@ -13,6 +13,11 @@ ALTER TABLE deckhand.export
     ADD COLUMN relation_schema text,
     ADD COLUMN relation_name text;
 
+-- Export coordinators have slots of their own on their node (see the claim): runnable ones
+-- are found without walking the node's other runnable tasks.
+CREATE INDEX task_runnable_export_idx ON deckhand.task (node, id)
+    WHERE state = 'runnable' AND node_group IS NULL AND kind = 'export';
+
 -- export_destination_problem: why dest is not a destination in normal form, or NULL if it is.
 -- Its messages never quote dest, which may hold a secret.
 CREATE FUNCTION deckhand.export_destination_problem(dest text) RETURNS text

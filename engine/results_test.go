@@ -1,0 +1,43 @@
+package engine_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+// A task chooses the size of its own error: RAISE with a string of hundreds of megabytes. The
+// catalog cannot keep such a string in jsonb, and a worker that retried that result for ever
+// would hold back every other result it has, other users' included. The error is kept clipped,
+// and the worker goes on.
+func TestHugeErrorIsClippedAndTheWorkerGoesOn(t *testing.T) {
+	e := testenv.New(t)
+	e.AddNode("n1", 4)
+	e.Worker(engine.Config{Concurrency: 2})
+	huge := submit(t, e, &spec.Job{
+		// Keeps the message out of the shared test cluster's log.
+		Settings: map[string]string{"log_min_messages": "panic", "log_min_error_statement": "panic"},
+		Tasks: []spec.Task{{Name: "huge", Node: "n1", MaxAttempts: 1,
+			SQL: `DO $$BEGIN RAISE EXCEPTION '%', repeat('x', 270000000); END$$`}}})
+	if job := e.Wait(huge, 90*time.Second); job.State != deckhandtype.JobFailed {
+		t.Fatalf("job %s: %s", job.State, explain(detail(t, e, huge)))
+	}
+	d := detail(t, e, huge)
+	msg := d.Tasks[0].LastError
+	if msg == nil || !strings.HasPrefix(msg.Message, "xxxx") || len(msg.Message) > 64<<10 {
+		n := -1
+		if msg != nil {
+			n = len(msg.Message)
+		}
+		t.Errorf("task error of %d bytes: want the message clipped", n)
+	}
+	next := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "next", Node: "n1", SQL: "SELECT 1"}}})
+	if job := e.Wait(next, 30*time.Second); job.State != deckhandtype.JobFinished {
+		t.Fatalf("next job %s: %s", job.State, explain(detail(t, e, next)))
+	}
+}
