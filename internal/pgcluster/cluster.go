@@ -465,6 +465,14 @@ func (c *Cluster) shutdownLocked() error {
 	}
 }
 
+// Shutdown stops the server as Stop does (fast shutdown) but keeps its files: Restart starts it
+// again, on the same port, as an operator's restart in two steps would.
+func (c *Cluster) Shutdown() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.shutdownLocked()
+}
+
 // Kill crashes the server: SIGKILL to the postmaster and all its children at once, as a crash
 // of the machine would. The files stay, so Restart goes through crash recovery. Without
 // Options.Durable, commits from the last moments before the kill may be lost, as

@@ -137,6 +137,26 @@ func TestKillRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Shutdown stops the server and keeps its files; Restart starts it again.
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Running() {
+		t.Fatal("still running after Shutdown")
+	}
+	if err := c.Exec(ctx, "postgres", "SELECT 1"); err == nil {
+		t.Fatal("a query succeeded after Shutdown")
+	}
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Exec(ctx, "postgres", "SELECT v FROM t"); err != nil {
+		t.Fatalf("after Shutdown and Restart: %v", err)
+	}
+	if strings.Count(c.LogTail(400), "not properly shut down") != 1 {
+		t.Errorf("Shutdown was not a clean stop:\n%s", c.LogTail(20))
+	}
+
 	dir := c.Dir
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)

@@ -28,13 +28,16 @@ import (
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
-// Env is one test's catalog on the shared cluster.
+// Env is one test's catalog, on the shared cluster unless made by NewRestartable.
 type Env struct {
-	T       testing.TB
+	T testing.TB
+	// Cluster is the shared cluster: the nodes' databases and the roles are there.
 	Cluster *pgcluster.Cluster
-	DB      string // catalog database
-	DSN     string // catalog conninfo (as the superuser)
-	Client  *engine.Client
+	// CatalogCluster holds the catalog database: Cluster, or the test's own (NewRestartable).
+	CatalogCluster *pgcluster.Cluster
+	DB             string // catalog database
+	DSN            string // catalog conninfo (as the superuser)
+	Client         *engine.Client
 	// Features are the feature packages the env's clients submit to and its workers run.
 	Features []engine.Feature
 }
@@ -42,9 +45,26 @@ type Env struct {
 // New creates a catalog database, migrates it and opens a client on it that knows features.
 func New(t testing.TB, features ...engine.Feature) *Env {
 	t.Helper()
-	cl := pgtest.Shared(t)
-	db := pgtest.NewDatabase(t)
-	e := &Env{T: t, Cluster: cl, DB: db, DSN: cl.DSN(db, "postgres"), Features: features}
+	return newEnv(t, pgtest.Shared(t), pgtest.NewDatabase(t), features)
+}
+
+// NewRestartable is New with the catalog in a cluster of the test's own, made with opts
+// (e.CatalogCluster), which the test may stop, kill and restart; the nodes stay on the shared
+// cluster. Its catalog knows the superuser only: Role and Submitter make roles on the shared
+// cluster.
+func NewRestartable(t testing.TB, opts pgcluster.Options, features ...engine.Feature) *Env {
+	t.Helper()
+	c := pgtest.New(t, opts)
+	if err := c.CreateDatabase(context.Background(), "catalog"); err != nil {
+		t.Fatal(err)
+	}
+	return newEnv(t, c, "catalog", features)
+}
+
+func newEnv(t testing.TB, catalogCluster *pgcluster.Cluster, db string, features []engine.Feature) *Env {
+	t.Helper()
+	e := &Env{T: t, Cluster: pgtest.Shared(t), CatalogCluster: catalogCluster, DB: db,
+		DSN: catalogCluster.DSN(db, pgcluster.Superuser), Features: features}
 	cat, err := catalog.Open(context.Background(), e.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -73,10 +93,18 @@ func (e *Env) AddNode(name string, maxTasks int) string {
 	return db
 }
 
-// Exec runs SQL as the superuser in database db.
+// Exec runs SQL as the superuser in database db (the catalog's, or a node's).
 func (e *Env) Exec(db, sql string, args ...any) {
 	e.T.Helper()
-	mustExec(e.T, e.Cluster, db, sql, args...)
+	mustExec(e.T, e.clusterOf(db), db, sql, args...)
+}
+
+// clusterOf is the cluster that holds database db.
+func (e *Env) clusterOf(db string) *pgcluster.Cluster {
+	if db == e.DB {
+		return e.CatalogCluster
+	}
+	return e.Cluster
 }
 
 // mustExec runs SQL as the superuser in database db of c and fails the test if it fails.
@@ -90,7 +118,7 @@ func mustExec(t testing.TB, c *pgcluster.Cluster, db, sql string, args ...any) {
 // Pool opens a pool on database db as the superuser, closed at cleanup.
 func (e *Env) Pool(db string) *pgxpool.Pool {
 	e.T.Helper()
-	p, err := pgxpool.New(context.Background(), e.Cluster.DSN(db, "postgres"))
+	p, err := pgxpool.New(context.Background(), e.clusterOf(db).DSN(db, "postgres"))
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -116,7 +144,7 @@ func (e *Env) Role(prefix string) string {
 }
 
 // RoleDSN is the catalog's conninfo for logging in as role (its password comes from pgpass).
-func (e *Env) RoleDSN(role string) string { return e.Cluster.DSN(e.DB, role) }
+func (e *Env) RoleDSN(role string) string { return e.CatalogCluster.DSN(e.DB, role) }
 
 // Submitter creates a role that holds deckhand_submitter and, on the cluster, membership in
 // each role of memberOf; it returns the role and a client connected to the catalog as it.
@@ -239,17 +267,49 @@ func Binary(t testing.TB) string {
 type Process struct {
 	Cmd    *exec.Cmd
 	output *Buffer
+
+	waitOnce sync.Once
+	exited   chan struct{} // closed once the process has exited, after waiter started
 }
 
 // Output is what the process printed so far.
 func (p *Process) Output() string { return p.output.String() }
 
+// waiter starts waiting for the process, once, and returns the channel closed on its exit.
+// Callers that call Cmd.Wait themselves must not use it.
+func (p *Process) waiter() <-chan struct{} {
+	p.waitOnce.Do(func() {
+		p.exited = make(chan struct{})
+		go func() { _ = p.Cmd.Wait(); close(p.exited) }()
+	})
+	return p.exited
+}
+
+// Exit waits up to d for the process to exit and returns its exit code (-1 if a signal ended
+// it); ok is false if it was still running after d.
+func (p *Process) Exit(d time.Duration) (code int, ok bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.waiter():
+		return p.Cmd.ProcessState.ExitCode(), true
+	case <-t.C:
+		return 0, false
+	}
+}
+
 // Serve starts `deckhand serve` against the env's catalog as a separate process, killed at cleanup.
 func (e *Env) Serve(args ...string) *Process {
 	e.T.Helper()
+	return e.Start(append([]string{"serve", "--log-level", "debug"}, args...)...)
+}
+
+// Start runs `deckhand --catalog DSN args...` against the env's catalog as a separate
+// process, killed at cleanup.
+func (e *Env) Start(args ...string) *Process {
+	e.T.Helper()
 	bin := Binary(e.T)
-	all := append([]string{"serve", "--catalog", e.DSN, "--log-level", "debug"}, args...)
-	cmd := exec.Command(bin, all...)
+	cmd := exec.Command(bin, append([]string{"--catalog", e.DSN}, args...)...)
 	buf := &Buffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
 	if err := cmd.Start(); err != nil {
@@ -258,9 +318,9 @@ func (e *Env) Serve(args ...string) *Process {
 	p := &Process{Cmd: cmd, output: buf}
 	e.T.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-p.waiter()
 		if e.T.Failed() {
-			e.T.Logf("deckhand serve output:\n%s", buf.String())
+			e.T.Logf("deckhand %s output:\n%s", args[0], buf.String())
 		}
 	})
 	return p
