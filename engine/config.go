@@ -22,6 +22,11 @@ func (systemClock) Now() time.Time { return time.Now() }
 // DefaultBackoff is used when Config.Backoff is zero.
 var DefaultBackoff = deckhandtype.Backoff{Base: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
 
+// catalogRetry spaces a worker's retries of catalog calls that failed (claims, results,
+// heartbeats), as the notifier spaces its reconnects: quick enough to resume within moments
+// of the catalog coming back, slow enough not to hammer one that is restarting.
+var catalogRetry = deckhandtype.Backoff{Base: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
+
 // Config tunes a Worker. Zero values mean the defaults documented on each field.
 type Config struct {
 	Name        string // shown in deckhand.workers; default host:pid
@@ -33,6 +38,16 @@ type Config struct {
 	PollInterval        time.Duration // claim even without a notification this often; default 1s
 	MaintenanceInterval time.Duration // the leader rescues and probes this often; default 1s
 	ShutdownGrace       time.Duration // running tasks may finish this long after a stop; default 30s
+	// ShutdownRecordTimeout bounds what a stop does once the grace is over: waiting for the
+	// cancelled tasks to return and recording the results. Results not recorded by then are
+	// left to the leader, which re-runs their tasks once this worker's lease expires; Run
+	// then returns ErrNotRecorded. Default 5s.
+	ShutdownRecordTimeout time.Duration
+	// CatalogTimeout bounds each catalog call of the worker's own loops (claims, results,
+	// heartbeats): a catalog that stops answering without closing its connections (a network
+	// partition) would otherwise hold them until TCP gives up, minutes later. A call that
+	// times out is retried like any failed one. Default 10s.
+	CatalogTimeout time.Duration
 	// Retention is how long finished jobs are kept unless the catalog setting retention says
 	// otherwise; default 7 days. The leader applies it every minute on Clock.
 	Retention time.Duration
@@ -89,6 +104,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.ShutdownRecordTimeout <= 0 {
+		c.ShutdownRecordTimeout = 5 * time.Second
+	}
+	if c.CatalogTimeout <= 0 {
+		c.CatalogTimeout = 10 * time.Second
 	}
 	if c.Retention <= 0 {
 		c.Retention = 7 * 24 * time.Hour

@@ -47,13 +47,24 @@ type Worker struct {
 	// shutdown, so that no task starts once stopping is set.
 	claimMu  sync.Mutex
 	stopping bool
-	tasksCtx context.Context
-	wake     chan struct{}
-	results  chan finished
+	// claimUnsure is set when a claim failed in a way that may have committed all the same
+	// (its answer was lost with the connection, or it timed out): the next claim first hands
+	// back what the catalog says this worker holds but it never started. Guarded by claimMu.
+	claimUnsure bool
+	tasksCtx    context.Context
+	wake        chan struct{}
+	results     chan finished
+	// tasksEnded is closed once the worker stops claiming and every task has returned (so
+	// every result has been sent); completerDone once the completer has stopped.
+	tasksEnded    chan struct{}
+	completerDone chan struct{}
 
 	mu      sync.Mutex
 	running map[int64]*runningTask
-	tasksWG sync.WaitGroup
+	// outstanding are the attempts this worker holds whose results the catalog has not taken
+	// yet: running, or ended with the result on its way.
+	outstanding map[attempt]struct{}
+	tasksWG     sync.WaitGroup
 
 	leading atomic.Bool
 }
@@ -68,6 +79,9 @@ type runningTask struct {
 	token  int64
 	cancel context.CancelCauseFunc
 }
+
+// attempt names one attempt of a task: the task and the attempt's fencing token.
+type attempt struct{ task, token int64 }
 
 // NewWorker prepares a worker; Run starts it.
 func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
@@ -84,6 +98,10 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		wake:     make(chan struct{}, 1),
 		results:  make(chan finished, 2*cfg.Concurrency),
 		running:  map[int64]*runningTask{},
+
+		outstanding:   map[attempt]struct{}{},
+		tasksEnded:    make(chan struct{}),
+		completerDone: make(chan struct{}),
 	}
 	if w.notifier == nil {
 		w.notifier = notifier.New(cat.Pool.Config().ConnConfig, w.log)
@@ -124,9 +142,12 @@ func (w *Worker) Nudge() {
 	}
 }
 
-// Run works until ctx is done, then shuts down gracefully: it stops claiming, lets running
-// tasks finish within ShutdownGrace, releases the rest without charging an attempt, and
-// records every result before it returns.
+// Run works until ctx is done, then shuts down within ShutdownGrace plus
+// ShutdownRecordTimeout (see shutdown), whatever the catalog and the nodes do: it stops
+// claiming, lets running tasks finish within the grace, cancels the rest (released without
+// charging an attempt) and records what it can. It returns ErrNotRecorded when some results
+// could not be recorded. While it runs, a catalog that goes away costs nothing but time:
+// claims, heartbeats and result writes are retried with backoff until it is back.
 func (w *Worker) Run(ctx context.Context) error {
 	id, err := w.cat.RegisterWorker(ctx, w.cfg.Name, w.cfg.Concurrency, w.cfg.LeaseTTL)
 	if err != nil {
@@ -135,16 +156,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.id.Store(id)
 	w.log = w.log.With("worker_id", id)
 	w.log.Debug("worker started", "concurrency", w.cfg.Concurrency)
-	defer w.pools.Close()
 
 	// Tasks run under their own context: stopping the worker must not kill them outright.
 	tasksCtx, killTasks := context.WithCancelCause(context.Background())
 	defer killTasks(errShutdown)
 	w.tasksCtx = tasksCtx
+	// Results are recorded under theirs: only the end of a shutdown gives up on them.
+	recordCtx, stopRecording := context.WithCancelCause(context.Background())
+	defer stopRecording(nil)
 	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
 	var bg sync.WaitGroup
-	completerDone := make(chan struct{})
-	go func() { defer close(completerDone); w.completer(bgCtx) }()
+	go w.completer(recordCtx)
 	loops := []func(context.Context){w.listen, w.heartbeat, w.lead}
 	if w.ownNotifier {
 		loops = append(loops, w.notifier.Run)
@@ -155,70 +178,73 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	w.fetchLoop(ctx)
-
-	// Graceful shutdown: no claim from here on, by the fetch loop or the completer.
-	w.claimMu.Lock()
-	w.stopping = true
-	w.claimMu.Unlock()
-	finished := make(chan struct{})
-	go func() { w.tasksWG.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(w.cfg.ShutdownGrace):
-		w.log.Info("shutdown grace expired; releasing running tasks", "tasks", w.active.Load())
-		killTasks(errShutdown)
-		<-finished
-	}
-	close(w.results) // every task goroutine has sent its result
-	<-completerDone
-	stopBackground()
-	bg.Wait()
-	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := w.cat.StopWorker(stopCtx, w.ID()); err != nil {
-		w.log.Warn("could not record worker stop", "err", err)
-	}
-	w.log.Debug("worker stopped")
-	return nil
+	return w.shutdown(killTasks, stopRecording, func() { stopBackground(); bg.Wait() })
 }
 
+// fetchLoop claims whenever woken, polled, or retrying a failed claim, until ctx is done.
+// While the catalog is away claims are retried with backoff rather than on every poll; a
+// nudge (the notifier's resync once it is back, for one) retries at once.
 func (w *Worker) fetchLoop(ctx context.Context) {
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
+	failures := 0
 	for {
-		w.claimAvailable(ctx)
+		err := w.claimAvailable(ctx)
+		pollC := poll.C
+		var retry <-chan time.Time
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			failures++
+			delay := catalogRetry.Delay(failures, w.cfg.Rand())
+			w.log.Warn("claim failed; retrying", "err", err, "failures", failures, "in", delay)
+			pollC, retry = nil, time.After(delay)
+		case failures > 0:
+			w.log.Info("claiming again", "after_failures", failures)
+			failures = 0
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.wake:
-		case <-poll.C:
+		case <-pollC:
+		case <-retry:
 		}
 	}
 }
 
 // claimAvailable claims until the worker is full or nothing is runnable.
-func (w *Worker) claimAvailable(ctx context.Context) {
+func (w *Worker) claimAvailable(ctx context.Context) error {
 	for ctx.Err() == nil {
-		full, err := w.claimWith("fetch", func(limit int) ([]deckhandtype.ClaimedTask, error) {
-			return w.cat.Claim(ctx, w.ID(), limit)
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
+		full, err := w.claimWith(cctx, "fetch", func(limit int) ([]deckhandtype.ClaimedTask, error) {
+			return w.cat.Claim(cctx, w.ID(), limit)
 		})
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("claim failed; retrying on the next poll", "err", err)
-		}
-		if !full {
-			return
+		cancel()
+		if err != nil || !full {
+			return err
 		}
 	}
+	return nil
 }
 
 // claimWith reserves free slots, claims into them with claim, and starts what it got. It
 // reports whether the claim filled every slot it asked for (more work may be waiting).
-func (w *Worker) claimWith(via string, claim func(limit int) ([]deckhandtype.ClaimedTask, error)) (full bool, err error) {
+// ctx bounds what it asks the catalog itself.
+func (w *Worker) claimWith(ctx context.Context, via string, claim func(limit int) ([]deckhandtype.ClaimedTask, error)) (full bool, err error) {
 	w.claimMu.Lock()
 	defer w.claimMu.Unlock()
 	limit := 0
 	if !w.stopping {
 		limit = w.reserve(w.cfg.FetchLimit)
+	}
+	if limit > 0 && w.claimUnsure {
+		if err := w.releaseUnstarted(ctx); err != nil {
+			w.active.Add(-int64(limit))
+			return false, err
+		}
+		w.claimUnsure = false
 	}
 	began := time.Now()
 	tasks, err := claim(limit)
@@ -228,6 +254,8 @@ func (w *Worker) claimWith(via string, claim func(limit int) ([]deckhandtype.Cla
 		w.cfg.Metrics.Claimed.Add(float64(len(tasks)))
 	}
 	if err != nil {
+		// Whether the claim committed is unknown: its answer may be what was lost.
+		w.claimUnsure = w.claimUnsure || limit > 0
 		return false, err
 	}
 	for i := range tasks {
@@ -260,6 +288,7 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 	ctx, cancelTimeout := context.WithTimeout(ctx, t.Timeout()+5*time.Second)
 	w.mu.Lock()
 	w.running[t.ID] = &runningTask{token: t.Token, cancel: cancel}
+	w.outstanding[attempt{t.ID, t.Token}] = struct{}{}
 	w.mu.Unlock()
 	w.tasksWG.Add(1)
 	go func() {
@@ -269,17 +298,26 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 		cause := context.Cause(ctx)
 		cancelTimeout()
 		cancel(nil)
+		leaseLost := errors.Is(cause, errLeaseLost) // the leader owns the task now; our result would be fenced off
 		w.mu.Lock()
 		delete(w.running, t.ID)
+		if leaseLost {
+			delete(w.outstanding, attempt{t.ID, t.Token})
+		}
 		w.mu.Unlock()
-		if !errors.Is(cause, errLeaseLost) { // else the leader owns the task now; our result would be fenced off
+		if !leaseLost {
 			r := w.result(t, err, cause)
 			w.cfg.Metrics.TaskDuration.WithLabelValues(t.Kind, string(r.Outcome)).Observe(time.Since(began).Seconds())
 			w.cfg.Metrics.Attempts.WithLabelValues(t.Kind, string(r.Outcome)).Inc()
 			if r.Outcome == deckhandtype.OutcomeRetry {
 				w.cfg.Metrics.Retries.WithLabelValues(t.Kind).Inc()
 			}
-			w.results <- finished{r, t.HasDependents}
+			select {
+			case w.results <- finished{r, t.HasDependents}:
+			case <-w.completerDone:
+				// A shutdown gave up recording: the attempt stays outstanding, and is named
+				// among those the leader will rescue.
+			}
 		}
 		w.active.Add(-1)
 		if w.saturated.Load() {
@@ -316,49 +354,56 @@ func (w *Worker) result(t *deckhandtype.ClaimedTask, err, cause error) catalog.R
 
 // completer records results in batches: whatever accumulated while the previous batch was
 // being written goes in the next one, so a busy worker writes few large batches and an idle
-// one writes each result at once.
+// one writes each result at once. It stops once every task has ended and its result is
+// recorded, or when ctx ends (a shutdown giving up).
 func (w *Worker) completer(ctx context.Context) {
+	defer close(w.completerDone)
 	const maxBatch = 2000
 	batch := make([]catalog.Result, 0, maxBatch)
-	for f := range w.results {
+	for {
+		var f finished
+		select {
+		case f = <-w.results:
+		case <-w.tasksEnded:
+			// Every task has returned, so every result is in the channel.
+			select {
+			case f = <-w.results:
+			default:
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
 		batch = append(batch[:0], f.Result)
 		releases := f.releases
 	drain:
 		for len(batch) < maxBatch {
 			select {
-			case f, ok := <-w.results:
-				if !ok {
-					break drain
-				}
+			case f := <-w.results:
 				batch = append(batch, f.Result)
 				releases = releases || f.releases
 			default:
 				break drain
 			}
 		}
-		w.record(ctx, batch, releases)
+		if !w.record(ctx, batch, releases) {
+			return
+		}
 	}
 }
 
-// record writes a batch, retrying until the catalog takes it: results are never dropped.
-// When the batch may release dependents, it claims work for the free slots in the same
-// transaction, so a released dependent starts at once.
-func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bool) {
-	ctx = context.WithoutCancel(ctx)
-	for try := 0; ; try++ {
-		var comp catalog.Completion
-		var err error
-		if releases {
-			_, err = w.claimWith("complete", func(limit int) ([]deckhandtype.ClaimedTask, error) {
-				var claimed []deckhandtype.ClaimedTask
-				var err error
-				comp, claimed, err = w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
-				return claimed, err
-			})
-		} else {
-			comp, err = w.cat.Complete(ctx, batch)
-		}
+// record writes a batch, retrying with backoff until the catalog takes it: results are never
+// dropped, however long the catalog is away, until ctx ends (a shutdown giving up). It
+// reports whether the batch was recorded. When the batch may release dependents, it claims
+// work for the free slots in the same transaction, so a released dependent starts at once.
+func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bool) bool {
+	for try := 1; ; try++ {
+		comp, err := w.recordOnce(ctx, batch, releases)
 		if err == nil {
+			w.recorded(batch)
+			if try > 1 {
+				w.log.Info("results recorded", "tasks", len(batch), "tries", try)
+			}
 			for _, r := range batch {
 				if r.Outcome == deckhandtype.OutcomeRetry {
 					time.AfterFunc(r.Backoff, w.Nudge)
@@ -369,12 +414,36 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bo
 			if !releases || (comp.Runnable > 0 && w.saturated.Load()) {
 				w.Nudge()
 			}
-			return
+			return true
 		}
-		delay := w.cfg.Backoff.Delay(try+1, w.cfg.Rand())
-		w.log.Warn("could not record results; retrying", "tasks", len(batch), "err", err, "in", delay)
-		time.Sleep(min(delay, 10*time.Second))
+		if ctx.Err() != nil {
+			return false
+		}
+		delay := catalogRetry.Delay(try, w.cfg.Rand())
+		w.log.Warn("could not record results; retrying", "tasks", len(batch), "err", err, "tries", try, "in", delay)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
 	}
+}
+
+// recordOnce makes one attempt at recording a batch, within CatalogTimeout.
+func (w *Worker) recordOnce(ctx context.Context, batch []catalog.Result, releases bool) (catalog.Completion, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
+	defer cancel()
+	if !releases {
+		return w.cat.Complete(ctx, batch)
+	}
+	var comp catalog.Completion
+	_, err := w.claimWith(ctx, "complete", func(limit int) ([]deckhandtype.ClaimedTask, error) {
+		var claimed []deckhandtype.ClaimedTask
+		var err error
+		comp, claimed, err = w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
+		return claimed, err
+	})
+	return comp, err
 }
 
 // injectedNow is the test clock's time, or zero to let the catalog use its own clock.
@@ -426,6 +495,8 @@ func (w *Worker) runsAny() bool {
 
 // cancelMarked cancels the worker's tasks that the catalog marks cancelling.
 func (w *Worker) cancelMarked(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
+	defer cancel()
 	ids, err := w.cat.CancellingTasks(ctx, w.ID())
 	if err != nil {
 		w.log.Warn("could not read cancelled tasks", "err", err)
@@ -444,26 +515,46 @@ func (w *Worker) cancelTasks(ids []int64, cause error) {
 	}
 }
 
+// heartbeat renews the worker's lease every HeartbeatInterval. A heartbeat that fails (the
+// catalog is restarting, failing over, unreachable) is retried within a second, so the lease
+// is renewed the moment the catalog is back; the worker itself never gives up its tasks for
+// it. Only the catalog decides the worker is dead: if the lease ran out meanwhile and the
+// leader rescued the tasks, the next heartbeat says so (ErrLeaseLost) and the tokens fence
+// off whatever the worker still reports.
 func (w *Worker) heartbeat(ctx context.Context) {
-	tick := time.NewTicker(w.cfg.HeartbeatInterval)
-	defer tick.Stop()
+	retryMax := min(time.Second, w.cfg.HeartbeatInterval)
+	next := time.NewTimer(w.cfg.HeartbeatInterval)
+	defer next.Stop()
+	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-next.C:
 		}
-		cancelling, err := w.cat.Heartbeat(ctx, w.ID(), w.cfg.LeaseTTL)
+		hctx, cancel := context.WithTimeout(ctx, min(w.cfg.CatalogTimeout, w.cfg.HeartbeatInterval))
+		cancelling, err := w.cat.Heartbeat(hctx, w.ID(), w.cfg.LeaseTTL)
+		cancel()
+		wait := w.cfg.HeartbeatInterval
 		switch {
 		case errors.Is(err, catalog.ErrLeaseLost):
+			failures = 0
 			w.loseLease(ctx)
 		case err != nil:
-			if ctx.Err() == nil {
-				w.log.Warn("heartbeat failed", "err", err)
+			if ctx.Err() != nil {
+				return
 			}
+			failures++
+			wait = min(catalogRetry.Delay(failures, w.cfg.Rand()), retryMax)
+			w.log.Warn("heartbeat failed; retrying", "err", err, "failures", failures, "in", wait)
 		default:
+			if failures > 0 {
+				w.log.Info("heartbeat recorded again", "after_failures", failures)
+				failures = 0
+			}
 			w.cancelTasks(cancelling, errJobCancelled)
 		}
+		next.Reset(wait)
 	}
 }
 
@@ -476,7 +567,9 @@ func (w *Worker) loseLease(ctx context.Context) {
 		rt.cancel(errLeaseLost)
 	}
 	w.mu.Unlock()
-	id, err := w.cat.RegisterWorker(ctx, w.cfg.Name, w.cfg.Concurrency, w.cfg.LeaseTTL)
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
+	defer cancel()
+	id, err := w.cat.RegisterWorker(rctx, w.cfg.Name, w.cfg.Concurrency, w.cfg.LeaseTTL)
 	if err != nil {
 		w.log.Error("could not re-register worker", "err", err)
 		return

@@ -54,6 +54,23 @@ func (c *Catalog) CancellingTasks(ctx context.Context, workerID int64) ([]int64,
 	return ids, nil
 }
 
+// HeldAttempt is an attempt the catalog has a worker running: its task and fencing token.
+type HeldAttempt struct {
+	TaskID int64 `db:"id"`
+	Token  int64 `db:"attempt_token"`
+}
+
+// HeldAttempts returns the attempts the catalog says the worker is running (or cancelling).
+func (c *Catalog) HeldAttempts(ctx context.Context, workerID int64) ([]HeldAttempt, error) {
+	rows, _ := c.Pool.Query(ctx, `SELECT id, attempt_token FROM deckhand.task
+		WHERE worker_id = $1 AND state IN ('running', 'cancelling')`, workerID)
+	held, err := pgx.CollectRows(rows, pgx.RowToStructByName[HeldAttempt])
+	if err != nil {
+		return nil, fmt.Errorf("read the worker's attempts: %w", err)
+	}
+	return held, nil
+}
+
 // StopWorker marks a worker stopped and gives up its leadership, if it had it.
 func (c *Catalog) StopWorker(ctx context.Context, workerID int64) error {
 	_, err := c.Pool.Exec(ctx, `
