@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -240,55 +239,6 @@ func (c *Client) Job(ctx context.Context, id int64) (*JobDetail, error) {
 		return nil, err
 	}
 	return &JobDetail{Job: job, Tasks: tasks, Attempts: attempts}, nil
-}
-
-// Wait blocks until the job ends or ctx is done, and returns the job as it ended. It wakes on
-// the job's state-change notification; progress, when not nil, is called at most every
-// 250 ms with the job's counters.
-func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.Job)) (deckhandtype.Job, error) {
-	conn, err := c.cat.Pool.Acquire(ctx)
-	if err != nil {
-		return deckhandtype.Job{}, err
-	}
-	defer func() {
-		conn.Exec(context.Background(), "UNLISTEN *") //nolint:errcheck
-		conn.Release()
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{catalog.ChannelJob}.Sanitize()); err != nil {
-		return deckhandtype.Job{}, err
-	}
-	key, err := c.cat.JobNotifyKey(ctx, id)
-	if err != nil {
-		return deckhandtype.Job{}, err
-	}
-	prefix := key + ":"
-	tick := time.Second // fallback poll, should a notification be missed
-	if progress != nil {
-		tick = 250 * time.Millisecond
-	}
-	for {
-		job, err := c.cat.Job(ctx, id)
-		if err != nil {
-			return job, err
-		}
-		if progress != nil {
-			progress(job)
-		}
-		if job.State.Terminal() {
-			return job, nil
-		}
-		wctx, cancel := context.WithTimeout(ctx, tick)
-		for {
-			n, err := conn.Conn().WaitForNotification(wctx)
-			if err != nil || strings.HasPrefix(n.Payload, prefix) {
-				break
-			}
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return job, ctx.Err()
-		}
-	}
 }
 
 // AddNode registers a node. The conninfo must not contain a password: workers take

@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/catalog"
+)
+
+// Wait blocks until the job ends or ctx is done, and returns the job as it ended. It wakes on
+// the job's state-change notification, polling every second should one be missed; progress,
+// when not nil, is called at most every 250 ms with the job's counters.
+//
+// A catalog that restarts or fails over meanwhile is waited out: Wait polls, retrying with
+// backoff, and listens again once the catalog is back. Only an answer ends it early: the job
+// does not exist, or the caller may not see it.
+func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.Job)) (deckhandtype.Job, error) {
+	tick := time.Second
+	if progress != nil {
+		tick = 250 * time.Millisecond
+	}
+	l := &jobListener{pool: c.cat.Pool}
+	defer l.close()
+	var (
+		prefix   string // of the job's notifications: "<key>:"
+		job      deckhandtype.Job
+		failures int
+	)
+	for {
+		// Listen first, then read: a change committed in between is seen by the read, one
+		// committed after it is notified.
+		l.listen(ctx)
+		err := func() error {
+			// A catalog that stalls (a network partition) is given up on and retried.
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if prefix == "" {
+				key, err := c.cat.JobNotifyKey(ctx, id)
+				if err != nil {
+					return err
+				}
+				prefix = key + ":"
+			}
+			j, err := c.cat.Job(ctx, id)
+			if err == nil {
+				job = j
+			}
+			return err
+		}()
+		switch {
+		case ctx.Err() != nil:
+			return job, ctx.Err()
+		case err != nil && !catalogUnreachable(err):
+			return job, err
+		case err != nil:
+			failures++
+			l.close() // its connection went with the catalog, most likely
+			if !sleep(ctx, catalogRetry.Delay(failures, rand.Float64())) {
+				return job, ctx.Err()
+			}
+			continue
+		}
+		failures = 0
+		if progress != nil {
+			progress(job)
+		}
+		if job.State.Terminal() {
+			return job, nil
+		}
+		l.wait(ctx, prefix, tick)
+		if ctx.Err() != nil {
+			return job, ctx.Err()
+		}
+	}
+}
+
+// jobListener is a pooled catalog connection that LISTENs on the job channel, for Wait. It
+// is re-established after the catalog restarts; while it is not, Wait polls.
+type jobListener struct {
+	pool *pgxpool.Pool
+	conn *pgxpool.Conn // nil while not listening
+}
+
+// listen LISTENs on a fresh connection unless listening already; failing, it leaves the
+// waiter polling until the next try.
+func (l *jobListener) listen(ctx context.Context) {
+	if l.conn != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{catalog.ChannelJob}.Sanitize()); err != nil {
+		conn.Conn().Close(context.Background()) //nolint:errcheck // broken; the pool drops it
+		conn.Release()
+		return
+	}
+	l.conn = conn
+}
+
+// wait returns once a notification about the job (prefix) arrives, after d, when ctx is
+// done, or when the connection fails (it is then dropped, and listen tries again).
+func (l *jobListener) wait(ctx context.Context, prefix string, d time.Duration) {
+	if l.conn == nil {
+		sleep(ctx, d)
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		n, err := l.conn.Conn().WaitForNotification(wctx)
+		switch {
+		case err == nil && strings.HasPrefix(n.Payload, prefix):
+			return
+		case err == nil:
+			continue
+		case wctx.Err() == nil || l.conn.Conn().IsClosed():
+			l.close() // the connection failed, not the wait
+		}
+		return
+	}
+}
+
+// close gives the connection back to the pool without its LISTEN, or drops it when broken.
+func (l *jobListener) close() {
+	if l.conn == nil {
+		return
+	}
+	if !l.conn.Conn().IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if _, err := l.conn.Exec(ctx, "UNLISTEN *"); err != nil {
+			l.conn.Conn().Close(ctx) //nolint:errcheck // the pool drops a closed connection
+		}
+		cancel()
+	}
+	l.conn.Release()
+	l.conn = nil
+}
+
+// catalogUnreachable reports whether err says the catalog could not be reached or went away
+// during the call (it is restarting, failing over, starting up, or the network failed), as
+// opposed to an answer (an unknown job, a refusal) that asking again would not change.
+func catalogUnreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", // admin shutdown, crash shutdown, cannot connect now
+			"53300": // too many connections
+			return true
+		}
+		return strings.HasPrefix(pgErr.Code, "08") // connection exception
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) || pgconn.Timeout(err)
+}
+
+// sleep waits d unless ctx ends first, and reports whether it slept the whole d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
