@@ -1,0 +1,276 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+// SIGTERM while the catalog is down and a task runs: serve gives the task its grace, cancels
+// it, tries to record the result for --shutdown-record-timeout and exits 1, naming in one log
+// line the attempt it leaves to the leader. Once the catalog is back, a new worker's leader
+// rescues that attempt and the task runs to the end.
+func TestSIGTERMWithTheCatalogDown(t *testing.T) {
+	e := testenv.NewRestartable(t, pgcluster.Options{})
+	db := e.AddNode("n1", 4)
+	e.Exec(db, `CREATE TABLE gate (open boolean); INSERT INTO gate VALUES (false); CREATE TABLE runs (n int)`)
+	const grace = 2 * time.Second
+	serve := e.Serve("--lease", "2s", "--maintenance-interval", "100ms",
+		"--shutdown-grace", grace.String(), "--shutdown-record-timeout", "3s")
+	// The first attempt waits for the gate, as good as forever; the rescued one finds it open.
+	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "long", Node: "n1", MaxAttempts: 3, SQL: `
+		SELECT pg_sleep(600) FROM gate WHERE NOT open;
+		INSERT INTO runs VALUES (1)`}}})
+	first := runningAttempt(t, e, id)
+
+	if err := e.CatalogCluster.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	signalled := time.Now()
+	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code, exited := serve.Exit(grace + 10*time.Second)
+	took := time.Since(signalled)
+	if !exited {
+		t.Fatalf("serve still runs %s after SIGTERM with the catalog down", took.Round(time.Millisecond))
+	}
+	t.Logf("serve exited %d, %s after SIGTERM; its output:\n%s", code, took.Round(time.Millisecond), serve.Output())
+	if code == 0 {
+		t.Errorf("serve exited 0, though it could not record the task's result")
+	}
+	if took < grace {
+		t.Errorf("serve exited %s after SIGTERM, before the task's grace of %s", took, grace)
+	}
+	named := fmt.Sprintf("task %d/token %d", first.TaskID, first.Token)
+	var lines []string
+	for _, line := range strings.Split(serve.Output(), "\n") {
+		if strings.Contains(line, "level=ERROR") && strings.Contains(line, named) {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "leader") {
+		t.Errorf("want one error line naming %s for the leader to rescue, got %q\noutput:\n%s", named, lines, serve.Output())
+	}
+
+	e.Exec(db, `UPDATE gate SET open = true`)
+	if err := e.CatalogCluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Serve("--lease", "2s", "--maintenance-interval", "100ms")
+	if job := e.Wait(id, time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("job %s after the rescue", job.State)
+	}
+	d := detail(t, e, id)
+	if len(d.Attempts) != 2 || d.Attempts[0].Token != first.Token || d.Attempts[0].Outcome != deckhandtype.OutcomeLost ||
+		d.Attempts[1].Outcome != deckhandtype.OutcomeDone {
+		t.Fatalf("attempts = %+v, want the first (token %d) lost, then one done", d.Attempts, first.Token)
+	}
+	var runs int
+	if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM runs`).Scan(&runs); err != nil || runs != 1 {
+		t.Errorf("the task's work committed %d times (%v), want once", runs, err)
+	}
+}
+
+// The catalog restarts while two serve processes run tasks: they keep running them, record
+// their results once it is back, release the dependent and claim it; nothing is lost or run
+// twice, and `deckhand job wait`, started before the restart, exits 0 for the job that
+// finished and 1 for the one that failed.
+func TestCatalogRestartMidRun(t *testing.T) {
+	e := testenv.NewRestartable(t, pgcluster.Options{})
+	db := e.AddNode("n1", 8)
+	e.Exec(db, `CREATE TABLE marks (n int)`)
+	// Leases outlast the restart: a worker the catalog could not hear from for a moment is
+	// not dead.
+	args := []string{"--lease", "10s", "--maintenance-interval", "100ms", "--concurrency", "4"}
+	e.Serve(args...)
+	e.Serve(args...)
+	var tasks []spec.Task
+	var names []string
+	for i := 1; i <= 6; i++ {
+		name := fmt.Sprintf("t%d", i)
+		names = append(names, name)
+		tasks = append(tasks, spec.Task{Name: name, Node: "n1", SQL: fmt.Sprintf(`SELECT pg_sleep(4); INSERT INTO marks VALUES (%d)`, i)})
+	}
+	tasks = append(tasks, spec.Task{Name: "after", Node: "n1", DependsOn: names, SQL: `INSERT INTO marks VALUES (100)`})
+	ok := submit(t, e, &spec.Job{Tasks: tasks})
+	bad := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "fails", Node: "n1", MaxAttempts: 1, SQL: `SELECT pg_sleep(4); SELECT 1/0`}}})
+	waitOK := e.Start("job", "wait", fmt.Sprint(ok))
+	waitBad := e.Start("job", "wait", fmt.Sprint(bad))
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		return runningTasks(t, e, ok) == 6 && runningTasks(t, e, bad) == 1
+	}, "the workers run every task that can run")
+
+	restarted := time.Now()
+	if err := e.CatalogCluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the catalog was down for %s", time.Since(restarted).Round(time.Millisecond))
+
+	if job := e.Wait(ok, time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("job %s, want finished", job.State)
+	}
+	d := detail(t, e, ok)
+	if len(d.Attempts) != len(tasks) {
+		t.Errorf("%d attempts for %d tasks, want one each: %+v", len(d.Attempts), len(tasks), d.Attempts)
+	}
+	for _, a := range d.Attempts {
+		if a.Outcome != deckhandtype.OutcomeDone {
+			t.Errorf("attempt of %s %s: %s", a.TaskName, a.Outcome, deref(a.Message))
+		}
+		if a.TaskName != "after" && (!a.StartedAt.Before(restarted) || a.FinishedAt == nil || !a.FinishedAt.After(restarted)) {
+			t.Errorf("attempt of %s ran from %s to %v: want it started before the restart (%s) and recorded after",
+				a.TaskName, a.StartedAt, a.FinishedAt, restarted)
+		}
+	}
+	var marks string
+	err := e.Pool(db).QueryRow(ctx, `SELECT string_agg(n::text, ',' ORDER BY n) FROM marks`).Scan(&marks)
+	if err != nil || marks != "1,2,3,4,5,6,100" {
+		t.Errorf("marks = %q (%v), want each task's once", marks, err)
+	}
+	for _, w := range []struct {
+		p    *testenv.Process
+		id   int64
+		code int
+	}{{waitOK, ok, 0}, {waitBad, bad, 1}} {
+		code, exited := w.p.Exit(30 * time.Second)
+		if !exited || code != w.code {
+			t.Errorf("deckhand job wait %d: exited %v with %d, want %d\n%s", w.id, exited, code, w.code, w.p.Output())
+		}
+	}
+}
+
+// A catalog that stops answering without closing its connections (a network partition) does
+// not hold a stopping worker: every call on the way out has a deadline, and the attempt whose
+// result could not be recorded is returned as ErrNotRecorded.
+func TestShutdownIsBoundedWhenTheCatalogStalls(t *testing.T) {
+	e := testenv.New(t)
+	e.AddNode("n1", 4)
+	proxy := pgtest.ProxyTo(t, e.Cluster)
+	cfg := engine.Config{ShutdownGrace: 500 * time.Millisecond, ShutdownRecordTimeout: time.Second, CatalogTimeout: time.Second}
+	w, stop := proxiedWorker(t, proxy, e.DB, cfg)
+	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "long", Node: "n1", SQL: "SELECT pg_sleep(600)"}}})
+	first := runningAttempt(t, e, id)
+
+	proxy.Stall(true)
+	defer proxy.Stall(false)
+	began := time.Now()
+	err := stop(30 * time.Second)
+	took := time.Since(began)
+	t.Logf("Run returned %s after its context ended: %v", took.Round(time.Millisecond), err)
+	// Grace, record timeout, at most one CatalogTimeout for a claim in flight, the close steps.
+	if limit := 10 * time.Second; took > limit {
+		t.Errorf("stopping took %s, want under %s", took, limit)
+	}
+	if !errors.Is(err, engine.ErrNotRecorded) || !strings.Contains(err.Error(), fmt.Sprintf("task %d/token %d", first.TaskID, first.Token)) {
+		t.Errorf("Run returned %v, want ErrNotRecorded naming task %d/token %d", err, first.TaskID, first.Token)
+	}
+	proxy.Stall(false)
+	if d := detail(t, e, id); d.Tasks[0].State != deckhandtype.TaskRunning || d.Tasks[0].WorkerID == nil || *d.Tasks[0].WorkerID != w.ID() {
+		t.Errorf("task %s: want it still running on worker %d, for the leader to rescue", d.Tasks[0].State, w.ID())
+	}
+	e.Client.Cancel(ctx, id) //nolint:errcheck
+}
+
+// A claim that committed but whose answer the worker never got (the catalog restarted under
+// it) leaves a task running on the worker's behalf that the worker never started. The worker
+// notices at its next claim and releases it, so it runs rather than waiting for ever behind
+// a worker whose heartbeats keep its lease alive.
+func TestLostClaimAnswerIsReleased(t *testing.T) {
+	e := testenv.New(t)
+	proxy := pgtest.ProxyTo(t, e.Cluster)
+	w, _ := proxiedWorker(t, proxy, e.DB, engine.Config{})
+	// Every claim of the worker fails while the rule is in place.
+	removeRule := proxy.AddRule(pgtest.Rule{Name: "claim", Match: regexp.MustCompile(`(?i)skip locked`), Action: pgtest.ActionError, Code: "08006"})
+	id := submit(t, e, noopJob)
+	testenv.Eventually(t, 10*time.Second, func() bool { return proxy.Hits("claim") > 0 }, "a claim of the worker fails")
+	// The claim whose answer was lost: committed for the worker, unknown to it.
+	lost, err := e.Client.Catalog().Claim(ctx, w.ID(), 1)
+	if err != nil || len(lost) != 1 || lost[0].JobID != id {
+		t.Fatalf("claiming for the worker: %+v, %v", lost, err)
+	}
+	removeRule()
+	if job := e.Wait(id, 20*time.Second); job.State != deckhandtype.JobFinished {
+		t.Fatalf("job %s", job.State)
+	}
+	d := detail(t, e, id)
+	if len(d.Attempts) != 2 || d.Attempts[0].Token != lost[0].Token || d.Attempts[0].Outcome != deckhandtype.OutcomeReleased ||
+		!strings.Contains(deref(d.Attempts[0].Message), "never started") || d.Attempts[1].Outcome != deckhandtype.OutcomeDone {
+		t.Fatalf("attempts = %+v, want the lost claim released, then one done", d.Attempts)
+	}
+}
+
+// runningAttempt waits for the job's first attempt to run and returns it.
+func runningAttempt(t *testing.T, e *testenv.Env, id int64) deckhandtype.Attempt {
+	t.Helper()
+	var running deckhandtype.Attempt
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		for _, a := range detail(t, e, id).Attempts {
+			if a.Outcome == deckhandtype.OutcomeRunning {
+				running = a
+				return true
+			}
+		}
+		return false
+	}, "the task runs")
+	return running
+}
+
+func runningTasks(t *testing.T, e *testenv.Env, id int64) int {
+	n := 0
+	for _, task := range detail(t, e, id).Tasks {
+		if task.State == deckhandtype.TaskRunning {
+			n++
+		}
+	}
+	return n
+}
+
+// proxiedWorker runs a worker whose catalog connections go through proxy to database db, so
+// that the test can stall or break them. stop cancels its context and returns what Run
+// returned, failing the test if Run has not returned within d; it is also called at cleanup.
+func proxiedWorker(t *testing.T, proxy *pgtest.Proxy, db string, cfg engine.Config) (w *engine.Worker, stop func(d time.Duration) error) {
+	t.Helper()
+	cat, err := catalog.Open(ctx, proxy.DSN(db, pgcluster.Superuser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.NoCleaner = true
+	cfg.Logger = testenv.Quiet()
+	cfg.LeaseTTL = max(cfg.LeaseTTL, 10*time.Second)
+	cfg.PollInterval = max(cfg.PollInterval, 100*time.Millisecond)
+	w = engine.NewWorker(cat, cfg)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	var once sync.Once
+	var runErr error
+	stop = func(d time.Duration) error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(d):
+				t.Fatalf("the worker's Run still had not returned %s after its context ended", d)
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop(30 * time.Second); cat.Close() })
+	testenv.Eventually(t, 10*time.Second, func() bool { return w.ID() != 0 }, "the worker registers")
+	return w, stop
+}
