@@ -86,6 +86,29 @@ func TestSIGTERMWithTheCatalogDown(t *testing.T) {
 	}
 }
 
+// A second SIGTERM ends serve at once, without waiting out the grace.
+func TestSecondSignalEndsServeAtOnce(t *testing.T) {
+	e := testenv.New(t)
+	e.AddNode("n1", 4)
+	serve := e.Serve("--shutdown-grace", "1m")
+	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "long", Node: "n1", SQL: "SELECT pg_sleep(600)"}}})
+	runningAttempt(t, e, id)
+	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(serve.Output(), "shutting down") }, "serve starts its shutdown")
+	if _, exited := serve.Exit(time.Second); exited {
+		t.Fatalf("serve did not give its task the grace:\n%s", serve.Output())
+	}
+	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, exited := serve.Exit(5 * time.Second); !exited {
+		t.Fatalf("serve still runs after a second SIGTERM")
+	}
+	e.Client.Cancel(ctx, id) //nolint:errcheck
+}
+
 // The catalog restarts while two serve processes run tasks: they keep running them, record
 // their results once it is back, release the dependent and claim it; nothing is lost or run
 // twice, and `deckhand job wait`, started before the restart, exits 0 for the job that

@@ -41,6 +41,7 @@ const closeTimeout = 2 * time.Second
 func (w *Worker) shutdown(killTasks, stopRecording context.CancelCauseFunc, stopBackground func()) error {
 	grace := time.NewTimer(w.cfg.ShutdownGrace)
 	defer grace.Stop()
+	w.log.Info("shutting down: no more claims; running tasks may finish", "tasks", w.active.Load(), "grace", w.cfg.ShutdownGrace)
 	// A claim in flight holds claimMu for at most CatalogTimeout.
 	w.claimMu.Lock()
 	w.stopping = true
