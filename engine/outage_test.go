@@ -36,6 +36,7 @@ func TestSIGTERMWithTheCatalogDown(t *testing.T) {
 		SELECT pg_sleep(600) FROM gate WHERE NOT open;
 		INSERT INTO runs VALUES (1)`}}})
 	first := runningAttempt(t, e, id)
+	waitSleeping(t, e, db, 1)
 
 	if err := e.CatalogCluster.Shutdown(); err != nil {
 		t.Fatal(err)
@@ -67,13 +68,19 @@ func TestSIGTERMWithTheCatalogDown(t *testing.T) {
 		t.Errorf("want one error line naming %s for the leader to rescue, got %q\noutput:\n%s", named, lines, serve.Output())
 	}
 
+	// A wait begun while the catalog is down waits for it.
+	waiter := e.Start("job", "wait", fmt.Sprint(id))
 	e.Exec(db, `UPDATE gate SET open = true`)
+	time.Sleep(time.Second)
 	if err := e.CatalogCluster.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.Serve("--lease", "2s", "--maintenance-interval", "100ms")
 	if job := e.Wait(id, time.Minute); job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s after the rescue", job.State)
+	}
+	if code, exited := waiter.Exit(10 * time.Second); !exited || code != 0 {
+		t.Errorf("deckhand job wait, begun with the catalog down: exited %v with %d, want 0\n%s", exited, code, waiter.Output())
 	}
 	d := detail(t, e, id)
 	if len(d.Attempts) != 2 || d.Attempts[0].Token != first.Token || d.Attempts[0].Outcome != deckhandtype.OutcomeLost ||
@@ -89,10 +96,10 @@ func TestSIGTERMWithTheCatalogDown(t *testing.T) {
 // A second SIGTERM ends serve at once, without waiting out the grace.
 func TestSecondSignalEndsServeAtOnce(t *testing.T) {
 	e := testenv.New(t)
-	e.AddNode("n1", 4)
+	db := e.AddNode("n1", 4)
 	serve := e.Serve("--shutdown-grace", "1m")
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "long", Node: "n1", SQL: "SELECT pg_sleep(600)"}}})
-	runningAttempt(t, e, id)
+	waitSleeping(t, e, db, 1)
 	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +139,16 @@ func TestCatalogRestartMidRun(t *testing.T) {
 	tasks = append(tasks, spec.Task{Name: "after", Node: "n1", DependsOn: names, SQL: `INSERT INTO marks VALUES (100)`})
 	ok := submit(t, e, &spec.Job{Tasks: tasks})
 	bad := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "fails", Node: "n1", MaxAttempts: 1, SQL: `SELECT pg_sleep(4); SELECT 1/0`}}})
-	waitOK := e.Start("job", "wait", fmt.Sprint(ok))
-	waitBad := e.Start("job", "wait", fmt.Sprint(bad))
+	// The waits are told apart in pg_stat_activity by their application_name.
+	waitOK := e.Start("--catalog", e.DSN+" application_name=waiter", "job", "wait", fmt.Sprint(ok))
+	waitBad := e.Start("--catalog", e.DSN+" application_name=waiter", "job", "wait", fmt.Sprint(bad))
+	waitSleeping(t, e, db, 7)
 	testenv.Eventually(t, 20*time.Second, func() bool {
-		return runningTasks(t, e, ok) == 6 && runningTasks(t, e, bad) == 1
-	}, "the workers run every task that can run")
+		var listening int
+		err := e.Pool(e.DB).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = 'waiter' AND query LIKE 'LISTEN %'`).Scan(&listening)
+		return err == nil && listening == 2
+	}, "both waits listen")
 
 	restarted := time.Now()
 	if err := e.CatalogCluster.Restart(ctx); err != nil {
@@ -182,12 +194,13 @@ func TestCatalogRestartMidRun(t *testing.T) {
 // result could not be recorded is returned as ErrNotRecorded.
 func TestShutdownIsBoundedWhenTheCatalogStalls(t *testing.T) {
 	e := testenv.New(t)
-	e.AddNode("n1", 4)
+	db := e.AddNode("n1", 4)
 	proxy := pgtest.ProxyTo(t, e.Cluster)
 	cfg := engine.Config{ShutdownGrace: 500 * time.Millisecond, ShutdownRecordTimeout: time.Second, CatalogTimeout: time.Second}
 	w, stop := proxiedWorker(t, proxy, e.DB, cfg)
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "long", Node: "n1", SQL: "SELECT pg_sleep(600)"}}})
 	first := runningAttempt(t, e, id)
+	waitSleeping(t, e, db, 1)
 
 	proxy.Stall(true)
 	defer proxy.Stall(false)
@@ -217,8 +230,11 @@ func TestLostClaimAnswerIsReleased(t *testing.T) {
 	e := testenv.New(t)
 	proxy := pgtest.ProxyTo(t, e.Cluster)
 	w, _ := proxiedWorker(t, proxy, e.DB, engine.Config{})
-	// Every claim of the worker fails while the rule is in place.
+	// Every claim of the worker fails while the rule is in place. The rule sees a statement
+	// when a connection prepares it: the worker's connections, which have prepared the claim
+	// already, are cut.
 	removeRule := proxy.AddRule(pgtest.Rule{Name: "claim", Match: regexp.MustCompile(`(?i)skip locked`), Action: pgtest.ActionError, Code: "08006"})
+	proxy.DropAll()
 	id := submit(t, e, noopJob)
 	testenv.Eventually(t, 10*time.Second, func() bool { return proxy.Hits("claim") > 0 }, "a claim of the worker fails")
 	// The claim whose answer was lost: committed for the worker, unknown to it.
@@ -253,14 +269,21 @@ func runningAttempt(t *testing.T, e *testenv.Env, id int64) deckhandtype.Attempt
 	return running
 }
 
-func runningTasks(t *testing.T, e *testenv.Env, id int64) int {
-	n := 0
-	for _, task := range detail(t, e, id).Tasks {
-		if task.State == deckhandtype.TaskRunning {
-			n++
+// waitSleeping waits until n task attempts sleep in pg_sleep on the node's database db. The
+// catalog says a task runs as soon as its claim commits, a moment before the worker has the
+// claim's answer; a backend running the task's SQL proves the worker has it.
+func waitSleeping(t *testing.T, e *testenv.Env, db string, n int) {
+	t.Helper()
+	node := e.Pool(db)
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		var sleeping int
+		err := node.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND application_name LIKE 'deckhand task %' AND wait_event = 'PgSleep'`).Scan(&sleeping)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	return n
+		return sleeping == n
+	}, fmt.Sprintf("%d tasks run on the node", n))
 }
 
 // proxiedWorker runs a worker whose catalog connections go through proxy to database db, so

@@ -60,7 +60,7 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.
 		switch {
 		case ctx.Err() != nil:
 			return job, ctx.Err()
-		case err != nil && !catalogUnreachable(err):
+		case err != nil && !CatalogUnreachable(err):
 			return job, err
 		case err != nil:
 			failures++
@@ -150,10 +150,10 @@ func (l *jobListener) close() {
 	l.conn = nil
 }
 
-// catalogUnreachable reports whether err says the catalog could not be reached or went away
+// CatalogUnreachable reports whether err says the catalog could not be reached or went away
 // during the call (it is restarting, failing over, starting up, or the network failed), as
 // opposed to an answer (an unknown job, a refusal) that asking again would not change.
-func catalogUnreachable(err error) bool {
+func CatalogUnreachable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"time"
@@ -261,17 +262,20 @@ func (a *app) jobWait() *cobra.Command {
 			if timeout < 0 {
 				return Usage("--timeout must not be negative, got %s (0 waits forever)", timeout)
 			}
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			ctx := cmd.Context()
 			if timeout > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
+			c, err := a.waitForClient(ctx)
+			if err != nil {
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
+					return Timeout("timed out after %s waiting for job %d: the catalog was unreachable (%v)", timeout, id, err)
+				}
+				return err
+			}
+			defer c.Close()
 			bar := NewProgress(a.stderr)
 			var progress func(deckhandtype.Job)
 			if bar.Terminal() {
@@ -308,6 +312,26 @@ func (a *app) jobWait() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (exit code 3); 0 waits forever")
 	return cmd
+}
+
+// waitForClient opens the catalog as client does, but waits out a catalog that cannot be
+// reached (restarting, failing over), retrying with backoff until ctx ends: a script that
+// waits for a job should not fail because the catalog restarted as it began.
+func (a *app) waitForClient(ctx context.Context) (*engine.Client, error) {
+	delay := 100 * time.Millisecond
+	for {
+		c, err := a.client(ctx)
+		if err == nil || !engine.CatalogUnreachable(err) {
+			return c, err
+		}
+		slog.Debug("the catalog is unreachable; retrying", "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 func waitResult(job deckhandtype.Job, err error) error {
