@@ -253,6 +253,30 @@ func TestLostClaimAnswerIsReleased(t *testing.T) {
 	}
 }
 
+// A worker that stops with a claim's answer lost hands that claim's tasks back uncharged,
+// rather than leaving them for the leader to rescue as lost.
+func TestLostClaimAnswerIsReleasedOnShutdown(t *testing.T) {
+	e := testenv.New(t)
+	proxy := pgtest.ProxyTo(t, e.Cluster)
+	w, stop := proxiedWorker(t, proxy, e.DB, engine.Config{})
+	proxy.AddRule(pgtest.Rule{Name: "claim", Match: regexp.MustCompile(`(?i)skip locked`), Action: pgtest.ActionError, Code: "08006"})
+	proxy.DropAll()
+	id := submit(t, e, noopJob)
+	testenv.Eventually(t, 10*time.Second, func() bool { return proxy.Hits("claim") > 0 }, "a claim of the worker fails")
+	lost, err := e.Client.Catalog().Claim(ctx, w.ID(), 1)
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("claiming for the worker: %+v, %v", lost, err)
+	}
+	if err := stop(30 * time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	d := detail(t, e, id)
+	if d.Tasks[0].State != deckhandtype.TaskRunnable || d.Tasks[0].Attempts != 0 || len(d.Attempts) != 1 ||
+		d.Attempts[0].Outcome != deckhandtype.OutcomeReleased {
+		t.Fatalf("task %s with %d attempts charged, attempts %+v: want it runnable again, released uncharged", d.Tasks[0].State, d.Tasks[0].Attempts, d.Attempts)
+	}
+}
+
 // runningAttempt waits for the job's first attempt to run and returns it.
 func runningAttempt(t *testing.T, e *testenv.Env, id int64) deckhandtype.Attempt {
 	t.Helper()

@@ -33,8 +33,9 @@ const closeTimeout = 2 * time.Second
 //     charging an attempt);
 //  3. results are recorded for at most ShutdownRecordTimeout: waiting for cancelled tasks to
 //     return, and retrying the catalog;
-//  4. the background loops stop, the worker's stop is recorded, node connections close, each
-//     for at most closeTimeout.
+//  4. the background loops stop; tasks claimed by a claim whose answer was lost are released
+//     and the worker's stop is recorded; node connections close: each for at most
+//     closeTimeout.
 //
 // Attempts whose results are still not recorded are named in one log line and the error
 // wraps ErrNotRecorded.
@@ -64,6 +65,15 @@ func (w *Worker) shutdown(killTasks, stopRecording context.CancelCauseFunc, stop
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
+	// No claim is in flight any more; one whose answer was lost is handed back uncharged,
+	// rather than rescued as lost once the worker's stop is recorded.
+	w.claimMu.Lock()
+	if w.claimUnsure {
+		if err := w.releaseUnstarted(stopCtx); err != nil {
+			w.log.Warn("could not release tasks claimed by a claim whose answer was lost", "err", err)
+		}
+	}
+	w.claimMu.Unlock()
 	if err := w.cat.StopWorker(stopCtx, w.ID()); err != nil {
 		w.log.Warn("could not record the worker's stop; the leader will find its lease expired", "err", err)
 	}
