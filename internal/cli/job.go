@@ -268,7 +268,7 @@ func (a *app) jobWait() *cobra.Command {
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			c, err := a.waitForClient(ctx)
+			c, err := a.waitForClient(cmd.Context(), ctx)
 			if err != nil {
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
 					return Timeout("timed out after %s waiting for job %d: the catalog was unreachable (%v)", timeout, id, err)
@@ -315,18 +315,21 @@ func (a *app) jobWait() *cobra.Command {
 }
 
 // waitForClient opens the catalog as client does, but waits out a catalog that cannot be
-// reached (restarting, failing over), retrying with backoff until ctx ends: a script that
-// waits for a job should not fail because the catalog restarted as it began.
-func (a *app) waitForClient(ctx context.Context) (*engine.Client, error) {
+// reached (restarting, failing over), retrying with backoff until wait ends: a script that
+// waits for a job should not fail because the catalog restarted as it began. Each attempt
+// runs under ctx, bounded by 10 s, so that even a wait whose time is up answers once.
+func (a *app) waitForClient(ctx, wait context.Context) (*engine.Client, error) {
 	delay := 100 * time.Millisecond
 	for {
-		c, err := a.client(ctx)
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := a.client(actx)
+		cancel()
 		if err == nil || !engine.CatalogUnreachable(err) {
 			return c, err
 		}
 		slog.Debug("the catalog is unreachable; retrying", "err", err, "in", delay)
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
 			return nil, err
 		case <-time.After(delay):
 		}
