@@ -143,18 +143,25 @@ func TestCatalogRestartMidRun(t *testing.T) {
 	waitOK := e.Start("--catalog", e.DSN+" application_name=waiter", "job", "wait", fmt.Sprint(ok))
 	waitBad := e.Start("--catalog", e.DSN+" application_name=waiter", "job", "wait", fmt.Sprint(bad))
 	waitSleeping(t, e, db, 7)
-	testenv.Eventually(t, 20*time.Second, func() bool {
-		var listening int
-		err := e.Pool(e.DB).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name = 'waiter' AND query LIKE 'LISTEN %'`).Scan(&listening)
-		return err == nil && listening == 2
-	}, "both waits listen")
+	waitersListen := func(what string) {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, func() bool {
+			pool := e.Pool(e.DB)
+			defer pool.Close()
+			var listening int
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE application_name = 'waiter' AND query LIKE 'LISTEN %'`).Scan(&listening)
+			return err == nil && listening == 2
+		}, what)
+	}
+	waitersListen("both waits listen")
 
 	restarted := time.Now()
 	if err := e.CatalogCluster.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the catalog was down for %s", time.Since(restarted).Round(time.Millisecond))
+	waitersListen("both waits listen again after the restart")
 
 	if job := e.Wait(ok, time.Minute); job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s, want finished", job.State)
