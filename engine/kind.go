@@ -64,6 +64,8 @@ type Deps struct {
 	Nodes   *nodeconn.Pools  // sessions on nodes as a task's owner
 	Cleaner *cleanup.Cleaner // registers what an operation creates, pins what it uses
 	Logger  *slog.Logger
+
+	xacts xactRecorder // the worker's: records node transaction ids before they commit
 }
 
 // registry holds the kinds of a Client or a Worker, sql and noop included, by name.
@@ -71,7 +73,7 @@ type registry map[string]Kind
 
 // builtinKinds are the kinds the engine runs itself.
 var builtinKinds = []Kind{
-	{Name: spec.KindSQL, NeedsNode: true, New: func(d Deps) Executor { return sqlExecutor{pools: d.Nodes} }},
+	{Name: spec.KindSQL, NeedsNode: true, New: func(d Deps) Executor { return sqlExecutor{pools: d.Nodes, xacts: d.xacts} }},
 	{Name: spec.KindNoop, New: func(Deps) Executor {
 		return ExecutorFunc(func(context.Context, *deckhandtype.ClaimedTask) error { return nil })
 	}},

@@ -19,7 +19,7 @@ import (
 // soakRequireExactlyOnce makes TestSoak fail when the effect of a task committed more than
 // once on its node. Transactional tasks are to commit exactly once (DESIGN §3); until they
 // do, duplicates are counted and reported, and only lost tasks fail the soak.
-const soakRequireExactlyOnce = false
+const soakRequireExactlyOnce = true
 
 // soakPlan sizes a soak run.
 type soakPlan struct {

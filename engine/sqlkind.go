@@ -2,16 +2,47 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
 // sqlExecutor runs a task's SQL text on its node, connected as its owner, with the job's
 // search_path and settings, in a transaction unless the task says otherwise.
-type sqlExecutor struct{ pools *nodeconn.Pools }
+//
+// A transactional task takes three round trips to the node: the session's set-up with BEGIN,
+// the task's SQL followed by a statement that reads the transaction's id, and COMMIT. Between
+// the last two, when the transaction wrote anything (then it has an id), the id is made durable
+// in the catalog: should the worker die after the node committed and before the result reached
+// the catalog, whoever rescues the attempt asks the node whether it committed instead of
+// running it again — exactly once. A transaction that wrote nothing has no id, and running it
+// again changes nothing. A task run outside a transaction is at least once: what a lost attempt
+// did is unknown.
+type sqlExecutor struct {
+	pools *nodeconn.Pools
+	xacts xactRecorder
+}
+
+// xactRecorder makes an attempt's node transaction id durable in the catalog before it commits.
+type xactRecorder interface {
+	Record(ctx context.Context, t *deckhandtype.ClaimedTask, xid string) error
+}
+
+// xidColumn names the id the executor appends to the task's SQL, so that it can tell its own
+// statement's result from the task's.
+const xidColumn = "deckhand_attempt_xid"
+
+const xidSQL = "SELECT pg_catalog.pg_current_xact_id_if_assigned()::pg_catalog.text AS " + xidColumn
+
+// afterNodeCommit runs right after a task's work committed on its node (its transaction, or
+// its statements outside one), before its result is recorded: a test build kills the process
+// there (faults_faultinject.go).
+var afterNodeCommit = func(*deckhandtype.ClaimedTask) {}
 
 func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	o, err := nodeconn.TaskOwner(t)
@@ -23,12 +54,62 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 		return err
 	}
 	defer release()
+	// The simple protocol, which runs SQL of several statements.
 	if !t.InTransaction {
-		_, err = conn.Exec(ctx, t.SQL)
+		if _, err = conn.PgConn().Exec(ctx, t.SQL).ReadAll(); err == nil {
+			afterNodeCommit(t)
+		}
 		return err
 	}
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, t.SQL)
+	// A newline ends a trailing -- comment; the semicolon a statement left open.
+	results, err := conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+xidSQL).ReadAll()
+	if err != nil {
 		return err
-	})
+	}
+	xid, ok := attemptXID(results)
+	if !ok {
+		return taskerr.Permanent(errors.New("the task's SQL does not end with complete statements " +
+			"(an unterminated comment, quoted string or dollar quote hides what follows it)"))
+	}
+	if xid != "" {
+		if err := s.xacts.Record(ctx, t, xid); err != nil {
+			return err
+		}
+	}
+	_, err = conn.PgConn().Exec(ctx, "COMMIT").ReadAll()
+	if err == nil {
+		afterNodeCommit(t)
+		return nil
+	}
+	if xid == "" || !commitUnknown(err) {
+		return err
+	}
+	// The COMMIT was sent and its answer lost: the node knows what became of it.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if status, serr := nodeconn.XactStatus(cctx, s.pools, o, xid); serr == nil && status == nodeconn.XactCommitted {
+		return nil
+	}
+	return err
+}
+
+// attemptXID finds the transaction id in the results of the task's SQL and xidSQL: "" when the
+// transaction wrote nothing; ok false when xidSQL never ran as a statement of its own.
+func attemptXID(results []*pgconn.Result) (xid string, ok bool) {
+	if len(results) == 0 {
+		return "", false
+	}
+	last := results[len(results)-1]
+	if len(last.FieldDescriptions) != 1 || last.FieldDescriptions[0].Name != xidColumn || len(last.Rows) != 1 {
+		return "", false
+	}
+	return string(last.Rows[0][0]), true
+}
+
+// commitUnknown reports whether a COMMIT's error leaves its outcome unknown: the connection
+// failed, rather than the server refusing the commit (a deferred constraint, a serialization
+// failure), which rolls the transaction back.
+func commitUnknown(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr)
 }

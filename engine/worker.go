@@ -33,6 +33,7 @@ type Worker struct {
 	cfg   Config
 	log   *slog.Logger
 	pools *nodeconn.Pools
+	xacts *xactBatcher
 	exec  map[string]Executor // by task kind
 	// notifier wakes the worker and its cleaner; ownNotifier when the worker made it and so
 	// runs it while it runs.
@@ -107,7 +108,8 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		w.notifier = notifier.New(cat.Pool.Config().ConnConfig, w.log)
 		w.ownNotifier = true
 	}
-	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log}
+	w.xacts = newXactBatcher(cat)
+	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log, xacts: w.xacts}
 	kinds := newRegistry(cfg.Features)
 	w.exec = kinds.executors(deps)
 	var services []Service
@@ -168,6 +170,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopBackground()
 	var bg sync.WaitGroup
 	go w.completer(recordCtx)
+	// Stopped with the completer, once every task has ended and its result is recorded.
+	go w.xacts.run(recordCtx)
 	loops := []func(context.Context){w.listen, w.heartbeat, w.lead}
 	if w.ownNotifier {
 		loops = append(loops, w.notifier.Run)

@@ -140,6 +140,9 @@ type Orphan struct {
 	Owner    string  `db:"owner"`
 	// SubmittedBy is the job's submitter, who must be a member of Owner on the node.
 	SubmittedBy string `db:"submitted_by"`
+	// InTransaction: the attempt ran in one transaction; only then can the node tell whether
+	// it took effect.
+	InTransaction bool `db:"in_transaction"`
 }
 
 // ExpireWorkers declares dead every worker whose lease has run out and returns the tasks they
@@ -152,7 +155,8 @@ func (c *Catalog) ExpireWorkers(ctx context.Context) ([]Orphan, error) {
 			WHERE stopped_at IS NULL AND lease_expires_at < coalesce($1, now())
 			RETURNING id
 		)
-		SELECT t.id, t.attempt_token, t.worker_id, t.node, n.dsn AS node_dsn, t.owner, j.submitted_by
+		SELECT t.id, t.attempt_token, t.worker_id, t.node, n.dsn AS node_dsn, t.owner, j.submitted_by,
+			t.in_transaction
 		FROM deckhand.task t JOIN deckhand.job j ON j.id = t.job_id LEFT JOIN deckhand.node n ON n.name = t.node
 		WHERE t.state IN ('running', 'cancelling')
 		  AND (t.worker_id IN (SELECT id FROM dead)

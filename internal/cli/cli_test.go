@@ -693,7 +693,7 @@ func TestTimeoutAndCancel(t *testing.T) {
 		var n int
 		err := node.QueryRow(context.Background(),
 			`SELECT count(*) FROM pg_stat_activity
-			 WHERE datname = current_database() AND query = 'SELECT pg_sleep(30)' AND state = 'active'`).Scan(&n)
+			 WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(30)%' AND state = 'active'`).Scan(&n)
 		return err == nil && n > 0
 	}
 	testenv.Eventually(t, 10*time.Second, sleeping, "the task runs on its node")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ApplicationName identifies a task attempt's backend in pg_stat_activity, so the leader can
@@ -22,7 +24,8 @@ const terminateSQL = `
 	WHERE a.application_name = $1::pg_catalog.text AND a.usename = SESSION_USER`
 
 // TerminateAttempt ends the backend of a task attempt on its node, if it still runs, and
-// waits until it is gone. It connects as the task's owner, who may always signal its own
+// waits until it is gone: from then on the attempt can neither commit nor record a
+// transaction that could. It connects as the task's owner, who may always signal its own
 // backends, through OwnerConn: when the submitter may not act as the owner the attempt can
 // never have run, and the error wraps ErrRefused.
 func TerminateAttempt(ctx context.Context, pools *Pools, o Owner, taskID, token int64) error {
@@ -41,6 +44,36 @@ func TerminateAttempt(ctx context.Context, pools *Pools, o Owner, taskID, token 
 		return fmt.Errorf("backend of task %d still running after terminate", taskID)
 	}
 	return nil
+}
+
+// What pg_xact_status says of a node transaction; "" when the node no longer knows (an id
+// older than its oldest kept commit status).
+const (
+	XactCommitted  = "committed"
+	XactAborted    = "aborted"
+	XactInProgress = "in progress"
+)
+
+// XactStatus asks o's node what became of transaction xid: for an attempt whose COMMIT was
+// sent but whose answer never came (the connection broke).
+func XactStatus(ctx context.Context, pools *Pools, o Owner, xid string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pools.OwnerConn(ctx, o)
+	if err != nil {
+		return "", err
+	}
+	defer Release(ctx, conn)
+	return xactStatus(ctx, conn.Conn(), xid)
+}
+
+func xactStatus(ctx context.Context, conn *pgx.Conn, xid string) (string, error) {
+	var status *string
+	err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_xact_status($1::pg_catalog.text::pg_catalog.xid8)`, xid).Scan(&status)
+	if err != nil || status == nil {
+		return "", err
+	}
+	return *status, nil
 }
 
 // Probe reports a node's role (primary or standby) and its WAL position: the replay position

@@ -31,8 +31,16 @@ func Refused(err error) bool { return errors.Is(err, ErrRefused) }
 
 // OwnerConn acquires a pooled session on the node connected as o.Role and checks, on the node
 // itself, that o.Submitter is a member of that role. Only a session that passed the check is
-// returned, with its search_path SafeSearchPath; the caller hands it back with Release.
+// returned, reset to how it started (search_path SafeSearchPath); the caller hands it back
+// with Release.
 func (p *Pools) OwnerConn(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
+	return p.acquire(ctx, o, nil)
+}
+
+// acquire is OwnerConn; then queues statements that run in the same round trip, after the
+// reset and the check (the session set-up of an attempt). They run whatever the check finds,
+// so they must do nothing that matters before the caller has seen its result: set up, not act.
+func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch)) (*pgxpool.Conn, error) {
 	if o.Role == "" || o.Submitter == "" {
 		return nil, taskerr.Permanent(fmt.Errorf("the task names no owner or no submitter on node %s: %w", o.Node, ErrRefused))
 	}
@@ -44,11 +52,45 @@ func (p *Pools) OwnerConn(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
 	if err != nil {
 		return nil, connectError(o, err)
 	}
-	if err := VerifyOwner(ctx, conn.Conn(), o); err != nil {
-		Release(ctx, conn)
-		return nil, err
+	b := &pgx.Batch{}
+	for _, stmt := range resetStatements {
+		b.Queue(stmt)
+	}
+	var sessionUser string
+	var member bool
+	b.Queue(verifyOwnerSQL, o.Submitter).QueryRow(func(row pgx.Row) error { return row.Scan(&sessionUser, &member) })
+	if then != nil {
+		then(b)
+	}
+	err = conn.SendBatch(ctx, b).Close()
+	if err == nil {
+		err = checkOwner(o, sessionUser, member)
+	}
+	if err != nil {
+		// The set-up may have opened a transaction: never hand such a session back.
+		conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
+		conn.Release()
+		return nil, ownerError(o, err)
 	}
 	return conn, nil
+}
+
+// resetStatements put a pooled session back to how it started, whatever the last attempt left
+// in it: settings (the search_path returns to its startup value, SafeSearchPath), cursors,
+// listens, advisory locks, cached plans, sequences' state, temporary tables, prepared
+// statements. They run at the start of every use, in the round trip of the owner check,
+// rather than in a round trip of their own when the session is handed back. (DISCARD ALL would
+// do the same, but PostgreSQL refuses it inside the implicit transaction of a pipeline.)
+var resetStatements = []string{
+	"SET SESSION AUTHORIZATION DEFAULT",
+	"RESET ALL",
+	"CLOSE ALL",
+	"UNLISTEN *",
+	"SELECT pg_catalog.pg_advisory_unlock_all()",
+	"DISCARD PLANS",
+	"DISCARD SEQUENCES",
+	"DISCARD TEMP",
+	"DEALLOCATE ALL",
 }
 
 // connectError says why a session as o.Role could not be opened. A refused login cannot get
@@ -65,26 +107,25 @@ func connectError(o Owner, err error) error {
 
 // verifyOwnerSQL runs in the owner's own session, where the owner may have created functions
 // and operators of its own: every function is schema-qualified with exact argument types, so
-// none of theirs can stand in for pg_catalog's. It also puts the search_path back to
-// SafeSearchPath, whatever the session was left with, for the statements that follow.
-const verifyOwnerSQL = `SELECT
-	pg_catalog.set_config('search_path'::pg_catalog.text, $2::pg_catalog.text, false),
-	SESSION_USER,
+// none of theirs can stand in for pg_catalog's (and the reset before it put the search_path
+// back to SafeSearchPath).
+const verifyOwnerSQL = `SELECT SESSION_USER,
 	pg_catalog.pg_has_role($1::pg_catalog.name, SESSION_USER, 'MEMBER'::pg_catalog.text)`
 
 // VerifyOwner checks, on the node, that the session is logged in as o.Role and that
-// o.Submitter is a member of it.
+// o.Submitter is a member of it; for sessions that are not pooled (a replication connection).
 func VerifyOwner(ctx context.Context, conn *pgx.Conn, o Owner) error {
 	var sessionUser string
 	var member bool
-	err := conn.QueryRow(ctx, verifyOwnerSQL, o.Submitter, SafeSearchPath).Scan(nil, &sessionUser, &member)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42704" {
-		return taskerr.Permanent(fmt.Errorf("submitter %q is not a role on node %s, so it cannot act as %q: %w", o.Submitter, o.Node, o.Role, ErrRefused))
+	err := conn.QueryRow(ctx, verifyOwnerSQL, o.Submitter).Scan(&sessionUser, &member)
+	if err == nil {
+		err = checkOwner(o, sessionUser, member)
 	}
-	if err != nil {
-		return fmt.Errorf("check the owner on node %s: %w", o.Node, err)
-	}
+	return ownerError(o, err)
+}
+
+// checkOwner says what the check found wrong, if anything.
+func checkOwner(o Owner, sessionUser string, member bool) error {
 	if sessionUser != o.Role {
 		return taskerr.Permanent(fmt.Errorf("the session on node %s is %q, not the owner %q: %w", o.Node, sessionUser, o.Role, ErrRefused))
 	}
@@ -92,6 +133,19 @@ func VerifyOwner(ctx context.Context, conn *pgx.Conn, o Owner) error {
 		return taskerr.Permanent(fmt.Errorf("submitter %q is not a member of role %q on node %s: %w", o.Submitter, o.Role, o.Node, ErrRefused))
 	}
 	return nil
+}
+
+// ownerError words a failed check: a submitter that is no role on the node is refused; other
+// errors are the node's.
+func ownerError(o Owner, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil || errors.Is(err, ErrRefused):
+		return err
+	case errors.As(err, &pgErr) && pgErr.Code == "42704":
+		return taskerr.Permanent(fmt.Errorf("submitter %q is not a role on node %s, so it cannot act as %q: %w", o.Submitter, o.Node, o.Role, ErrRefused))
+	}
+	return fmt.Errorf("check the owner on node %s: %w", o.Node, err)
 }
 
 // TaskOwner is the owner session a claimed task runs in, on the task's node.

@@ -63,10 +63,10 @@ func (p *Pools) get(ctx context.Context, dsn, user string) (*pgxpool.Pool, error
 	cfg.MaxConnIdleTime = time.Minute
 	cfg.ConnConfig.RuntimeParams["application_name"] = "deckhand"
 	// A startup parameter, so that it is in force before the first statement, outranks the
-	// role's and database's own defaults, and is what DISCARD ALL returns to.
+	// role's and database's own defaults, and is what RESET ALL returns to.
 	cfg.ConnConfig.RuntimeParams["search_path"] = SafeSearchPath
-	// Sessions are reset with DISCARD ALL after each task, which would invalidate cached
-	// prepared statements; unnamed statements cost nothing extra here.
+	// Sessions are reset (DEALLOCATE ALL among the rest) before each use, which would
+	// invalidate cached prepared statements; unnamed statements cost nothing extra here.
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	// On cancellation, ask the server to cancel the running statement (so a cancelled task's
 	// backend stops at once) before giving up on the socket.
@@ -91,16 +91,12 @@ func (p *Pools) Close() {
 	}
 }
 
-// Release hands a session back to its pool with nothing of the task left in it (settings,
-// temporary tables, locks, prepared statements); a session left inside a transaction, broken,
-// or whose context ended is closed instead.
+// Release hands a session back to its pool; the next use resets what the task left in it
+// (settings, temporary tables, locks, prepared statements) before anything else runs. A
+// session left inside a transaction, broken, or whose context ended is closed instead.
 func Release(ctx context.Context, conn *pgxpool.Conn) {
 	c := conn.Conn()
-	if c.PgConn().TxStatus() == 'I' && !c.IsClosed() && ctx.Err() == nil {
-		if _, err := c.Exec(ctx, "DISCARD ALL"); err != nil {
-			c.Close(context.Background()) //nolint:errcheck
-		}
-	} else {
+	if c.PgConn().TxStatus() != 'I' || c.IsClosed() || ctx.Err() != nil {
 		c.Close(context.Background()) //nolint:errcheck
 	}
 	conn.Release()

@@ -231,36 +231,44 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, what stri
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// binaries are the deckhand commands built for this test process, by build tags.
+var binaries struct {
+	sync.Mutex
+	paths map[string]string
+}
 
 // Binary builds the deckhand command once per test process and returns its path.
-func Binary(t testing.TB) string {
+func Binary(t testing.TB) string { return build(t, "") }
+
+// FaultBinary builds deckhand with the test-only fault hooks (build tag faultinject, set by
+// the environment variable DECKHAND_FAULT): a process that kills itself at a chosen point.
+func FaultBinary(t testing.TB) string { return build(t, "faultinject") }
+
+func build(t testing.TB, tags string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "deckhand-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		pgtest.AtExit(func() { os.RemoveAll(dir) })
-		binPath = filepath.Join(dir, "deckhand")
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/deckhand")
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	binaries.Lock()
+	defer binaries.Unlock()
+	if p, ok := binaries.paths[tags]; ok {
+		return p
 	}
-	return binPath
+	dir, err := os.MkdirTemp("", "deckhand-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.AtExit(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "deckhand")
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	cmd := exec.Command("go", "build", "-tags", tags, "-o", path, "./cmd/deckhand")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if binaries.paths == nil {
+		binaries.paths = map[string]string{}
+	}
+	binaries.paths[tags] = path
+	return path
 }
 
 // Process is a deckhand command running as its own process.
@@ -304,12 +312,24 @@ func (e *Env) Serve(args ...string) *Process {
 	return e.Start(append([]string{"serve", "--log-level", "debug"}, args...)...)
 }
 
+// ServeBinary is Serve with another build of deckhand (FaultBinary) and extra environment
+// variables ("NAME=value").
+func (e *Env) ServeBinary(bin string, env []string, args ...string) *Process {
+	e.T.Helper()
+	return e.startBinary(bin, env, append([]string{"serve", "--log-level", "debug"}, args...)...)
+}
+
 // Start runs `deckhand --catalog DSN args...` against the env's catalog as a separate
 // process, killed at cleanup.
 func (e *Env) Start(args ...string) *Process {
 	e.T.Helper()
-	bin := Binary(e.T)
+	return e.startBinary(Binary(e.T), nil, args...)
+}
+
+func (e *Env) startBinary(bin string, env []string, args ...string) *Process {
+	e.T.Helper()
 	cmd := exec.Command(bin, append([]string{"--catalog", e.DSN}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	buf := &Buffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
 	if err := cmd.Start(); err != nil {

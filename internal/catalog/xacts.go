@@ -1,0 +1,67 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AttemptXact is the node transaction of a running attempt, about to commit.
+type AttemptXact struct {
+	TaskID int64
+	Token  int64
+	XID    string // xid8, as text
+}
+
+// RecordXacts makes the node transaction ids of running attempts durable before their
+// transactions commit on the nodes (see migration 0007). It returns the ids of the tasks whose
+// attempt is still current: an attempt not among them was taken over (its lease expired, the
+// task was rescued) and must not commit.
+func (c *Catalog) RecordXacts(ctx context.Context, xs []AttemptXact) (map[int64]bool, error) {
+	ids := make([]int64, len(xs))
+	tokens := make([]int64, len(xs))
+	xids := make([]string, len(xs))
+	for i, x := range xs {
+		ids[i], tokens[i], xids[i] = x.TaskID, x.Token, x.XID
+	}
+	rows, err := c.Pool.Query(ctx, `
+		UPDATE deckhand.task t SET attempt_xid = r.xid::xid8, xid_token = r.token
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS r(id, token, xid)
+		WHERE t.id = r.id AND t.attempt_token = r.token AND t.state IN ('running', 'cancelling')
+		RETURNING t.id`, ids, tokens, xids)
+	if err != nil {
+		return nil, fmt.Errorf("record node transactions: %w", err)
+	}
+	current := map[int64]bool{}
+	var id int64
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		current[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("record node transactions: %w", err)
+	}
+	return current, nil
+}
+
+// AttemptXID is the node transaction id attempt token of task recorded before committing, ""
+// when it recorded none. Read it only once the attempt's backend is gone: until then the
+// attempt may still record one, and commit.
+func (c *Catalog) AttemptXID(ctx context.Context, taskID, token int64) (string, error) {
+	var xid *string
+	err := c.Pool.QueryRow(ctx, `
+		SELECT CASE WHEN xid_token = $2 THEN attempt_xid::text END FROM deckhand.task WHERE id = $1`,
+		taskID, token).Scan(&xid)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("read the node transaction of task %d: %w", taskID, err)
+	}
+	if xid == nil {
+		return "", nil
+	}
+	return *xid, nil
+}
