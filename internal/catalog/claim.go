@@ -85,17 +85,27 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	return claimed, nil
 }
 
+// lockNodesSQL looks at each node for one runnable task of its own or of its group: a probe
+// per node (LATERAL ... LIMIT 1 cannot be turned into a scan of every runnable task), on the
+// indexes of the runnable sets.
 const lockNodesSQL = `
 WITH locked AS (
 	SELECT n.name, n.max_tasks FROM deckhand.node n
-	WHERE EXISTS (SELECT 1 FROM deckhand.task t WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL)
-	   OR EXISTS (SELECT 1 FROM deckhand.task t
-	              WHERE t.node_group = n.node_group AND t.state = 'runnable' AND t.node_group IS NOT NULL AND t.node IS NULL)
+	CROSS JOIN LATERAL (
+		SELECT 1 FROM deckhand.task t
+		WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind <> 'export'
+		UNION ALL
+		SELECT 1 FROM deckhand.task t
+		WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
+		UNION ALL
+		SELECT 1 FROM deckhand.task t
+		WHERE t.node_group = n.node_group AND t.state = 'runnable' AND t.node_group IS NOT NULL
+		LIMIT 1) w
 	ORDER BY n.name FOR UPDATE OF n SKIP LOCKED
 )
 SELECT coalesce(array_agg(name), '{}'), coalesce(array_agg(max_tasks), '{}'),
 	coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0),
-	EXISTS (SELECT 1 FROM deckhand.task WHERE state = 'runnable' AND node_group IS NOT NULL AND node IS NULL)
+	EXISTS (SELECT 1 FROM deckhand.task WHERE state = 'runnable' AND node_group IS NOT NULL)
 FROM locked`
 
 // claimSQL runs with a snapshot taken after the node (and global) locks were granted, so its
@@ -176,21 +186,28 @@ const claimPick = `), picked AS (
 	UNION ALL SELECT id, NULL FROM on_nodes
 `
 
+// claimTail takes the picked tasks. It reaches them through unnest of an array, which the
+// planner takes for a handful of rows whatever it believes about the table, so that it always
+// probes the primary key (never a hash join over the whole table); the rows it returns are
+// joined to their job and node the same way.
 const claimTail = `	LIMIT (SELECT n FROM budget)
+), picks AS (
+	SELECT array_agg(id) AS ids, array_agg(node) AS nodes FROM picked
 ), claimed AS (
 	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
 		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = @worker,
 		started_at = coalesce(@now, clock_timestamp()), finished_at = NULL,
-		node = coalesce(picked.node, t.node)
-	FROM picked WHERE t.id = picked.id
+		node = coalesce(p.node, t.node)
+	FROM picks CROSS JOIN LATERAL unnest(picks.ids, picks.nodes) AS p(id, node)
+	WHERE t.id = p.id
 	RETURNING t.*
 ), started AS (
 	UPDATE deckhand.job j SET started_at = coalesce(@now, clock_timestamp())
-	WHERE j.id IN (SELECT DISTINCT job_id FROM claimed) AND j.started_at IS NULL
+	WHERE j.id = ANY (ARRAY(SELECT DISTINCT job_id FROM claimed)) AND j.started_at IS NULL
 )
 SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
 	c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts,
 	c.max_attempts, c.runs, c.attempt_token, c.started_at, j.search_path, j.settings, j.submitted_by,
-	EXISTS (SELECT 1 FROM deckhand.task_dep d WHERE d.depends_on = c.id) AS has_dependents
+	c.has_dependents
 FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
 ORDER BY c.id`

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +12,7 @@ import (
 
 func (a *app) benchCommand() *cobra.Command {
 	o := bench.Options{}
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure task throughput and dependency latency; the last line is key=value pairs",
@@ -29,6 +31,17 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
 					o.RiverDir = "bench/rivercmp"
 				}
 			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return Usage("--cpuprofile: %v", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return Usage("--cpuprofile: %v", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			res, err := bench.Run(cmd.Context(), o, a.stdout)
 			if err != nil {
 				return Failed("bench: %w", err)
@@ -45,6 +58,7 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
 	f.IntVar(&o.Workers, "workers", 1, "workers")
 	f.IntVar(&o.Concurrency, "concurrency", 1000, "concurrency of each worker")
 	f.IntVar(&o.NodeMax, "node-max-tasks", 16, "max_tasks of the node SQL tasks run on")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write deckhand's CPU profile of the whole run to this file (go tool pprof)")
 	cmd.AddCommand(a.benchExportCommand())
 	cmd.AddCommand(a.benchCleanupCommand())
 	f.StringVar(&o.RiverDir, "river", "auto", "directory of the rivercmp module to run River on the same server (auto: ./bench/rivercmp if present; empty: skip)")
