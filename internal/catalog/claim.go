@@ -86,26 +86,33 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 }
 
 // lockNodesSQL looks at each node for one runnable task of its own or of its group: a probe
-// per node (LATERAL ... LIMIT 1 cannot be turned into a scan of every runnable task), on the
-// indexes of the runnable sets.
+// per node (LATERAL ... LIMIT 1 is never turned into a scan of every runnable task). Every
+// probe of this file orders by the key of the index it means to use and stops early: the
+// index then serves both the filter and the order, and the plan a claim runs (generic, made
+// once from whatever statistics there were) reads what it returns, whatever the planner
+// believed about how many rows would match.
 const lockNodesSQL = `
 WITH locked AS (
 	SELECT n.name, n.max_tasks FROM deckhand.node n
 	CROSS JOIN LATERAL (
-		SELECT 1 FROM deckhand.task t
-		WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind <> 'export'
+		(SELECT t.id FROM deckhand.task t
+		 WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind <> 'export'
+		 ORDER BY t.id LIMIT 1)
 		UNION ALL
-		SELECT 1 FROM deckhand.task t
-		WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
+		(SELECT t.id FROM deckhand.task t
+		 WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
+		 ORDER BY t.id LIMIT 1)
 		UNION ALL
-		SELECT 1 FROM deckhand.task t
-		WHERE t.node_group = n.node_group AND t.state = 'runnable' AND t.node_group IS NOT NULL
+		(SELECT t.id FROM deckhand.task t
+		 WHERE t.node_group = n.node_group AND t.state = 'runnable' AND t.node_group IS NOT NULL
+		 ORDER BY t.id LIMIT 1)
 		LIMIT 1) w
 	ORDER BY n.name FOR UPDATE OF n SKIP LOCKED
 )
 SELECT coalesce(array_agg(name), '{}'), coalesce(array_agg(max_tasks), '{}'),
 	coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0),
-	EXISTS (SELECT 1 FROM deckhand.task WHERE state = 'runnable' AND node_group IS NOT NULL)
+	(SELECT t.id FROM deckhand.task t WHERE t.state = 'runnable' AND t.node_group IS NOT NULL
+	 ORDER BY t.node_group, t.id LIMIT 1) IS NOT NULL
 FROM locked`
 
 // claimSQL runs with a snapshot taken after the node (and global) locks were granted, so its
@@ -131,14 +138,16 @@ WITH cap AS (
 	-- An export's coordinator only holds a lock while its parts work: it takes no slot, or its
 	-- parts could never run. Coordinators have slots of their own, as many as the node's, so
 	-- that exports cannot make the node hold a session each.
-	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export'), 0) AS free,
-		greatest(c.cap - (SELECT count(*) FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind = 'export'), 0) AS coordinators
+	-- Counting stops at the cap: what runs beyond it changes nothing.
+	SELECT c.node, c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export' ORDER BY t.id LIMIT c.cap) r) AS free,
+		c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind = 'export' ORDER BY t.id LIMIT c.cap) r) AS coordinators
 	FROM unnest(@nodes::text[], @caps::int[]) AS c(node, cap)
 ), budget AS (
 	SELECT CASE WHEN @global_cap::int > 0
-		THEN least(@limit, greatest(@global_cap - (SELECT count(*) FROM deckhand.task WHERE state IN ('running', 'cancelling')), 0))
+		THEN least(@limit, @global_cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
+			WHERE t.state IN ('running', 'cancelling') ORDER BY t.worker_id LIMIT @global_cap) r))
 		ELSE @limit END AS n
 ), anywhere AS (
 	SELECT id FROM deckhand.task
@@ -162,22 +171,27 @@ WITH cap AS (
 `
 
 const claimGroups = `), group_tasks AS (
-	SELECT t.id, t.node_group, t.min_lsn, row_number() OVER (PARTITION BY t.node_group ORDER BY t.id) AS rn
-	FROM deckhand.task t
-	WHERE t.state = 'runnable' AND t.node_group IS NOT NULL AND t.node IS NULL
-	  AND t.node_group IN (SELECT n.node_group FROM deckhand.node n WHERE n.name = ANY (@nodes))
-	  AND t.not_before <= coalesce(@now, now())
+	-- Each group's first tasks, as many as the claim may take.
+	SELECT t.id, g.node_group, t.min_lsn, row_number() OVER (PARTITION BY g.node_group ORDER BY t.id) AS rn
+	FROM (SELECT DISTINCT n.node_group FROM deckhand.node n WHERE n.name = ANY (@nodes)) g
+	CROSS JOIN LATERAL (
+		SELECT t.id, t.min_lsn FROM deckhand.task t
+		WHERE t.state = 'runnable' AND t.node_group = g.node_group AND t.not_before <= coalesce(@now, now())
+		ORDER BY t.id LIMIT (SELECT n FROM budget)) t
 ), group_slots AS (
 	SELECT n.name AS node, n.node_group, row_number() OVER (PARTITION BY n.node_group ORDER BY s, n.name) AS rn
 	FROM cap JOIN deckhand.node n ON n.name = cap.node
 	CROSS JOIN LATERAL generate_series(1, cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node AND NOT o.coordinator)) s
 	WHERE n.role = 'primary'
 	   OR n.replay_lsn >= (SELECT max(g.min_lsn) FROM group_tasks g WHERE g.node_group = n.node_group)
+), dealt AS (
+	SELECT array_agg(g.id) AS ids, array_agg(s.node) AS nodes
+	FROM group_tasks g JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn
 ), in_groups AS (
-	SELECT t.id, s.node
-	FROM group_tasks g
-	JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn
-	JOIN deckhand.task t ON t.id = g.id
+	-- Through unnest, like claimed below: primary key probes whatever the estimates.
+	SELECT t.id, d.node
+	FROM dealt CROSS JOIN LATERAL unnest(dealt.ids, dealt.nodes) AS d(id, node)
+	JOIN deckhand.task t ON t.id = d.id
 	FOR UPDATE OF t SKIP LOCKED
 `
 

@@ -15,9 +15,9 @@ CREATE INDEX task_runnable_node_idx ON deckhand.task (node, id)
 -- Replaced by the two above: it mixed node-less tasks into every node's scan.
 DROP INDEX deckhand.task_runnable_idx;
 
--- Running tasks counted per node: tasks without a node have no place here, and every claim of
--- one would otherwise write an entry.
-CREATE INDEX task_active_on_node_idx ON deckhand.task (node)
+-- Running tasks counted per node, in id order so that a count can stop at the node's cap: tasks
+-- without a node have no place here, and every claim of one would otherwise write an entry.
+CREATE INDEX task_active_on_node_idx ON deckhand.task (node, id)
     WHERE state IN ('running', 'cancelling') AND node IS NOT NULL;
 DROP INDEX deckhand.task_active_node_idx;
 

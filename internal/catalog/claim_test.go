@@ -1,0 +1,236 @@
+package catalog_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+)
+
+// A claim reads what it claims and little more, however many tasks have finished and whatever
+// the statistics say about them: each runnable set has an index that is both its filter and
+// its order. The catalog runs generic plans, made once from the statistics of the moment, so
+// the claim is planned here under three kinds of statistics — none, true ones, and ones taken
+// while most tasks were runnable (the planner then expects runnable tasks everywhere and likes
+// walking the primary key) — and its buffers counted, idle and with work. The finished tasks
+// are 50,000 here (a walk over them reads over a thousand buffers); DECKHAND_TEST_FINISHED
+// sets another number, such as 1000000.
+func TestClaimReadsFewBuffersWhateverTheStatistics(t *testing.T) {
+	finished := 50_000
+	if s := os.Getenv("DECKHAND_TEST_FINISHED"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("DECKHAND_TEST_FINISHED: %v", err)
+		}
+		finished = n
+	}
+	cat, cl, db := emptyCatalog(t)
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// History: finished tasks of every kind of set, with their attempts.
+	exec(`INSERT INTO deckhand.node (name, dsn, node_group, role) VALUES ('n1', 'host=n1', 'g1', 'primary')`)
+	exec(`INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 10, 'infinity')`)
+	seedTasks := func(description, state string, n int) {
+		t.Helper()
+		exec(`
+			WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ($1, 'noop', $2) RETURNING id),
+			t AS (
+				INSERT INTO deckhand.task (job_id, name, kind, node, node_group, owner, max_attempts, timeout, state,
+					attempts, runs, attempt_token, started_at, finished_at)
+				SELECT j.id, 't' || g, CASE WHEN g % 3 = 1 THEN 'sql' ELSE 'noop' END,
+					CASE WHEN g % 3 = 1 THEN 'n1' END, CASE WHEN g % 3 = 2 THEN 'g1' END, 'app', 3, '1 hour', $3,
+					1, 1, g, now(), CASE WHEN $3 = 'done' THEN now() END
+				FROM j, generate_series(1, $2) g
+				RETURNING id, attempt_token)
+			INSERT INTO deckhand.task_attempt (task_id, token, attempt, outcome, started_at, finished_at)
+			SELECT id, attempt_token, 1, 'done', now(), now() FROM t`, description, n, state)
+	}
+	seedTasks("history", "done", finished)
+	// Idle claims must not be a walk over an index's dead entries either.
+	exec(`VACUUM deckhand.task`)
+
+	worker, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close()
+	for _, stats := range []struct {
+		name    string
+		prepare func()
+	}{
+		{"never analyzed", func() {}},
+		{"analyzed", func() { exec(`ANALYZE deckhand.task`) }},
+		{"analyzed while most tasks were runnable or running", func() {
+			seedTasks("burst", "runnable", finished/2)
+			seedTasks("busy", "running", finished/2)
+			exec(`ANALYZE deckhand.task`)
+			exec(`DELETE FROM deckhand.job WHERE description IN ('burst', 'busy')`)
+			exec(`VACUUM deckhand.task`) // removes the rows, keeps the statistics
+		}},
+	} {
+		t.Run(stats.name, func(t *testing.T) {
+			stats.prepare()
+			// A new connection makes its generic plans under these statistics.
+			conn, err := worker.Pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			defer conn.Conn().Close(ctx) //nolint:errcheck
+
+			// Nothing runnable: the claim a worker makes every poll. The first round reads the
+			// system catalogs into the new session.
+			for round := range 2 {
+				for _, q := range []struct{ name, sql string }{
+					{"lock", catalog.LockNodesSQL}, {"claim", catalog.ClaimSQL}, {"claim with groups", catalog.ClaimGroupsSQL},
+				} {
+					if _, b := claimBuffers(t, conn.Conn(), q.sql); round == 1 && b > 40 {
+						t.Errorf("idle %s read %d buffers", q.name, b)
+					}
+				}
+			}
+
+			// Work in every set: the claim reads about what it takes.
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			if _, err := tx.Exec(ctx, `
+				WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('work', 'noop', 30) RETURNING id)
+				INSERT INTO deckhand.task (job_id, name, kind, node, node_group, owner, max_attempts, timeout, state)
+				SELECT j.id, 'w' || g, CASE WHEN g % 3 = 1 THEN 'sql' ELSE 'noop' END,
+					CASE WHEN g % 3 = 1 THEN 'n1' END, CASE WHEN g % 3 = 2 THEN 'g1' END, 'app', 3, '1 hour', 'runnable'
+				FROM j, generate_series(1, 30) g`); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []struct{ name, sql string }{{"claim", catalog.ClaimSQL}, {"claim with groups", catalog.ClaimGroupsSQL}} {
+				if _, err := tx.Exec(ctx, "SAVEPOINT probe"); err != nil {
+					t.Fatal(err)
+				}
+				// 10 tasks anywhere, and the node's 10 slots for its own tasks and its group's.
+				if n, b := claimBuffers(t, conn.Conn(), q.sql); n != 20 || b > 40+20*30 {
+					t.Errorf("%s claimed %d tasks (want 20) reading %d buffers", q.name, n, b)
+				}
+				if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT probe"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// claimBuffers runs query (lockNodesSQL or a claim for worker 1, node n1 with 10 slots, 100
+// tasks at most) under EXPLAIN ANALYZE with the generic plan a worker's session makes, and
+// returns the buffers it read. It runs in the connection's transaction, if any.
+func claimBuffers(t *testing.T, conn *pgx.Conn, query string) (rows, buffers int) {
+	t.Helper()
+	args := pgx.StrictNamedArgs{"limit": 100, "nodes": []string{"n1"}, "caps": []int32{10}, "now": (*time.Time)(nil),
+		"worker": int64(1), "global_cap": 0}
+	if query == catalog.LockNodesSQL {
+		args = nil
+	}
+	sql, params := query, []any(nil)
+	if args != nil {
+		var err error
+		if sql, params, err = args.RewriteQuery(ctx, conn, query, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probes++
+	name := fmt.Sprintf("probe_%d", probes)
+	if _, err := conn.Prepare(ctx, name, sql); err != nil {
+		t.Fatal(err)
+	}
+	literals := make([]string, len(params))
+	for i, p := range params {
+		literals[i] = literal(p)
+	}
+	explain := "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE " + name
+	if len(literals) > 0 {
+		explain += "(" + strings.Join(literals, ", ") + ")"
+	}
+	var out []byte
+	if err := conn.QueryRow(ctx, explain).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+			Rows int `json:"Actual Rows"`
+		}
+	}
+	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("EXPLAIN: %v (%s)", err, out)
+	}
+	buffers = plans[0].Plan.Hit + plans[0].Plan.Read
+	if testing.Verbose() {
+		var plan []map[string]any
+		if err := json.Unmarshal(out, &plan); err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		outline(&b, plan[0]["Plan"].(map[string]any), "")
+		t.Logf("%d rows, %d buffers:\n%s", plans[0].Plan.Rows, buffers, b.String())
+	}
+	return plans[0].Plan.Rows, buffers
+}
+
+var probes int
+
+// outline writes one line per plan node that was run: its type, index or table, rows and buffers.
+func outline(b *strings.Builder, node map[string]any, indent string) {
+	if loops, _ := node["Actual Loops"].(float64); loops == 0 {
+		return
+	}
+	fmt.Fprintf(b, "%s%v", indent, node["Node Type"])
+	for _, k := range []string{"Index Name", "Relation Name", "CTE Name"} {
+		if v, ok := node[k]; ok {
+			fmt.Fprintf(b, " %v", v)
+		}
+	}
+	fmt.Fprintf(b, " rows=%v buffers=%v\n", node["Actual Rows"], node["Shared Hit Blocks"].(float64)+node["Shared Read Blocks"].(float64))
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		outline(b, c.(map[string]any), indent+"  ")
+	}
+}
+
+// literal is v written as an SQL literal, for EXECUTE's arguments.
+func literal(v any) string {
+	switch v := v.(type) {
+	case int:
+		return strconv.Itoa(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case []string:
+		return "'{" + strings.Join(v, ",") + "}'"
+	case []int32:
+		s := make([]string, len(v))
+		for i, n := range v {
+			s[i] = strconv.Itoa(int(n))
+		}
+		return "'{" + strings.Join(s, ",") + "}'"
+	case *time.Time:
+		if v == nil {
+			return "NULL"
+		}
+	}
+	panic(fmt.Sprintf("literal: %T", v))
+}
