@@ -184,14 +184,14 @@ const claimGroups = `), group_tasks AS (
 	CROSS JOIN LATERAL generate_series(1, cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node AND NOT o.coordinator)) s
 	WHERE n.role = 'primary'
 	   OR n.replay_lsn >= (SELECT max(g.min_lsn) FROM group_tasks g WHERE g.node_group = n.node_group)
-), dealt AS (
-	SELECT array_agg(g.id) AS ids, array_agg(s.node) AS nodes
-	FROM group_tasks g JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn
+), dealt AS MATERIALIZED (
+	-- Through unnest, like picks below: primary key probes whatever the estimates.
+	SELECT d.id, d.node
+	FROM (SELECT array_agg(g.id) AS ids, array_agg(s.node) AS nodes
+	      FROM group_tasks g JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn) a,
+	     unnest(a.ids, a.nodes) AS d(id, node)
 ), in_groups AS (
-	-- Through unnest, like claimed below: primary key probes whatever the estimates.
-	SELECT t.id, d.node
-	FROM dealt CROSS JOIN LATERAL unnest(dealt.ids, dealt.nodes) AS d(id, node)
-	JOIN deckhand.task t ON t.id = d.id
+	SELECT t.id, d.node FROM dealt d JOIN deckhand.task t ON t.id = d.id
 	FOR UPDATE OF t SKIP LOCKED
 `
 
@@ -203,17 +203,18 @@ const claimPick = `), picked AS (
 // claimTail takes the picked tasks. It reaches them through unnest of an array, which the
 // planner takes for a handful of rows whatever it believes about the table, so that it always
 // probes the primary key (never a hash join over the whole table); the rows it returns are
-// joined to their job and node the same way.
+// joined to their job and node the same way. The unnested rows are a CTE of their own: rows
+// joined to an UPDATE or FOR UPDATE are copied whole into each row it locks, arrays included.
 const claimTail = `	LIMIT (SELECT n FROM budget)
-), picks AS (
-	SELECT array_agg(id) AS ids, array_agg(node) AS nodes FROM picked
+), picks AS MATERIALIZED (
+	SELECT p.id, p.node
+	FROM (SELECT array_agg(id) AS ids, array_agg(node) AS nodes FROM picked) a, unnest(a.ids, a.nodes) AS p(id, node)
 ), claimed AS (
 	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
 		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = @worker,
 		started_at = coalesce(@now, clock_timestamp()), finished_at = NULL,
 		node = coalesce(p.node, t.node)
-	FROM picks CROSS JOIN LATERAL unnest(picks.ids, picks.nodes) AS p(id, node)
-	WHERE t.id = p.id
+	FROM picks p WHERE t.id = p.id
 	RETURNING t.*
 ), started AS (
 	UPDATE deckhand.job j SET started_at = coalesce(@now, clock_timestamp())

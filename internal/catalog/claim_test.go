@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 )
@@ -233,4 +234,83 @@ func literal(v any) string {
 		}
 	}
 	panic(fmt.Sprintf("literal: %T", v))
+}
+
+// A task with thousands of dependents releases them all in its completion, in one pass over
+// them: no row it locks carries more than its own dependent (a join to FOR UPDATE copies the
+// joined rows whole into every locked row), and nothing spills to disk.
+func TestCompletionOfAFanOutIsOnePass(t *testing.T) {
+	const fan = 5000
+	cat, _, _ := emptyCatalog(t)
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	job := catalog.NewJob{Description: "fan-out", Kind: "noop", Tasks: []catalog.NewTask{{Name: "root", Kind: "noop",
+		Owner: "app", MaxAttempts: 1, Timeout: time.Hour}}}
+	for i := range fan {
+		job.Tasks = append(job.Tasks, catalog.NewTask{Name: "leaf" + strconv.Itoa(i), Kind: "noop", Owner: "app",
+			MaxAttempts: 1, Timeout: time.Hour, DependsOn: []string{"root"}})
+	}
+	if _, err := cat.InsertJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Pool.Exec(ctx, `INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 1, 'infinity')`); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := cat.Claim(ctx, 1, 10)
+	if err != nil || len(claimed) != 1 || !claimed[0].HasDependents {
+		t.Fatalf("claimed %+v (%v), want the root, which has dependents", claimed, err)
+	}
+	for _, outcome := range []deckhandtype.Outcome{deckhandtype.OutcomeDone, deckhandtype.OutcomeFailed} {
+		t.Run(string(outcome), func(t *testing.T) {
+			args, err := catalog.CompleteArgs([]catalog.Result{{TaskID: claimed[0].ID, Token: claimed[0].Token, WorkerID: 1, Outcome: outcome}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, err := cat.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			var out []byte
+			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&out); err != nil {
+				t.Fatal(err)
+			}
+			var plans []struct {
+				Plan struct {
+					Hit     int `json:"Shared Hit Blocks"`
+					Read    int `json:"Shared Read Blocks"`
+					Written int `json:"Temp Written Blocks"`
+				}
+			}
+			if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
+				t.Fatalf("EXPLAIN: %v", err)
+			}
+			p := plans[0].Plan
+			var tree []map[string]any
+			if err := json.Unmarshal(out, &tree); err != nil {
+				t.Fatal(err)
+			}
+			if rows := rowsProduced(tree[0]["Plan"].(map[string]any)); p.Written > 0 || p.Hit+p.Read > 30*fan || rows > 50*fan {
+				t.Errorf("releasing %d dependents read %d buffers, produced %.0f rows in all and wrote %d temporary blocks",
+					fan, p.Hit+p.Read, rows, p.Written)
+			}
+			var moved int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM deckhand.task WHERE state IN ('runnable', 'unscheduled')`).Scan(&moved); err != nil || moved != fan {
+				t.Errorf("%d dependents released or unscheduled (%v), want %d", moved, err, fan)
+			}
+		})
+	}
+}
+
+// rowsProduced is the number of rows every node of a plan produced, over all its loops.
+func rowsProduced(node map[string]any) float64 {
+	rows, _ := node["Actual Rows"].(float64)
+	loops, _ := node["Actual Loops"].(float64)
+	n := rows * loops
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		n += rowsProduced(c.(map[string]any))
+	}
+	return n
 }

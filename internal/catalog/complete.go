@@ -162,12 +162,21 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	FROM deckhand.task_dep d JOIN moved m ON m.id = d.depends_on
 	WHERE m.new_state = 'done'
 	GROUP BY d.task_id
+), affected AS MATERIALIZED (
+	-- One row per dependent: how many of its prerequisites finished, and whether one failed.
+	-- Through unnest of arrays, so that the join below is planned for a handful of rows and
+	-- probes the primary key even when a task releases 100,000 dependents (a fan-out); a CTE
+	-- of its own, because FOR UPDATE copies each joined row whole into every row it locks.
+	SELECT a.id, a.n, a.doomed
+	FROM (SELECT array_agg(id) AS ids, array_agg(n) AS ns, array_agg(doomed) AS dooms
+	      FROM (SELECT id, sum(n)::int AS n, bool_or(doomed) AS doomed
+	            FROM (SELECT id, n, false AS doomed FROM released UNION ALL SELECT id, 0, true FROM downstream) x
+	            GROUP BY id) y) arr,
+	     unnest(arr.ids, arr.ns, arr.dooms) AS a(id, n, doomed)
 ), dependents AS (
-	-- = ANY keeps this an index lookup: the planner cannot tell how few ids there are.
-	SELECT t.id, t.id IN (SELECT id FROM downstream) AS doomed, coalesce(r.n, 0) AS n
-	FROM deckhand.task t
-	LEFT JOIN released r ON r.id = t.id
-	WHERE t.id = ANY (ARRAY(SELECT id FROM downstream UNION SELECT id FROM released)) AND t.state = 'blocked'
+	SELECT t.id, a.doomed, a.n
+	FROM affected a JOIN deckhand.task t ON t.id = a.id
+	WHERE t.state = 'blocked'
 	ORDER BY t.id FOR UPDATE OF t
 ), followed AS (
 	UPDATE deckhand.task t SET

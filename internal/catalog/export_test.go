@@ -6,3 +6,15 @@ var (
 	ClaimSQL       = claimSQL
 	ClaimGroupsSQL = claimGroupsSQL
 )
+
+// CompleteSQL and CompleteArgs are the completion statement and its arguments.
+var CompleteSQL = completeSQL
+
+func CompleteArgs(results []Result) (map[string]any, error) {
+	args, err := completeArgs(results)
+	if err != nil {
+		return nil, err
+	}
+	args["now"], args["released_by"] = nil, "0"
+	return args, nil
+}
