@@ -287,15 +287,19 @@ func (c *Catalog) Job(ctx context.Context, id int64) (deckhandtype.Job, error) {
 	return job, nil
 }
 
-// Tasks lists a job's tasks in id (dependency) order.
-func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]deckhandtype.Task, error) {
+// Tasks lists a page of a job's tasks in id (dependency) order.
+func (c *Catalog) Tasks(ctx context.Context, jobID int64, page deckhandtype.TaskPage) ([]deckhandtype.Task, error) {
+	var limit *int
+	if page.Limit > 0 {
+		limit = &page.Limit
+	}
 	// Through the view, which shows only the jobs the caller may act on.
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT t.id, t.job_id, t.name, t.kind, t.node, t.owner, t.state, t.attempts, t.max_attempts, t.runs,
 			nullif(t.not_before, '-infinity') AS not_before, t.worker_id, t.started_at, t.finished_at,
 			(extract(epoch FROM t.timeout) * 1000)::bigint AS timeout_ms, t.in_transaction,
 			t.error AS last_error, t.depends_on_in_order AS depends_on, t.sql
-		FROM deckhand.tasks t WHERE t.job_id = $1 ORDER BY t.id`, jobID)
+		FROM deckhand.tasks t WHERE t.job_id = $1 AND t.id > $2 ORDER BY t.id LIMIT $3`, jobID, page.After, limit)
 	tasks, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Task])
 	if err != nil {
 		return nil, fmt.Errorf("read tasks of job %d: %w", jobID, err)
@@ -303,12 +307,18 @@ func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]deckhandtype.Task, 
 	return tasks, nil
 }
 
-// Attempts lists every attempt of a job's tasks, including running ones, in start order.
-func (c *Catalog) Attempts(ctx context.Context, jobID int64) ([]deckhandtype.Attempt, error) {
+// Attempts lists every attempt of a job's tasks whose ids are above after and at most upTo
+// (0: no bound), including running ones, in start order.
+func (c *Catalog) Attempts(ctx context.Context, jobID, after, upTo int64) ([]deckhandtype.Attempt, error) {
+	var bound *int64
+	if upTo > 0 {
+		bound = &upTo
+	}
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT task_id, task_name, attempt, token, worker_id, outcome, started_at, finished_at,
 			sqlstate, message, detail, hint
-		FROM deckhand.task_attempts WHERE job_id = $1 ORDER BY started_at, task_id, attempt`, jobID)
+		FROM deckhand.task_attempts WHERE job_id = $1 AND task_id > $2 AND task_id <= coalesce($3, task_id)
+		ORDER BY started_at, task_id, attempt`, jobID, after, bound)
 	attempts, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Attempt])
 	if err != nil {
 		return nil, fmt.Errorf("read attempts of job %d: %w", jobID, err)
