@@ -169,7 +169,6 @@ func preloadFinished(ctx context.Context, c *engine.Client, n int) error {
 	return nil
 }
 
-
 // bigJobs are the shapes submitted at scale: a chain of n tasks, and a fan-out/fan-in (one
 // task, n-2 depending on it, one depending on all of those).
 func bigJobs(n int) map[string]*spec.Job {
