@@ -25,6 +25,16 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckh
 	return claimed, nil
 }
 
+// probesOnly makes the planner reach rows through index probes alone, for the rest of the
+// transaction. The catalog runs generic plans, made once per connection from the sizes and
+// statistics of that moment; a plan made while a table was small (a hash join over a
+// sequential scan, or a sequential scan per probe, being cheapest then) reads the whole table
+// on every run once it has grown, until something invalidates the plan. Claims and
+// completions touch a few rows through their keys: with sequential scans, hash and merge
+// joins off, their one plan is nested loops over index probes, whatever the tables held.
+const probesOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+	set_config('enable_mergejoin', 'off', true)`
+
 // inClaimTx runs a claim transaction in two pipelined round trips: BEGIN, whatever first
 // queues, and the node locks; then the claim itself with COMMIT.
 func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
@@ -53,6 +63,7 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(probesOnly)
 	if first != nil {
 		first(b)
 	}

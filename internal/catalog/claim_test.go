@@ -17,14 +17,15 @@ import (
 )
 
 // A claim reads what it claims and little more, however many tasks have finished and whatever
-// the statistics say about them: each runnable set has an index that is both its filter and
-// its order. The catalog runs generic plans, made once from the statistics of the moment, so
-// the claim is planned here under three kinds of statistics — none, true ones, and ones taken
-// while most tasks were runnable (the planner then expects runnable tasks everywhere and likes
-// walking the primary key) — and its buffers counted, idle and with work. The finished tasks
-// are 50,000 here (a walk over them reads over a thousand buffers); DECKHAND_TEST_FINISHED
-// sets another number, such as 1000000.
-func TestClaimReadsFewBuffersWhateverTheStatistics(t *testing.T) {
+// the planner believed when it planned the claim: each runnable set has an index that is both
+// its filter and its order, and claims run with probes only (probesOnly). The catalog runs
+// generic plans, made once per connection, so the claim is planned here four ways — on the
+// empty catalog before it grew, then on the grown one with no statistics, true ones, and ones
+// taken while most tasks were runnable or running (the planner then expects them everywhere) —
+// and its buffers counted, idle and with work. The finished tasks are 50,000 here (a walk over
+// them reads over a thousand buffers); DECKHAND_TEST_FINISHED sets another number, such as
+// 1000000.
+func TestClaimReadsFewBuffersWhateverThePlanner(t *testing.T) {
 	finished := 50_000
 	if s := os.Getenv("DECKHAND_TEST_FINISHED"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -43,9 +44,35 @@ func TestClaimReadsFewBuffersWhateverTheStatistics(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	// History: finished tasks of every kind of set, with their attempts.
+	// Only the test changes what the planner knows.
+	for _, table := range []string{"task", "task_dep", "task_attempt", "job", "node"} {
+		exec(`ALTER TABLE deckhand.` + table + ` SET (autovacuum_enabled = false)`)
+	}
 	exec(`INSERT INTO deckhand.node (name, dsn, node_group, role) VALUES ('n1', 'host=n1', 'g1', 'primary')`)
 	exec(`INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 10, 'infinity')`)
+	worker, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close()
+	statements := []struct{ name, sql string }{
+		{"lock", catalog.LockNodesSQL}, {"claim", catalog.ClaimSQL}, {"claim with groups", catalog.ClaimGroupsSQL},
+	}
+	// A session that plans every statement while the catalog is empty, and keeps the plans.
+	early, err := worker.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Release()
+	defer early.Conn().Close(ctx) //nolint:errcheck
+	var planned []probe
+	for _, q := range statements {
+		p := prepareProbe(t, early.Conn(), q.name, q.sql)
+		p.idle(t, early.Conn())
+		planned = append(planned, p)
+	}
+
+	// History: finished tasks of every kind of set, with their attempts.
 	seedTasks := func(description, state string, n int) {
 		t.Helper()
 		exec(`
@@ -62,14 +89,49 @@ func TestClaimReadsFewBuffersWhateverTheStatistics(t *testing.T) {
 			SELECT id, attempt_token, 1, 'done', now(), now() FROM t`, description, n, state)
 	}
 	seedTasks("history", "done", finished)
+
+	check := func(t *testing.T, conn *pgx.Conn, probes []probe) {
+		t.Helper()
+		// Nothing runnable: the claim a worker makes every poll.
+		for _, p := range probes {
+			if _, b := p.idle(t, conn); b > 40 {
+				t.Errorf("idle %s read %d buffers", p.name, b)
+			}
+		}
+		// Work in every set: the claim reads about what it takes.
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		if _, err := tx.Exec(ctx, catalog.ProbesOnly); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `
+			WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('work', 'noop', 30) RETURNING id)
+			INSERT INTO deckhand.task (job_id, name, kind, node, node_group, owner, max_attempts, timeout, state)
+			SELECT j.id, 'w' || g, CASE WHEN g % 3 = 1 THEN 'sql' ELSE 'noop' END,
+				CASE WHEN g % 3 = 1 THEN 'n1' END, CASE WHEN g % 3 = 2 THEN 'g1' END, 'app', 3, '1 hour', 'runnable'
+			FROM j, generate_series(1, 30) g`); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range probes[1:] {
+			if _, err := tx.Exec(ctx, "SAVEPOINT probe"); err != nil {
+				t.Fatal(err)
+			}
+			// 10 tasks anywhere, and the node's 10 slots for its own tasks and its group's.
+			if n, b := p.explain(t, conn); n != 20 || b > 40+20*30 {
+				t.Errorf("%s claimed %d tasks (want 20) reading %d buffers", p.name, n, b)
+			}
+			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT probe"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Run("planned while the catalog was empty", func(t *testing.T) { check(t, early.Conn(), planned) })
+
 	// Idle claims must not be a walk over an index's dead entries either.
 	exec(`VACUUM deckhand.task`)
-
-	worker, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer worker.Close()
 	for _, stats := range []struct {
 		name    string
 		prepare func()
@@ -86,60 +148,48 @@ func TestClaimReadsFewBuffersWhateverTheStatistics(t *testing.T) {
 	} {
 		t.Run(stats.name, func(t *testing.T) {
 			stats.prepare()
-			// A new connection makes its generic plans under these statistics.
+			// A new session makes its generic plans under these statistics; the first round
+			// reads the system catalogs into it.
 			conn, err := worker.Pool.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer conn.Release()
 			defer conn.Conn().Close(ctx) //nolint:errcheck
-
-			// Nothing runnable: the claim a worker makes every poll. The first round reads the
-			// system catalogs into the new session.
-			for round := range 2 {
-				for _, q := range []struct{ name, sql string }{
-					{"lock", catalog.LockNodesSQL}, {"claim", catalog.ClaimSQL}, {"claim with groups", catalog.ClaimGroupsSQL},
-				} {
-					if _, b := claimBuffers(t, conn.Conn(), q.sql); round == 1 && b > 40 {
-						t.Errorf("idle %s read %d buffers", q.name, b)
-					}
-				}
+			var probes []probe
+			for _, q := range statements {
+				p := prepareProbe(t, conn.Conn(), q.name, q.sql)
+				p.idle(t, conn.Conn())
+				probes = append(probes, p)
 			}
-
-			// Work in every set: the claim reads about what it takes.
-			tx, err := conn.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx) //nolint:errcheck
-			if _, err := tx.Exec(ctx, `
-				WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('work', 'noop', 30) RETURNING id)
-				INSERT INTO deckhand.task (job_id, name, kind, node, node_group, owner, max_attempts, timeout, state)
-				SELECT j.id, 'w' || g, CASE WHEN g % 3 = 1 THEN 'sql' ELSE 'noop' END,
-					CASE WHEN g % 3 = 1 THEN 'n1' END, CASE WHEN g % 3 = 2 THEN 'g1' END, 'app', 3, '1 hour', 'runnable'
-				FROM j, generate_series(1, 30) g`); err != nil {
-				t.Fatal(err)
-			}
-			for _, q := range []struct{ name, sql string }{{"claim", catalog.ClaimSQL}, {"claim with groups", catalog.ClaimGroupsSQL}} {
-				if _, err := tx.Exec(ctx, "SAVEPOINT probe"); err != nil {
-					t.Fatal(err)
-				}
-				// 10 tasks anywhere, and the node's 10 slots for its own tasks and its group's.
-				if n, b := claimBuffers(t, conn.Conn(), q.sql); n != 20 || b > 40+20*30 {
-					t.Errorf("%s claimed %d tasks (want 20) reading %d buffers", q.name, n, b)
-				}
-				if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT probe"); err != nil {
-					t.Fatal(err)
-				}
-			}
+			check(t, conn.Conn(), probes)
 		})
 	}
 }
 
-// claimBuffers runs query (lockNodesSQL or a claim for worker 1, node n1 with 10 slots, 100
-// tasks at most) under EXPLAIN ANALYZE with the generic plan a worker's session makes, and
-// returns the buffers it read. It runs in the connection's transaction, if any.
-func claimBuffers(t *testing.T, conn *pgx.Conn, query string) (rows, buffers int) {
+// probe is a claim statement prepared in a session, run under EXPLAIN ANALYZE with the generic
+// plan the session makes, as a worker's session does: the lock, or a claim for worker 1 of up
+// to 100 tasks with node n1's 10 slots.
+type probe struct {
+	name    string
+	explain func(t *testing.T, conn *pgx.Conn) (rows, buffers int)
+}
+
+// idle runs the probe in a transaction of its own, with probes only, as a claim runs.
+func (p probe) idle(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
+	t.Helper()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, catalog.ProbesOnly); err != nil {
+		t.Fatal(err)
+	}
+	return p.explain(t, conn)
+}
+
+func prepareProbe(t *testing.T, conn *pgx.Conn, name, query string) probe {
 	t.Helper()
 	args := pgx.StrictNamedArgs{"limit": 100, "nodes": []string{"n1"}, "caps": []int32{10}, "now": (*time.Time)(nil),
 		"worker": int64(1), "global_cap": 0}
@@ -154,18 +204,28 @@ func claimBuffers(t *testing.T, conn *pgx.Conn, query string) (rows, buffers int
 		}
 	}
 	probes++
-	name := fmt.Sprintf("probe_%d", probes)
-	if _, err := conn.Prepare(ctx, name, sql); err != nil {
+	stmt := fmt.Sprintf("probe_%d", probes)
+	if _, err := conn.Prepare(ctx, stmt, sql); err != nil {
 		t.Fatal(err)
 	}
 	literals := make([]string, len(params))
 	for i, p := range params {
 		literals[i] = literal(p)
 	}
-	explain := "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE " + name
+	explain := "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE " + stmt
 	if len(literals) > 0 {
 		explain += "(" + strings.Join(literals, ", ") + ")"
 	}
+	return probe{name: name, explain: func(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
+		t.Helper()
+		return explainBuffers(t, conn, explain)
+	}}
+}
+
+// explainBuffers runs an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) and returns the rows and
+// buffers of its plan; verbose tests log the plan's outline.
+func explainBuffers(t *testing.T, conn *pgx.Conn, explain string) (rows, buffers int) {
+	t.Helper()
 	var out []byte
 	if err := conn.QueryRow(ctx, explain).Scan(&out); err != nil {
 		t.Fatal(err)
@@ -272,6 +332,9 @@ func TestCompletionOfAFanOutIsOnePass(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback(ctx) //nolint:errcheck
+			if _, err := tx.Exec(ctx, catalog.ProbesOnly); err != nil {
+				t.Fatal(err)
+			}
 			var out []byte
 			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&out); err != nil {
 				t.Fatal(err)

@@ -65,7 +65,12 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 			err     error
 		)
 		if limit <= 0 {
-			err = c.Pool.QueryRow(ctx, completeSQL, args).Scan(&out.Applied, &out.Runnable)
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			b.Queue(probesOnly)
+			b.Queue(completeSQL, args).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
+			b.Queue("COMMIT")
+			err = c.inTx(ctx, b)
 		} else {
 			claimed, err = c.inClaimTx(ctx, workerID, limit, func(b *pgx.Batch) {
 				b.Queue(completeSQL, args).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
@@ -80,6 +85,23 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 		}
 		return out, claimed, nil
 	}
+}
+
+// inTx sends b, a whole transaction, in one round trip on a connection of its own.
+func (c *Catalog) inTx(ctx context.Context, b *pgx.Batch) error {
+	conn, err := c.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		// Leave no transaction open on a pooled connection.
+		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
+		}
+		return err
+	}
+	return nil
 }
 
 // completeArgs spreads the results over one array per column, for completeSQL's unnest;

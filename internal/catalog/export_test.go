@@ -18,3 +18,6 @@ func CompleteArgs(results []Result) (map[string]any, error) {
 	args["now"], args["released_by"] = nil, "0"
 	return args, nil
 }
+
+// ProbesOnly is what claims and completions run first in their transactions.
+const ProbesOnly = probesOnly
