@@ -48,29 +48,22 @@ func TestClaimReadsFewBuffersWhateverThePlanner(t *testing.T) {
 	for _, table := range []string{"task", "task_dep", "task_attempt", "job", "node"} {
 		exec(`ALTER TABLE deckhand.` + table + ` SET (autovacuum_enabled = false)`)
 	}
-	exec(`INSERT INTO deckhand.node (name, dsn, node_group, role) VALUES ('n1', 'host=n1', 'g1', 'primary')`)
+	exec(`INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks) VALUES ('n1', 'host=n1', 'g1', 'primary', 10)`)
 	exec(`INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 10, 'infinity')`)
 	worker, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer worker.Close()
-	statements := []struct{ name, sql string }{
-		{"lock", catalog.LockNodesSQL}, {"claim", catalog.ClaimSQL}, {"claim with groups", catalog.ClaimGroupsSQL},
-	}
-	// A session that plans every statement while the catalog is empty, and keeps the plans.
+	// A session that plans the claim while the catalog is empty, and keeps the plans.
 	early, err := worker.Pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer early.Release()
 	defer early.Conn().Close(ctx) //nolint:errcheck
-	var planned []probe
-	for _, q := range statements {
-		p := prepareProbe(t, early.Conn(), q.name, q.sql)
-		p.idle(t, early.Conn())
-		planned = append(planned, p)
-	}
+	planned := prepareClaim(t, early.Conn())
+	planned.idle(t, early.Conn())
 
 	// History: finished tasks of every kind of set, with their attempts.
 	seedTasks := func(description, state string, n int) {
@@ -90,13 +83,11 @@ func TestClaimReadsFewBuffersWhateverThePlanner(t *testing.T) {
 	}
 	seedTasks("history", "done", finished)
 
-	check := func(t *testing.T, conn *pgx.Conn, probes []probe) {
+	check := func(t *testing.T, conn *pgx.Conn, c claimProbe) {
 		t.Helper()
 		// Nothing runnable: the claim a worker makes every poll.
-		for _, p := range probes {
-			if _, b := p.idle(t, conn); b > 40 {
-				t.Errorf("idle %s read %d buffers", p.name, b)
-			}
+		if lock, claim := c.idle(t, conn); lock > 40 || claim > 40 {
+			t.Errorf("an idle claim read %d buffers locking nodes and %d claiming", lock, claim)
 		}
 		// Work in every set: the claim reads about what it takes.
 		tx, err := conn.Begin(ctx)
@@ -115,17 +106,10 @@ func TestClaimReadsFewBuffersWhateverThePlanner(t *testing.T) {
 			FROM j, generate_series(1, 30) g`); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range probes[1:] {
-			if _, err := tx.Exec(ctx, "SAVEPOINT probe"); err != nil {
-				t.Fatal(err)
-			}
-			// 10 tasks anywhere, and the node's 10 slots for its own tasks and its group's.
-			if n, b := p.explain(t, conn); n != 20 || b > 40+20*30 {
-				t.Errorf("%s claimed %d tasks (want 20) reading %d buffers", p.name, n, b)
-			}
-			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT probe"); err != nil {
-				t.Fatal(err)
-			}
+		// 10 tasks anywhere, and the node's 10 slots for its own tasks and its group's.
+		_, lock := explainBuffers(t, conn, c.lock)
+		if n, b := explainBuffers(t, conn, c.claim); lock > 40 || n != 20 || b > 40+20*30 {
+			t.Errorf("the claim locked nodes reading %d buffers, claimed %d tasks (want 20) reading %d", lock, n, b)
 		}
 	}
 	t.Run("planned while the catalog was empty", func(t *testing.T) { check(t, early.Conn(), planned) })
@@ -156,27 +140,21 @@ func TestClaimReadsFewBuffersWhateverThePlanner(t *testing.T) {
 			}
 			defer conn.Release()
 			defer conn.Conn().Close(ctx) //nolint:errcheck
-			var probes []probe
-			for _, q := range statements {
-				p := prepareProbe(t, conn.Conn(), q.name, q.sql)
-				p.idle(t, conn.Conn())
-				probes = append(probes, p)
-			}
-			check(t, conn.Conn(), probes)
+			c := prepareClaim(t, conn.Conn())
+			c.idle(t, conn.Conn())
+			check(t, conn.Conn(), c)
 		})
 	}
 }
 
-// probe is a claim statement prepared in a session, run under EXPLAIN ANALYZE with the generic
-// plan the session makes, as a worker's session does: the lock, or a claim for worker 1 of up
-// to 100 tasks with node n1's 10 slots.
-type probe struct {
-	name    string
-	explain func(t *testing.T, conn *pgx.Conn) (rows, buffers int)
-}
+// claimProbe is a claim prepared in a session, its two statements run under EXPLAIN ANALYZE
+// with the generic plans the session makes, as a worker's session does: a claim for worker 1
+// of up to 100 tasks (node n1 has 10 slots).
+type claimProbe struct{ lock, claim string }
 
-// idle runs the probe in a transaction of its own, with probes only, as a claim runs.
-func (p probe) idle(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
+// idle runs the claim in a transaction of its own, with probes only, as a claim runs, and
+// returns the buffers of each statement.
+func (c claimProbe) idle(t *testing.T, conn *pgx.Conn) (lock, claim int) {
 	t.Helper()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -186,40 +164,39 @@ func (p probe) idle(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
 	if _, err := tx.Exec(ctx, catalog.ProbesOnly); err != nil {
 		t.Fatal(err)
 	}
-	return p.explain(t, conn)
+	_, lock = explainBuffers(t, conn, c.lock)
+	_, claim = explainBuffers(t, conn, c.claim)
+	return lock, claim
 }
 
-func prepareProbe(t *testing.T, conn *pgx.Conn, name, query string) probe {
+func prepareClaim(t *testing.T, conn *pgx.Conn) claimProbe {
 	t.Helper()
-	args := pgx.StrictNamedArgs{"limit": 100, "nodes": []string{"n1"}, "caps": []int32{10}, "now": (*time.Time)(nil),
-		"worker": int64(1), "global_cap": 0}
-	if query == catalog.LockNodesSQL {
-		args = nil
-	}
-	sql, params := query, []any(nil)
-	if args != nil {
-		var err error
-		if sql, params, err = args.RewriteQuery(ctx, conn, query, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	probes++
-	stmt := fmt.Sprintf("probe_%d", probes)
-	if _, err := conn.Prepare(ctx, stmt, sql); err != nil {
+	args := pgx.StrictNamedArgs{"limit": 100, "now": (*time.Time)(nil), "worker": int64(1)}
+	sql, params, err := args.RewriteQuery(ctx, conn, catalog.ClaimSQL, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	literals := make([]string, len(params))
-	for i, p := range params {
-		literals[i] = literal(p)
+	var c claimProbe
+	for _, s := range []struct {
+		sql    string
+		params []any
+		into   *string
+	}{{catalog.LockNodesSQL, nil, &c.lock}, {sql, params, &c.claim}} {
+		probes++
+		stmt := fmt.Sprintf("probe_%d", probes)
+		if _, err := conn.Prepare(ctx, stmt, s.sql); err != nil {
+			t.Fatal(err)
+		}
+		literals := make([]string, len(s.params))
+		for i, p := range s.params {
+			literals[i] = literal(p)
+		}
+		*s.into = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE " + stmt
+		if len(literals) > 0 {
+			*s.into += "(" + strings.Join(literals, ", ") + ")"
+		}
 	}
-	explain := "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE " + stmt
-	if len(literals) > 0 {
-		explain += "(" + strings.Join(literals, ", ") + ")"
-	}
-	return probe{name: name, explain: func(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
-		t.Helper()
-		return explainBuffers(t, conn, explain)
-	}}
+	return c
 }
 
 // explainBuffers runs an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) and returns the rows and

@@ -52,12 +52,16 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 	if len(results) == 0 {
 		return Completion{}, nil, nil
 	}
-	args, err := completeArgs(results)
+	named, err := completeArgs(results)
 	if err != nil {
 		return Completion{}, nil, err
 	}
-	args["now"] = c.now()
-	args["released_by"] = strconv.FormatInt(results[0].WorkerID, 10)
+	named["now"] = c.now()
+	named["released_by"] = strconv.FormatInt(results[0].WorkerID, 10)
+	args, err := completeStmt.args(named)
+	if err != nil {
+		return Completion{}, nil, err
+	}
 	for try := 0; ; try++ {
 		var (
 			out     Completion
@@ -68,12 +72,12 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 			b := &pgx.Batch{}
 			b.Queue("BEGIN")
 			b.Queue(probesOnly)
-			b.Queue(completeSQL, args).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
+			b.Queue(completeStmt.sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
 			b.Queue("COMMIT")
 			err = c.inTx(ctx, b)
 		} else {
 			claimed, err = c.inClaimTx(ctx, workerID, limit, func(b *pgx.Batch) {
-				b.Queue(completeSQL, args).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
+				b.Queue(completeStmt.sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
 			})
 		}
 		var pgErr *pgconn.PgError
@@ -131,6 +135,8 @@ func completeArgs(results []Result) (pgx.StrictNamedArgs, error) {
 	return pgx.StrictNamedArgs{"ids": ids, "tokens": tokens, "workers": workers, "outcomes": outcomes,
 		"backoffs": backoffs, "errors": errs, "finished_at": finished}, nil
 }
+
+var completeStmt = mustNamed(completeSQL)
 
 const completeSQL = `
 WITH RECURSIVE locked AS MATERIALIZED (

@@ -2,9 +2,8 @@ package catalog
 
 // The claim's statements, for the tests that read their plans.
 var (
-	LockNodesSQL   = lockNodesSQL
-	ClaimSQL       = claimSQL
-	ClaimGroupsSQL = claimGroupsSQL
+	LockNodesSQL = lockNodesSQL
+	ClaimSQL     = claimSQL
 )
 
 // CompleteSQL and CompleteArgs are the completion statement and its arguments.
