@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -18,7 +17,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // through it (a keyword appended to a URL would make it unreadable).
 func TestBenchOnURLServer(t *testing.T) {
 	cl := pgtest.Shared(t)
-	server := fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", pgcluster.Superuser, cl.Addr())
+	server := cl.URL("postgres", pgcluster.Superuser)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
