@@ -69,12 +69,12 @@ CREATE TRIGGER task_forget AFTER DELETE ON deckhand.task REFERENCING OLD TABLE A
     FOR EACH STATEMENT EXECUTE FUNCTION deckhand.forget_tasks();
 REVOKE ALL ON FUNCTION deckhand.forget_jobs(), deckhand.forget_tasks() FROM PUBLIC;
 
--- submit_job, rewritten for large jobs: a job of 100,000 tasks is written in a few seconds.
 -- submit_job writes a job and its tasks for the caller (session_user), who becomes the job's
 -- submitter for good. spec is the JSON of `deckhand job submit` with every task listed after
 -- the tasks it depends on (so the graph has no cycle) and search_path set. It checks the shape
 -- of the spec and that nodes exist; that the submitter may act as each owner is checked on the
--- node, by the client before submitting and by the worker before it runs anything.
+-- node, by the client before submitting and by the worker before it runs anything. It is
+-- written for large jobs: 100,000 tasks take a few seconds (docs/architecture.md, Submitting).
 CREATE OR REPLACE FUNCTION deckhand.submit_job(spec jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 -- Its statements handle one row per task: JIT compilation costs more than it saves, and sorts of
@@ -194,7 +194,8 @@ BEGIN
     ) x WHERE m IS NOT NULL ORDER BY ord LIMIT 1;
     IF msg IS NOT NULL THEN PERFORM deckhand.input_error(msg); END IF;
 
-    -- Names are unique; every dependency names a task listed before the one that needs it.
+    -- Names are unique; every dependency names a task listed before the one that needs it
+    -- ("depends_on": null is no dependency).
     -- Names are resolved through positions, a jsonb object (a binary search per name): no
     -- statement below joins, so no plan depends on the planner's guess at how many tasks there
     -- are, and none looks anything up in the task table.
@@ -210,7 +211,7 @@ BEGIN
                     WHEN p.pos IS NULL THEN format('task %L: depends on unknown task %L', e.t ->> 'name', d.dep)
                     ELSE format('task %L: depends on %L, which is listed after it: list every task after the tasks it depends on', e.t ->> 'name', d.dep) END
         FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord)
-        CROSS JOIN LATERAL jsonb_array_elements_text(e.t -> 'depends_on') WITH ORDINALITY AS d(dep, i)
+        CROSS JOIN LATERAL jsonb_array_elements_text(nullif(e.t -> 'depends_on', 'null')) WITH ORDINALITY AS d(dep, i)
         CROSS JOIN LATERAL (SELECT (positions ->> d.dep)::bigint AS pos) p
         WHERE p.pos IS NULL OR p.pos >= e.ord
         UNION ALL
@@ -218,8 +219,8 @@ BEGIN
         SELECT e.ord, d.i, format('task %L: depends_on lists %L twice', e.t ->> 'name', d.dep)
         FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord)
         CROSS JOIN LATERAL (SELECT x.dep, x.i, row_number() OVER (PARTITION BY x.dep ORDER BY x.i) AS nth
-                            FROM jsonb_array_elements_text(e.t -> 'depends_on') WITH ORDINALITY AS x(dep, i)) d
-        WHERE jsonb_array_length(e.t -> 'depends_on') > 1 AND d.nth = 2
+                            FROM jsonb_array_elements_text(nullif(e.t -> 'depends_on', 'null')) WITH ORDINALITY AS x(dep, i)) d
+        WHERE jsonb_array_length(nullif(e.t -> 'depends_on', 'null')) > 1 AND d.nth = 2
     ) problem(ord, i, m) ORDER BY ord, i LIMIT 1;
     IF msg IS NOT NULL THEN PERFORM deckhand.input_error(msg); END IF;
 
@@ -233,20 +234,21 @@ BEGIN
     -- Ids are taken first, in spec order, so that they grow along every dependency.
     ids := ARRAY(SELECT nextval('deckhand.task_id_seq') FROM generate_series(1, jsonb_array_length(tasks)) ORDER BY 1);
     needed := (SELECT jsonb_object_agg(d.dep, true)
-               FROM jsonb_array_elements(tasks) e(t) CROSS JOIN LATERAL jsonb_array_elements_text(e.t -> 'depends_on') d(dep));
+               FROM jsonb_array_elements(tasks) e(t) CROSS JOIN LATERAL jsonb_array_elements_text(nullif(e.t -> 'depends_on', 'null')) d(dep));
     INSERT INTO deckhand.task (id, job_id, name, kind, node, owner, sql, payload, in_transaction, max_attempts,
                                timeout, state, pending_deps, has_dependents)
     SELECT ids[e.ord], new_id, e.t ->> 'name', coalesce(nullif(e.t ->> 'kind', ''), 'sql'),
            nullif(e.t ->> 'node', ''), coalesce(e.t ->> 'owner', me), coalesce(e.t ->> 'sql', ''),
            nullif(e.t -> 'payload', 'null'), coalesce((e.t ->> 'transaction')::boolean, true),
            coalesce((e.t ->> 'max_attempts')::int, 3), coalesce(deckhand.to_timeout(e.t -> 'timeout'), interval '1 hour'),
-           CASE WHEN jsonb_array_length(coalesce(e.t -> 'depends_on', '[]')) > 0 THEN 'blocked' ELSE 'runnable' END,
-           jsonb_array_length(coalesce(e.t -> 'depends_on', '[]')), coalesce(needed ? (e.t ->> 'name'), false)
-    FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord);
+           CASE WHEN jsonb_array_length(coalesce(deps, '[]')) > 0 THEN 'blocked' ELSE 'runnable' END,
+           jsonb_array_length(coalesce(deps, '[]')), coalesce(needed ? (e.t ->> 'name'), false)
+    FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord),
+         LATERAL (SELECT nullif(e.t -> 'depends_on', 'null') AS deps) d;
     INSERT INTO deckhand.task_dep (task_id, depends_on)
     SELECT ids[e.ord], ids[(positions ->> d.dep)::int]
     FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord)
-    CROSS JOIN LATERAL jsonb_array_elements_text(e.t -> 'depends_on') d(dep);
+    CROSS JOIN LATERAL jsonb_array_elements_text(nullif(e.t -> 'depends_on', 'null')) d(dep);
 
     PERFORM pg_notify('deckhand_runnable', '');
     RETURN new_id;
