@@ -29,7 +29,7 @@ func TestBenchOnURLServer(t *testing.T) {
 	if res.TasksPerS <= 0 || res.NodeTasksPerS <= 0 || res.SQLTasksPerS <= 0 || res.ChainP50MS <= 0 || res.PgbenchTPS <= 0 {
 		t.Errorf("bench measured nothing: %+v", res)
 	}
-	if s := res.Scale; s == nil || s.TasksPerS <= 0 || s.SQLTasksPerS <= 0 || s.IdleClaimMS <= 0 || len(s.SubmitS) != 2 {
+	if s := res.Scale; s == nil || s.TasksPerS <= 0 || s.SQLTasksPerS <= 0 || s.IdleClaimMS <= 0 || len(res.SubmitS) != 2 {
 		t.Errorf("bench measured nothing at scale: %+v", s)
 	}
 	for _, key := range []string{"pgbench_select_tps=", "scale_sql_ratio=", "idle_claim_ms=", "submit_100k_s="} {

@@ -59,7 +59,7 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
 	f.IntVar(&o.SQLTasks, "sql-tasks", 20000, "SELECT 1 tasks for the SQL throughput runs (0 skips)")
 	f.IntVar(&o.Chain, "chain", 1000, "dependent tasks in the latency chain (0 skips)")
 	f.IntVar(&o.Finished, "finished", 1000000, "finished tasks preloaded for the scale runs (0 skips them)")
-	f.IntVar(&o.Submit, "submit", 100000, "tasks of each large job whose submission is timed at scale (0 skips)")
+	f.IntVar(&o.Submit, "submit", 100000, "tasks of each large job whose submission is timed, at scale unless --finished 0 (0 skips)")
 	f.DurationVar(&o.Pgbench, "pgbench", 10*time.Second, "how long pgbench -S runs (0 skips)")
 	f.IntVar(&o.Workers, "workers", 1, "workers")
 	f.IntVar(&o.Concurrency, "concurrency", 1000, "concurrency of each worker")
