@@ -72,8 +72,17 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// JobDetail is the answer to GET /api/jobs/{id}. ServerTime lets a client draw running
-// attempts up to "now" without trusting its own clock.
+// MaxTasksPage is the most tasks one GET /api/jobs/{id} returns, and DefaultTasksPage the
+// number it returns unless asked: a job may have a million tasks.
+const (
+	MaxTasksPage     = 10000
+	DefaultTasksPage = 1000
+)
+
+// JobDetail is the answer to GET /api/jobs/{id}: the job, a page of its tasks (?tasks_after=
+// ID&tasks_limit=N, in id order) and their attempts. NextTasksAfter, when set, is the
+// ?tasks_after= of the next page. ServerTime lets a client draw running attempts up to "now"
+// without trusting its own clock.
 type JobDetail struct {
 	*engine.JobDetail
 	ServerTime time.Time `json:"server_time"`
@@ -84,7 +93,25 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d, err := CallerClient(r).Job(r.Context(), id)
+	page := deckhandtype.TaskPage{Limit: DefaultTasksPage}
+	q := r.URL.Query()
+	if v := q.Get("tasks_after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("tasks_after: want a task id, got %q", v))
+			return
+		}
+		page.After = n
+	}
+	if v := q.Get("tasks_limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxTasksPage {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("tasks_limit: want 1 to %d, got %q", MaxTasksPage, v))
+			return
+		}
+		page.Limit = n
+	}
+	d, err := CallerClient(r).JobPage(r.Context(), id, page)
 	if errors.Is(err, catalog.ErrNotFound) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d not found", id))
 		return

@@ -78,6 +78,13 @@ type Attempt struct {
 	Hint       *string    `json:"hint,omitempty" db:"hint"`
 }
 
+// TaskPage selects a page of a job's tasks, in id (dependency) order: those with an id above
+// After (0 for the first page), at most Limit of them (0 for all).
+type TaskPage struct {
+	After int64
+	Limit int
+}
+
 // JobFilter selects jobs for listing, newest first.
 type JobFilter struct {
 	State    JobState // empty for all

@@ -217,28 +217,43 @@ func (c *Client) Retry(ctx context.Context, id int64) (deckhandtype.JobState, er
 	return c.cat.RetryJob(ctx, id)
 }
 
-// JobDetail is a job with its tasks and every attempt.
+// JobDetail is a job with its tasks and every attempt of them, or a page of its tasks and
+// their attempts; NextTasksAfter, when set, is the TaskPage.After of the next page.
 type JobDetail struct {
 	deckhandtype.Job
-	Tasks    []deckhandtype.Task    `json:"tasks"`
-	Attempts []deckhandtype.Attempt `json:"attempts"`
+	Tasks          []deckhandtype.Task    `json:"tasks"`
+	Attempts       []deckhandtype.Attempt `json:"attempts"`
+	NextTasksAfter *int64                 `json:"next_tasks_after,omitempty"`
 }
 
-// Job reads a job with its tasks and attempts.
+// Job reads a job with all its tasks and attempts.
 func (c *Client) Job(ctx context.Context, id int64) (*JobDetail, error) {
+	return c.JobPage(ctx, id, deckhandtype.TaskPage{})
+}
+
+// JobPage reads a job with a page of its tasks and their attempts: a job may have a million
+// tasks.
+func (c *Client) JobPage(ctx context.Context, id int64, page deckhandtype.TaskPage) (*JobDetail, error) {
 	job, err := c.cat.Job(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := c.cat.Tasks(ctx, id)
+	tasks, err := c.cat.Tasks(ctx, id, page)
 	if err != nil {
 		return nil, err
 	}
-	attempts, err := c.cat.Attempts(ctx, id)
-	if err != nil {
-		return nil, err
+	d := &JobDetail{Job: job, Tasks: tasks}
+	var upTo int64
+	if page.Limit > 0 && len(tasks) == page.Limit {
+		upTo = tasks[len(tasks)-1].ID
+		d.NextTasksAfter = &upTo
 	}
-	return &JobDetail{Job: job, Tasks: tasks, Attempts: attempts}, nil
+	if len(tasks) > 0 || page.After == 0 {
+		if d.Attempts, err = c.cat.Attempts(ctx, id, page.After, upTo); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // AddNode registers a node. The conninfo must not contain a password: workers take

@@ -15,7 +15,7 @@
 // module proxy, so it was read from the River repository's source):
 //   - FetchCooldown 2ms and FetchPollInterval 20ms;
 //   - MaxWorkers 2000 on the default queue (--workers);
-//   - InsertMany in batches of 5000 (insertBatchSize);
+//   - inserts in batches of 5000 (insertBatchSize), with InsertManyFast (COPY) by default;
 //   - completions counted through a subscription (completed/failed/cancelled
 //     events) rather than from inside the worker;
 //   - the pgx pool with pgxpool's defaults (set pool_max_conns in --dsn to change).
@@ -97,7 +97,7 @@ func main() {
 	jobs := flag.Int("jobs", 50_000, "number of no-op jobs for the throughput run")
 	chain := flag.Int("chain", 1_000, "number of links in the latency chain (0 to skip)")
 	workers := flag.Int("workers", 2_000, "River MaxWorkers for the default queue (riverbench uses 2000)")
-	fast := flag.Bool("insert-fast", false, "insert with InsertManyFast (COPY) instead of InsertMany")
+	fast := flag.Bool("insert-fast", true, "insert with InsertManyFast (COPY); false: InsertMany")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
 	if *dsn == "" || *jobs < 1 || *chain < 0 || *workers < 1 {

@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -84,5 +85,30 @@ func TestConcurrentMigrate(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The catalog is reached by conninfo in either form; a URL's parameters (pgx's and the
+// server's) are honoured, and the catalog's own session settings added to them.
+func TestOpenTakesAURL(t *testing.T) {
+	cl := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t)
+	u, err := url.Parse(cl.URL(db, pgcluster.Superuser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Conninfo URLs percent-encode (a "+" stays a "+"), so url.Values.Encode will not do.
+	u.RawQuery += "&pool_max_conns=3&application_name=" + url.PathEscape("url probe")
+	cat, err := catalog.Open(context.Background(), u.String())
+	if err != nil {
+		t.Fatalf("open %s: %v", u, err)
+	}
+	defer cat.Close()
+	var database, app, planCache string
+	err = cat.Pool.QueryRow(context.Background(),
+		`SELECT current_database(), current_setting('application_name'), current_setting('plan_cache_mode')`).Scan(&database, &app, &planCache)
+	if err != nil || database != db || app != "url probe" || planCache != "force_generic_plan" || cat.Pool.Config().MaxConns != 3 {
+		t.Errorf("URL catalog: database %q, application_name %q, plan_cache_mode %q, %d connections (%v)",
+			database, app, planCache, cat.Pool.Config().MaxConns, err)
 	}
 }

@@ -9,11 +9,11 @@ import (
 )
 
 // Claim takes up to limit runnable tasks for the worker, honouring every node's max_tasks
-// and the global max_running_tasks setting. It runs as two statements in one transaction:
-// the first locks the nodes that have work (SKIP LOCKED, so claimers of one node queue
-// without blocking others); the second, with a fresh snapshot taken under those locks,
-// counts what runs on them and claims within their free capacity. A single statement could
-// not do this safely: its snapshot would predate the lock and miss a concurrent claim.
+// and the global max_running_tasks setting. It runs as two statements in one transaction, sent
+// in one round trip: the first locks the nodes that have work (SKIP LOCKED, so claimers of one
+// node queue without blocking others); the second, with a fresh snapshot taken under those
+// locks, counts what runs on them and claims within their free capacity. A single statement
+// could not do this safely: its snapshot would predate the lock and miss a concurrent claim.
 func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckhandtype.ClaimedTask, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -25,8 +25,18 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckh
 	return claimed, nil
 }
 
-// inClaimTx runs a claim transaction in two pipelined round trips: BEGIN, whatever first
-// queues, and the node locks; then the claim itself with COMMIT.
+// probesOnly makes the planner reach rows through index probes alone, for the rest of the
+// transaction. The catalog runs generic plans, made once per connection from the sizes and
+// statistics of that moment; a plan made while a table was small (a hash join over a
+// sequential scan, or a sequential scan per probe, being cheapest then) reads the whole table
+// on every run once it has grown, until something invalidates the plan. Claims and
+// completions touch a few rows through their keys: with sequential scans, hash and merge
+// joins off, their one plan is nested loops over index probes, whatever the tables held.
+const probesOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+	set_config('enable_mergejoin', 'off', true)`
+
+// inClaimTx runs a claim transaction in one round trip: BEGIN, whatever first queues, the node
+// locks, the claim itself and COMMIT.
 func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
 	conn, err := c.Pool.Acquire(ctx)
 	if err != nil {
@@ -45,35 +55,19 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, firs
 }
 
 func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
-	var (
-		nodes     []string
-		caps      []int32
-		global    int
-		groupWork bool
-	)
+	var claimed []deckhandtype.ClaimedTask
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(probesOnly)
 	if first != nil {
 		first(b)
 	}
-	b.Queue(lockNodesSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&nodes, &caps, &global, &groupWork) })
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	args, err := claimStmt.args(pgx.StrictNamedArgs{"limit": limit, "now": c.now(), "worker": workerID})
+	if err != nil {
 		return nil, err
 	}
-	if global > 0 {
-		// A global cap needs one serialization point; only pay for it when it is set.
-		if _, err := conn.Exec(ctx, `SELECT pg_advisory_xact_lock(7306086)`); err != nil {
-			return nil, err
-		}
-	}
-	var claimed []deckhandtype.ClaimedTask
-	b = &pgx.Batch{}
-	query := claimSQL
-	if groupWork {
-		query = claimGroupsSQL
-	}
-	args := pgx.StrictNamedArgs{"limit": limit, "nodes": nodes, "caps": caps, "now": c.now(), "worker": workerID, "global_cap": global}
-	b.Queue(query, args).Query(func(rows pgx.Rows) error {
+	b.Queue(lockNodesSQL)
+	b.Queue(claimStmt.sql, args...).Query(func(rows pgx.Rows) error {
 		var err error
 		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.ClaimedTask])
 		return err
@@ -85,51 +79,73 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	return claimed, nil
 }
 
+// lockNodesSQL looks at each node for one runnable task of its own or of its group: a probe
+// per node (LATERAL ... LIMIT 1 is never turned into a scan of every runnable task). Every
+// probe of this file orders by the key of the index it means to use and stops early: the
+// index then serves both the filter and the order, and the plan a claim runs (generic, made
+// once from whatever statistics there were) reads what it returns, whatever the planner
+// believed about how many rows would match.
 const lockNodesSQL = `
 WITH locked AS (
 	SELECT n.name, n.max_tasks FROM deckhand.node n
-	WHERE EXISTS (SELECT 1 FROM deckhand.task t WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL)
-	   OR EXISTS (SELECT 1 FROM deckhand.task t
-	              WHERE t.node_group = n.node_group AND t.state = 'runnable' AND t.node_group IS NOT NULL AND t.node IS NULL)
+	CROSS JOIN LATERAL (
+		(SELECT t.id FROM deckhand.task t
+		 WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind <> 'export'
+		 ORDER BY t.id LIMIT 1)
+		UNION ALL
+		(SELECT t.id FROM deckhand.task t
+		 WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
+		 ORDER BY t.id LIMIT 1)
+		UNION ALL
+		(SELECT t.id FROM deckhand.task t
+		 WHERE t.node_group = n.node_group AND t.state = 'runnable' AND t.node_group IS NOT NULL
+		 ORDER BY t.id LIMIT 1)
+		LIMIT 1) w
 	ORDER BY n.name FOR UPDATE OF n SKIP LOCKED
+), inputs AS (
+	SELECT coalesce(array_agg(name), '{}') AS nodes, coalesce(array_agg(max_tasks), '{}') AS caps,
+		coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0) AS global
+	FROM locked
 )
-SELECT coalesce(array_agg(name), '{}'), coalesce(array_agg(max_tasks), '{}'),
-	coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0),
-	EXISTS (SELECT 1 FROM deckhand.task WHERE state = 'runnable' AND node_group IS NOT NULL AND node IS NULL)
-FROM locked`
+-- The claim reads what this statement locked from the transaction's settings: it runs in the
+-- same round trip, and may count only on nodes locked before its snapshot was taken. A global
+-- cap needs one serialization point, taken once the node locks are held.
+SELECT set_config('deckhand.claim_nodes', nodes::text, true), set_config('deckhand.claim_caps', caps::text, true),
+	set_config('deckhand.claim_global', global::text, true),
+	CASE WHEN global > 0 THEN pg_advisory_xact_lock(7306086) END
+FROM inputs`
 
 // claimSQL runs with a snapshot taken after the node (and global) locks were granted, so its
 // counts of running tasks include every earlier claimer's. Tasks that name a node take that
 // node's free slots first; tasks that target a node group are then dealt round-robin over the
 // remaining slots of the group's members that have replayed past the task's min_lsn (a primary
 // always has), so parts of one export spread over the group.
-var (
-	claimSQL       = claimQuery(false)
-	claimGroupsSQL = claimQuery(true) // used only when group tasks exist: the dealing costs a window per claim
-)
+const claimSQL = claimHead + claimGroups + claimPick + claimTail
 
-// claimQuery builds the claim statement, with or without the dealing of group tasks.
-func claimQuery(groups bool) string {
-	if !groups {
-		return claimHead + claimPick + claimTail
-	}
-	return claimHead + claimGroups + claimPick + "\tUNION ALL SELECT id, node FROM in_groups\n" + claimTail
-}
+var claimStmt = mustNamed(claimSQL)
 
 const claimHead = `
-WITH cap AS (
+WITH inputs AS (
+	-- Set by lockNodesSQL in this transaction.
+	SELECT coalesce(nullif(current_setting('deckhand.claim_nodes', true), ''), '{}')::text[] AS nodes,
+		coalesce(nullif(current_setting('deckhand.claim_caps', true), ''), '{}')::int[] AS caps,
+		coalesce(nullif(current_setting('deckhand.claim_global', true), ''), '0')::int AS global
+), cap AS (
 	-- An export's coordinator only holds a lock while its parts work: it takes no slot, or its
 	-- parts could never run. Coordinators have slots of their own, as many as the node's, so
 	-- that exports cannot make the node hold a session each.
-	SELECT c.node, greatest(c.cap - (SELECT count(*) FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export'), 0) AS free,
-		greatest(c.cap - (SELECT count(*) FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind = 'export'), 0) AS coordinators
-	FROM unnest(@nodes::text[], @caps::int[]) AS c(node, cap)
+	-- Counting stops at the cap: what runs beyond it changes nothing.
+	SELECT c.node, c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export' ORDER BY t.id LIMIT c.cap) r) AS free,
+		c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind = 'export' ORDER BY t.id LIMIT c.cap) r) AS coordinators
+	FROM inputs, unnest(inputs.nodes, inputs.caps) AS c(node, cap)
 ), budget AS (
-	SELECT CASE WHEN @global_cap::int > 0
-		THEN least(@limit, greatest(@global_cap - (SELECT count(*) FROM deckhand.task WHERE state IN ('running', 'cancelling')), 0))
-		ELSE @limit END AS n
+	SELECT CASE WHEN inputs.global > 0
+		THEN least(@limit::int, inputs.global - (SELECT count(*) FROM (SELECT FROM deckhand.task t
+			WHERE t.state IN ('running', 'cancelling') ORDER BY t.worker_id LIMIT inputs.global) r))
+		ELSE @limit::int END AS n
+	FROM inputs
 ), anywhere AS (
 	SELECT id FROM deckhand.task
 	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce(@now, now())
@@ -152,45 +168,61 @@ WITH cap AS (
 `
 
 const claimGroups = `), group_tasks AS (
-	SELECT t.id, t.node_group, t.min_lsn, row_number() OVER (PARTITION BY t.node_group ORDER BY t.id) AS rn
-	FROM deckhand.task t
-	WHERE t.state = 'runnable' AND t.node_group IS NOT NULL AND t.node IS NULL
-	  AND t.node_group IN (SELECT n.node_group FROM deckhand.node n WHERE n.name = ANY (@nodes))
-	  AND t.not_before <= coalesce(@now, now())
+	-- Each group's first tasks, as many as the claim may take.
+	SELECT t.id, g.node_group, t.min_lsn, row_number() OVER (PARTITION BY g.node_group ORDER BY t.id) AS rn
+	FROM (SELECT DISTINCT n.node_group FROM inputs, deckhand.node n WHERE n.name = ANY (inputs.nodes)) g
+	CROSS JOIN LATERAL (
+		SELECT t.id, t.min_lsn FROM deckhand.task t
+		WHERE t.state = 'runnable' AND t.node_group = g.node_group AND t.not_before <= coalesce(@now, now())
+		ORDER BY t.id LIMIT (SELECT n FROM budget)) t
 ), group_slots AS (
+	-- Each member's free slots, as many as its group has tasks to deal (none, mostly).
 	SELECT n.name AS node, n.node_group, row_number() OVER (PARTITION BY n.node_group ORDER BY s, n.name) AS rn
 	FROM cap JOIN deckhand.node n ON n.name = cap.node
-	CROSS JOIN LATERAL generate_series(1, cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node AND NOT o.coordinator)) s
-	WHERE n.role = 'primary'
-	   OR n.replay_lsn >= (SELECT max(g.min_lsn) FROM group_tasks g WHERE g.node_group = n.node_group)
+	CROSS JOIN LATERAL (SELECT count(*) AS tasks, max(g.min_lsn) AS min_lsn FROM group_tasks g WHERE g.node_group = n.node_group) g
+	CROSS JOIN LATERAL generate_series(1, least(g.tasks,
+		cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node AND NOT o.coordinator))) s
+	WHERE n.role = 'primary' OR n.replay_lsn >= g.min_lsn
+), dealt AS MATERIALIZED (
+	-- Through unnest, like picks below: primary key probes whatever the estimates.
+	SELECT d.id, d.node
+	FROM (SELECT array_agg(g.id) AS ids, array_agg(s.node) AS nodes
+	      FROM group_tasks g JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn) a,
+	     unnest(a.ids, a.nodes) AS d(id, node)
 ), in_groups AS (
-	SELECT t.id, s.node
-	FROM group_tasks g
-	JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn
-	JOIN deckhand.task t ON t.id = g.id
+	SELECT t.id, d.node FROM dealt d JOIN deckhand.task t ON t.id = d.id
 	FOR UPDATE OF t SKIP LOCKED
 `
 
 const claimPick = `), picked AS (
 	SELECT id, NULL::text AS node FROM anywhere
 	UNION ALL SELECT id, NULL FROM on_nodes
+	UNION ALL SELECT id, node FROM in_groups
 `
 
+// claimTail takes the picked tasks. It reaches them through unnest of an array, which the
+// planner takes for a handful of rows whatever it believes about the table, so that it always
+// probes the primary key (never a hash join over the whole table); the rows it returns are
+// joined to their job and node the same way. The unnested rows are a CTE of their own: rows
+// joined to an UPDATE or FOR UPDATE are copied whole into each row it locks, arrays included.
 const claimTail = `	LIMIT (SELECT n FROM budget)
+), picks AS MATERIALIZED (
+	SELECT p.id, p.node
+	FROM (SELECT array_agg(id) AS ids, array_agg(node) AS nodes FROM picked) a, unnest(a.ids, a.nodes) AS p(id, node)
 ), claimed AS (
 	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
 		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = @worker,
 		started_at = coalesce(@now, clock_timestamp()), finished_at = NULL,
-		node = coalesce(picked.node, t.node)
-	FROM picked WHERE t.id = picked.id
+		node = coalesce(p.node, t.node)
+	FROM picks p WHERE t.id = p.id
 	RETURNING t.*
 ), started AS (
 	UPDATE deckhand.job j SET started_at = coalesce(@now, clock_timestamp())
-	WHERE j.id IN (SELECT DISTINCT job_id FROM claimed) AND j.started_at IS NULL
+	WHERE j.id = ANY (ARRAY(SELECT DISTINCT job_id FROM claimed)) AND j.started_at IS NULL
 )
 SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
 	c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts,
 	c.max_attempts, c.runs, c.attempt_token, c.started_at, j.search_path, j.settings, j.submitted_by,
-	EXISTS (SELECT 1 FROM deckhand.task_dep d WHERE d.depends_on = c.id) AS has_dependents
+	c.has_dependents
 FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
 ORDER BY c.id`

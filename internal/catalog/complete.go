@@ -52,12 +52,16 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 	if len(results) == 0 {
 		return Completion{}, nil, nil
 	}
-	args, err := completeArgs(results)
+	named, err := completeArgs(results)
 	if err != nil {
 		return Completion{}, nil, err
 	}
-	args["now"] = c.now()
-	args["released_by"] = strconv.FormatInt(results[0].WorkerID, 10)
+	named["now"] = c.now()
+	named["released_by"] = strconv.FormatInt(results[0].WorkerID, 10)
+	args, err := completeStmt.args(named)
+	if err != nil {
+		return Completion{}, nil, err
+	}
 	for try := 0; ; try++ {
 		var (
 			out     Completion
@@ -65,10 +69,15 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 			err     error
 		)
 		if limit <= 0 {
-			err = c.Pool.QueryRow(ctx, completeSQL, args).Scan(&out.Applied, &out.Runnable)
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			b.Queue(probesOnly)
+			b.Queue(completeStmt.sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
+			b.Queue("COMMIT")
+			err = c.inTx(ctx, b)
 		} else {
 			claimed, err = c.inClaimTx(ctx, workerID, limit, func(b *pgx.Batch) {
-				b.Queue(completeSQL, args).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
+				b.Queue(completeStmt.sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
 			})
 		}
 		var pgErr *pgconn.PgError
@@ -80,6 +89,23 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 		}
 		return out, claimed, nil
 	}
+}
+
+// inTx sends b, a whole transaction, in one round trip on a connection of its own.
+func (c *Catalog) inTx(ctx context.Context, b *pgx.Batch) error {
+	conn, err := c.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		// Leave no transaction open on a pooled connection.
+		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
+		}
+		return err
+	}
+	return nil
 }
 
 // completeArgs spreads the results over one array per column, for completeSQL's unnest;
@@ -109,6 +135,8 @@ func completeArgs(results []Result) (pgx.StrictNamedArgs, error) {
 	return pgx.StrictNamedArgs{"ids": ids, "tokens": tokens, "workers": workers, "outcomes": outcomes,
 		"backoffs": backoffs, "errors": errs, "finished_at": finished}, nil
 }
+
+var completeStmt = mustNamed(completeSQL)
 
 const completeSQL = `
 WITH RECURSIVE locked AS MATERIALIZED (
@@ -162,12 +190,21 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	FROM deckhand.task_dep d JOIN moved m ON m.id = d.depends_on
 	WHERE m.new_state = 'done'
 	GROUP BY d.task_id
+), affected AS MATERIALIZED (
+	-- One row per dependent: how many of its prerequisites finished, and whether one failed.
+	-- Through unnest of arrays, so that the join below is planned for a handful of rows and
+	-- probes the primary key even when a task releases 100,000 dependents (a fan-out); a CTE
+	-- of its own, because FOR UPDATE copies each joined row whole into every row it locks.
+	SELECT a.id, a.n, a.doomed
+	FROM (SELECT array_agg(id) AS ids, array_agg(n) AS ns, array_agg(doomed) AS dooms
+	      FROM (SELECT id, sum(n)::int AS n, bool_or(doomed) AS doomed
+	            FROM (SELECT id, n, false AS doomed FROM released UNION ALL SELECT id, 0, true FROM downstream) x
+	            GROUP BY id) y) arr,
+	     unnest(arr.ids, arr.ns, arr.dooms) AS a(id, n, doomed)
 ), dependents AS (
-	-- = ANY keeps this an index lookup: the planner cannot tell how few ids there are.
-	SELECT t.id, t.id IN (SELECT id FROM downstream) AS doomed, coalesce(r.n, 0) AS n
-	FROM deckhand.task t
-	LEFT JOIN released r ON r.id = t.id
-	WHERE t.id = ANY (ARRAY(SELECT id FROM downstream UNION SELECT id FROM released)) AND t.state = 'blocked'
+	SELECT t.id, a.doomed, a.n
+	FROM affected a JOIN deckhand.task t ON t.id = a.id
+	WHERE t.state = 'blocked'
 	ORDER BY t.id FOR UPDATE OF t
 ), followed AS (
 	UPDATE deckhand.task t SET

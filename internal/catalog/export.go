@@ -204,7 +204,8 @@ func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 			p.Parts[i].ObjectKey = p.Key(epoch, p.Parts[i].Part)
 			tasks[i] = p.PartTask(epoch, p.Parts[i])
 		}
-		if err := insertTasks(ctx, tx, jobID, p.CoordinatorID, tasks); err != nil {
+		ids, err := insertTasks(ctx, tx, jobID, p.CoordinatorID, tasks)
+		if err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `UPDATE deckhand.job SET tasks_total = tasks_total + $2, tasks_cancelled = tasks_cancelled + $3 WHERE id = $1`,
@@ -219,12 +220,11 @@ func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 		}
 		_, err = tx.Exec(ctx, `
 			INSERT INTO deckhand.export_part (export_id, epoch, part, start_page, end_page, object_key, task_id)
-			SELECT @export, @epoch, u.part, u.start_page, u.end_page, u.object_key,
-				(SELECT t.id FROM deckhand.task t WHERE t.job_id = @job AND t.name = @task_prefix || u.part::text)
-			FROM unnest(@parts::int[], @start_pages::bigint[], @end_pages::bigint[], @object_keys::text[])
-				AS u(part, start_page, end_page, object_key)`,
-			pgx.StrictNamedArgs{"export": p.ExportID, "epoch": epoch, "job": jobID, "task_prefix": PartTaskPrefix(epoch),
-				"parts": parts, "start_pages": starts, "end_pages": ends, "object_keys": keys})
+			SELECT @export, @epoch, u.part, u.start_page, u.end_page, u.object_key, u.task_id
+			FROM unnest(@parts::int[], @start_pages::bigint[], @end_pages::bigint[], @object_keys::text[], @task_ids::bigint[])
+				AS u(part, start_page, end_page, object_key, task_id)`,
+			pgx.StrictNamedArgs{"export": p.ExportID, "epoch": epoch, "parts": parts, "start_pages": starts, "end_pages": ends,
+				"object_keys": keys, "task_ids": ids})
 		if err != nil {
 			return err
 		}

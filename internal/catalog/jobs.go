@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -109,33 +110,60 @@ func submitSpec(j NewJob) ([]byte, error) {
 	})
 }
 
-func (c *Catalog) insertJob(ctx context.Context, tx pgx.Tx, j NewJob) (int64, error) {
-	settings := j.Settings
-	if settings == nil {
-		settings = map[string]string{}
-	}
-	n := len(j.Tasks)
-	var id int64
-	err := tx.QueryRow(ctx, `
-		INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, created_at)
-		VALUES (@description, @kind, @search_path, @settings, @tasks, coalesce(@now, now())) RETURNING id`,
-		pgx.StrictNamedArgs{"description": j.Description, "kind": j.Kind, "search_path": j.SearchPath, "settings": settings,
-			"tasks": n, "now": c.now()}).Scan(&id)
-	if err != nil {
-		return 0, err
-	}
-	if err := insertTasks(ctx, tx, id, 0, j.Tasks); err != nil {
-		return 0, err
-	}
-	return id, nil
-}
-
-// insertTasks writes tasks of job id, in the order given (dependency order), so ids grow
-// along the DAG's edges. Dependencies may name tasks already in the job. addedBy is the task
-// that added them, or 0 at submission.
-func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []NewTask) error {
+// insertTasks adds tasks to job jobID on behalf of addedBy, a task of the job that is running,
+// in the order given (dependency order), so ids grow along the DAG's edges, and returns their
+// ids in that order. Dependencies may name tasks already in the job; names are unique in a
+// job. Ids are taken first and names resolved here, so that no statement looks a name up in
+// the task table once per dependency.
+func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []NewTask) ([]int64, error) {
 	n := len(tasks)
+	var ids []int64
+	err := tx.QueryRow(ctx, `SELECT ARRAY(SELECT nextval('deckhand.task_id_seq') FROM generate_series(1, $1) ORDER BY 1)`, n).Scan(&ids)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]int64, n)
 	names := make([]string, n)
+	for i, t := range tasks {
+		if _, dup := byName[t.Name]; dup {
+			return nil, fmt.Errorf("duplicate task name %q", t.Name)
+		}
+		byName[t.Name], names[i] = ids[i], t.Name
+	}
+	older := map[string]int64{} // tasks already in the job that are named here
+	rows, _ := tx.Query(ctx, `SELECT name, id FROM deckhand.task WHERE job_id = $1 AND name = ANY ($2)`,
+		jobID, slices.Concat(names, prerequisites(tasks)))
+	var name string
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &id}, func() error {
+		if _, dup := byName[name]; dup {
+			return fmt.Errorf("job %d already has a task named %q", jobID, name)
+		}
+		older[name] = id
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var olderIDs []int64
+	for name, id := range older {
+		byName[name], olderIDs = id, append(olderIDs, id)
+	}
+	needed := map[int64]bool{}
+	var depTask, depOn, recount []int64
+	for i, t := range tasks {
+		for _, d := range t.DependsOn {
+			p, ok := byName[d]
+			if !ok {
+				return nil, fmt.Errorf("task %q depends on %q, which is not in job %d", t.Name, d, jobID)
+			}
+			depTask, depOn = append(depTask, ids[i]), append(depOn, p)
+			needed[p] = true
+			if p < ids[0] && (len(recount) == 0 || recount[len(recount)-1] != ids[i]) {
+				recount = append(recount, ids[i])
+			}
+		}
+	}
 	kinds := make([]string, n)
 	nodes := make([]*string, n)
 	groups := make([]*string, n)
@@ -147,9 +175,9 @@ func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []N
 	maxAttempts := make([]int32, n)
 	timeouts := make([]float64, n)
 	pending := make([]int32, n)
-	var depTask, depOn []string
+	hasDependents := make([]bool, n)
 	for i, t := range tasks {
-		names[i], kinds[i], owners[i], sqls[i] = t.Name, t.Kind, t.Owner, t.SQL
+		kinds[i], owners[i], sqls[i] = t.Kind, t.Owner, t.SQL
 		nodes[i], groups[i], minLSNs[i] = nonEmpty(t.Node), nonEmpty(t.Group), nonEmpty(t.MinLSN)
 		if len(t.Payload) > 0 {
 			payloads[i] = t.Payload
@@ -158,57 +186,63 @@ func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []N
 		maxAttempts[i] = int32(t.MaxAttempts)
 		timeouts[i] = t.Timeout.Seconds()
 		pending[i] = int32(len(t.DependsOn))
-		for _, d := range t.DependsOn {
-			depTask = append(depTask, t.Name)
-			depOn = append(depOn, d)
-		}
+		hasDependents[i] = needed[ids[i]]
 	}
-	var addedByArg *int64
-	if addedBy != 0 {
-		addedByArg = &addedBy
-	}
-	_, err := tx.Exec(ctx, `
-		INSERT INTO deckhand.task (job_id, name, kind, node, node_group, min_lsn, owner, sql, payload,
-			in_transaction, max_attempts, timeout, state, pending_deps, added_by)
-		SELECT @job, name, kind, node, node_group, min_lsn::pg_lsn, owner, sql, payload, in_tx, max_attempts,
-			make_interval(secs => timeout), CASE WHEN pending > 0 THEN 'blocked' ELSE 'runnable' END, pending, @added_by
-		FROM unnest(@names::text[], @kinds::text[], @nodes::text[], @groups::text[], @min_lsns::text[], @owners::text[],
-			@sqls::text[], @payloads::jsonb[], @in_tx::bool[], @max_attempts::int[], @timeouts::float8[], @pending::int[])
-			WITH ORDINALITY
-			AS u(name, kind, node, node_group, min_lsn, owner, sql, payload, in_tx, max_attempts, timeout, pending, ord)
-		ORDER BY ord`,
-		pgx.StrictNamedArgs{"job": jobID, "added_by": addedByArg, "names": names, "kinds": kinds, "nodes": nodes,
+	_, err = tx.Exec(ctx, `
+		INSERT INTO deckhand.task (id, job_id, name, kind, node, node_group, min_lsn, owner, sql, payload,
+			in_transaction, max_attempts, timeout, state, pending_deps, added_by, has_dependents)
+		SELECT id, @job, name, kind, node, node_group, min_lsn::pg_lsn, owner, sql, payload, in_tx, max_attempts,
+			make_interval(secs => timeout), CASE WHEN pending > 0 THEN 'blocked' ELSE 'runnable' END, pending,
+			@added_by, has_dependents
+		FROM unnest(@ids::bigint[], @names::text[], @kinds::text[], @nodes::text[], @groups::text[], @min_lsns::text[],
+			@owners::text[], @sqls::text[], @payloads::jsonb[], @in_tx::bool[], @max_attempts::int[], @timeouts::float8[],
+			@pending::int[], @has_dependents::bool[])
+			AS u(id, name, kind, node, node_group, min_lsn, owner, sql, payload, in_tx, max_attempts, timeout, pending,
+			     has_dependents)`,
+		pgx.StrictNamedArgs{"job": jobID, "added_by": addedBy, "ids": ids, "names": names, "kinds": kinds, "nodes": nodes,
 			"groups": groups, "min_lsns": minLSNs, "owners": owners, "sqls": sqls, "payloads": payloads, "in_tx": inTx,
-			"max_attempts": maxAttempts, "timeouts": timeouts, "pending": pending})
+			"max_attempts": maxAttempts, "timeouts": timeouts, "pending": pending, "has_dependents": hasDependents})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(depTask) > 0 {
-		_, err = tx.Exec(ctx, `
-			INSERT INTO deckhand.task_dep (task_id, depends_on)
-			SELECT t.id, p.id FROM unnest($2::text[], $3::text[]) AS d(task, dep)
-			JOIN deckhand.task t ON t.job_id = $1 AND t.name = d.task
-			JOIN deckhand.task p ON p.job_id = $1 AND p.name = d.dep`, jobID, depTask, depOn)
+		_, err = tx.Exec(ctx, `INSERT INTO deckhand.task_dep (task_id, depends_on) SELECT * FROM unnest($1::bigint[], $2::bigint[])`,
+			depTask, depOn)
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if addedBy == 0 {
-		return notifyRunnable(ctx, tx)
+	if len(olderIDs) > 0 {
+		_, err = tx.Exec(ctx, `UPDATE deckhand.task SET has_dependents = true WHERE id = ANY ($1) AND NOT has_dependents`, olderIDs)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(recount) == 0 {
+		return ids, notifyRunnable(ctx, tx)
 	}
 	// Tasks added to a running job may depend on tasks that already finished: they wait only
 	// for the prerequisites that have not.
 	_, err = tx.Exec(ctx, `
 		UPDATE deckhand.task t SET
 			pending_deps = p.n, state = CASE WHEN p.n > 0 THEN 'blocked' ELSE 'runnable' END
-		FROM (SELECT t.id, (SELECT count(*) FROM deckhand.task_dep d JOIN deckhand.task q ON q.id = d.depends_on
-		                    WHERE d.task_id = t.id AND q.state <> 'done') AS n
-		      FROM deckhand.task t WHERE t.job_id = $1 AND t.name = ANY ($2)) p
-		WHERE t.id = p.id`, jobID, names)
+		FROM (SELECT id, (SELECT count(*) FROM deckhand.task_dep d JOIN deckhand.task q ON q.id = d.depends_on
+		                  WHERE d.task_id = u.id AND q.state <> 'done') AS n
+		      FROM unnest($1::bigint[]) AS u(id)) p
+		WHERE t.id = p.id`, recount)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return notifyRunnable(ctx, tx)
+	return ids, notifyRunnable(ctx, tx)
+}
+
+// prerequisites lists the names tasks depend on.
+func prerequisites(tasks []NewTask) []string {
+	var names []string
+	for _, t := range tasks {
+		names = append(names, t.DependsOn...)
+	}
+	return names
 }
 
 func notifyRunnable(ctx context.Context, tx pgx.Tx) error {
@@ -253,15 +287,19 @@ func (c *Catalog) Job(ctx context.Context, id int64) (deckhandtype.Job, error) {
 	return job, nil
 }
 
-// Tasks lists a job's tasks in id (dependency) order.
-func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]deckhandtype.Task, error) {
+// Tasks lists a page of a job's tasks in id (dependency) order.
+func (c *Catalog) Tasks(ctx context.Context, jobID int64, page deckhandtype.TaskPage) ([]deckhandtype.Task, error) {
+	var limit *int
+	if page.Limit > 0 {
+		limit = &page.Limit
+	}
 	// Through the view, which shows only the jobs the caller may act on.
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT t.id, t.job_id, t.name, t.kind, t.node, t.owner, t.state, t.attempts, t.max_attempts, t.runs,
 			nullif(t.not_before, '-infinity') AS not_before, t.worker_id, t.started_at, t.finished_at,
 			(extract(epoch FROM t.timeout) * 1000)::bigint AS timeout_ms, t.in_transaction,
 			t.error AS last_error, t.depends_on_in_order AS depends_on, t.sql
-		FROM deckhand.tasks t WHERE t.job_id = $1 ORDER BY t.id`, jobID)
+		FROM deckhand.tasks t WHERE t.job_id = $1 AND t.id > $2 ORDER BY t.id LIMIT $3`, jobID, page.After, limit)
 	tasks, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Task])
 	if err != nil {
 		return nil, fmt.Errorf("read tasks of job %d: %w", jobID, err)
@@ -269,12 +307,18 @@ func (c *Catalog) Tasks(ctx context.Context, jobID int64) ([]deckhandtype.Task, 
 	return tasks, nil
 }
 
-// Attempts lists every attempt of a job's tasks, including running ones, in start order.
-func (c *Catalog) Attempts(ctx context.Context, jobID int64) ([]deckhandtype.Attempt, error) {
+// Attempts lists every attempt of a job's tasks whose ids are above after and at most upTo
+// (0: no bound), including running ones, in start order.
+func (c *Catalog) Attempts(ctx context.Context, jobID, after, upTo int64) ([]deckhandtype.Attempt, error) {
+	var bound *int64
+	if upTo > 0 {
+		bound = &upTo
+	}
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT task_id, task_name, attempt, token, worker_id, outcome, started_at, finished_at,
 			sqlstate, message, detail, hint
-		FROM deckhand.task_attempts WHERE job_id = $1 ORDER BY started_at, task_id, attempt`, jobID)
+		FROM deckhand.task_attempts WHERE job_id = $1 AND task_id > $2 AND task_id <= coalesce($3, task_id)
+		ORDER BY started_at, task_id, attempt`, jobID, after, bound)
 	attempts, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Attempt])
 	if err != nil {
 		return nil, fmt.Errorf("read attempts of job %d: %w", jobID, err)

@@ -29,7 +29,11 @@ func (c *Catalog) Stats(ctx context.Context) (deckhandtype.Stats, error) {
 			FROM deckhand.job GROUP BY state
 		)
 		SELECT (SELECT coalesce(jsonb_object_agg(state, jsonb_build_array(jobs, done, failed, cancelled, unscheduled, pending)), '{}') FROM j),
-			(SELECT count(*) FROM deckhand.task WHERE state = 'runnable'),
+			-- Runnable tasks by the sets that have indexes of their own (see claim.go).
+			(SELECT count(*) FROM deckhand.task WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL)
+			+ (SELECT count(*) FROM deckhand.task WHERE state = 'runnable' AND node_group IS NULL AND node IS NOT NULL AND kind <> 'export')
+			+ (SELECT count(*) FROM deckhand.task WHERE state = 'runnable' AND node_group IS NULL AND kind = 'export')
+			+ (SELECT count(*) FROM deckhand.task WHERE state = 'runnable' AND node_group IS NOT NULL),
 			(SELECT count(*) FROM deckhand.task WHERE state = 'running'),
 			(SELECT count(*) FROM deckhand.task WHERE state = 'cancelling'),
 			(SELECT count(*) FROM deckhand.worker WHERE stopped_at IS NULL AND lease_expires_at > coalesce($1, now())),

@@ -139,21 +139,25 @@ func durationText(j deckhandtype.Job) string {
 }
 
 func (a *app) jobShow() *cobra.Command {
-	return &cobra.Command{
+	var page deckhandtype.TaskPage
+	cmd := &cobra.Command{
 		Use:   "show ID",
-		Short: "Show a job with its tasks and attempts",
+		Short: "Show a job with its tasks and attempts, a page of tasks at a time",
 		Args:  exactArgs(1, "a job ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := jobID(args[0])
 			if err != nil {
 				return err
 			}
+			if page.Limit < 0 || page.After < 0 {
+				return Usage("--tasks-limit and --tasks-after take a number of tasks and a task id")
+			}
 			c, err := a.client(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			d, err := c.Job(cmd.Context(), id)
+			d, err := c.JobPage(cmd.Context(), id, page)
 			if err != nil {
 				return classify(err)
 			}
@@ -177,6 +181,10 @@ func (a *app) jobShow() *cobra.Command {
 			if err := PrintTable(a.stdout, []string{"task", "kind", "node", "owner", "state", "attempts", "depends_on", "last_error"}, rows); err != nil {
 				return err
 			}
+			if d.NextTasksAfter != nil {
+				fmt.Fprintf(a.stdout, "(%d tasks shown of %d; the next ones: deckhand job show %d --tasks-after %d)\n",
+					len(d.Tasks), d.TasksTotal, d.ID, *d.NextTasksAfter)
+			}
 			var failures [][]string
 			for _, at := range d.Attempts {
 				if at.Message != nil {
@@ -191,6 +199,9 @@ func (a *app) jobShow() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().IntVar(&page.Limit, "tasks-limit", 1000, "most tasks to show, with their attempts (0: all)")
+	cmd.Flags().Int64Var(&page.After, "tasks-after", 0, "only tasks with an id above this (the next page: next_tasks_after)")
+	return cmd
 }
 
 func deref(s *string) string {

@@ -192,7 +192,8 @@ func newCatalogEnv(t *testing.T, owner string, ownsDBs bool, nodes ...string) *c
 	if err := cl.CreateDatabase(ctx, "cat"); err != nil {
 		t.Fatal(err)
 	}
-	e := &catalogEnv{cluster: cl, dsn: cl.DSN("cat", pgcluster.Superuser), nodeDBs: map[string]string{}}
+	// URL conninfo, for the catalog and the nodes: the demo takes either form.
+	e := &catalogEnv{cluster: cl, dsn: cl.URL("cat", pgcluster.Superuser), nodeDBs: map[string]string{}}
 	cat, err := catalog.Open(ctx, e.dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +216,7 @@ func newCatalogEnv(t *testing.T, owner string, ownsDBs bool, nodes ...string) *c
 		if err := cl.Exec(ctx, "postgres", sql); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.client.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(db, pgcluster.Superuser), MaxTasks: 2}); err != nil {
+		if err := e.client.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.URL(db, pgcluster.Superuser), MaxTasks: 2}); err != nil {
 			t.Fatal(err)
 		}
 		e.nodeDBs[n] = db

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,13 @@ func (c *Cluster) DSN(dbname, user string) string {
 func DSN(host string, port int, dbname, user string) string {
 	return fmt.Sprintf("host=%s port=%d dbname=%s user=%s sslmode=disable",
 		connValue(host), port, connValue(dbname), connValue(user))
+}
+
+// URL returns a URL conninfo for this cluster (postgres://user@host:port/dbname), without TLS,
+// built from its parts: deckhand takes either form wherever it takes conninfo.
+func (c *Cluster) URL(dbname, user string) string {
+	u := url.URL{Scheme: "postgres", User: url.User(user), Host: c.Addr(), Path: "/" + dbname, RawQuery: "sslmode=disable"}
+	return u.String()
 }
 
 // connValue quotes a conninfo value only when it needs it, so that ordinary DSNs stay readable.

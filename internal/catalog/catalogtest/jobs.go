@@ -257,6 +257,7 @@ func insertTask(ctx context.Context, tb testing.TB, db DB, jobID int64, t TaskOp
 	}
 	for _, d := range t.DependsOn {
 		exec(ctx, tb, db, `INSERT INTO deckhand.task_dep (task_id, depends_on) VALUES ($1, $2)`, row.ID, ids[d])
+		exec(ctx, tb, db, `UPDATE deckhand.task SET has_dependents = true WHERE id = $1`, ids[d])
 	}
 	return row
 }

@@ -19,6 +19,7 @@ export class JobView {
     this.graph = new TaskGraph(dagBody, legend, (name) => this.select(name));
     this.ganttBody = h('div', { class: 'gantt-wrap' });
     this.tasksBody = h('tbody');
+    this.tasksNote = h('span', { class: 'muted' });
     this.errorsCard = h('div', { class: 'card', hidden: true });
     root.append(
       this.head,
@@ -31,7 +32,7 @@ export class JobView {
             h('span', null, h('i', { class: 'st-' + o }), o)))),
         this.ganttBody),
       h('div', { class: 'card' },
-        h('div', { class: 'card-head' }, h('h2', { text: 'Tasks' })),
+        h('div', { class: 'card-head' }, h('h2', { class: 'grow', text: 'Tasks' }), this.tasksNote),
         h('div', { class: 'table-wrap' }, h('table', { class: 'tasks' },
           h('thead', null, h('tr', null, ['Task', 'State', 'Kind', 'Node', 'Owner', 'Attempts', 'Duration', 'Depends on', 'Last error']
             .map((t) => h('th', { class: t === 'Attempts' || t === 'Duration' ? 'num' : null, text: t })))),
@@ -78,9 +79,13 @@ export class JobView {
     const j = this.job;
     this.facts = h('div', { class: 'facts' });
     this.renderFacts();
-    const byState = new Map();
-    for (const t of j.tasks) byState.set(t.state, (byState.get(t.state) || 0) + 1);
-    const counts = taskStates().filter((st) => byState.has(st.name)).map((st) => [st.name, byState.get(st.name)]);
+    // A job of more tasks than a page comes with its first page: its counts are the job's own
+    // counters (tasks_<state> for the states that end a task, and those still pending).
+    const counts = j.next_tasks_after
+      ? [...taskStates().filter((st) => ('tasks_' + st.name) in j).map((st) => [st.name, j['tasks_' + st.name]]),
+        ['pending', j.tasks_pending]]
+      : this.countStates(j.tasks);
+    this.tasksNote.textContent = j.next_tasks_after ? `the first ${j.tasks.length} of ${j.tasks_total}` : '';
     this.head.replaceChildren(h('div', { class: 'page-head' },
       h('div', { class: 'grow' },
         h('a', { class: 'crumb', href: '#/jobs', text: '← Jobs' }),
@@ -92,6 +97,12 @@ export class JobView {
           h('div', { class: 'legend' }, counts.filter(([, n]) => n > 0).map(([st, n]) =>
             h('span', null, h('i', { class: 'st-' + st }), `${n} ${st}`))))),
       h('div', null, actionButtons(j, false))));
+  }
+
+  countStates(tasks) {
+    const byState = new Map();
+    for (const t of tasks) byState.set(t.state, (byState.get(t.state) || 0) + 1);
+    return taskStates().filter((st) => byState.has(st.name)).map((st) => [st.name, byState.get(st.name)]);
   }
 
   renderFacts() {

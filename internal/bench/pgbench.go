@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+)
+
+// pgbenchSelect runs pgbench's built-in select-only script (-S) with 16 clients for d against
+// database dsn, which it first fills (scale 1), and returns the transactions per second. It is
+// what the server reaches with the simplest statements: the ceiling for SQL tasks.
+func pgbenchSelect(ctx context.Context, dsn string, d time.Duration) (float64, error) {
+	bin, err := pgbenchPath()
+	if err != nil {
+		return 0, err
+	}
+	env, err := libpqEnv(dsn)
+	if err != nil {
+		return 0, err
+	}
+	run := func(args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("pgbench %v: %w: %s", args, err, bytes.TrimSpace(out))
+		}
+		return out, nil
+	}
+	if _, err := run("-i", "-q", "-s", "1"); err != nil {
+		return 0, err
+	}
+	out, err := run("-S", "-n", "-c", "16", "-j", "2", "-T", strconv.Itoa(int(d.Seconds())))
+	if err != nil {
+		return 0, err
+	}
+	m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench printed no tps: %s", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// pgbenchPath finds pgbench beside the server binaries, or on the PATH.
+func pgbenchPath() (string, error) {
+	if dir, err := pgcluster.BinDir(); err == nil {
+		if p := filepath.Join(dir, "pgbench"); fileExists(p) {
+			return p, nil
+		}
+	}
+	return exec.LookPath("pgbench")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// libpqEnv is dsn (either conninfo form, as pgx reads it) as libpq's environment variables:
+// pgbench speaks libpq, which does not know pgx's own parameters.
+func libpqEnv(dsn string) ([]string, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgbench: %w", err)
+	}
+	sslmode := "disable"
+	if cfg.TLSConfig != nil {
+		sslmode = "prefer"
+	}
+	env := []string{"PGHOST=" + cfg.Host, "PGPORT=" + strconv.Itoa(int(cfg.Port)), "PGUSER=" + cfg.User,
+		"PGDATABASE=" + cfg.Database, "PGSSLMODE=" + sslmode, "PGCONNECT_TIMEOUT=10", "PGAPPNAME=deckhand bench"}
+	if cfg.Password != "" {
+		env = append(env, "PGPASSWORD="+cfg.Password)
+	}
+	return env, nil
+}

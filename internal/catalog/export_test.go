@@ -1,0 +1,22 @@
+package catalog
+
+// The claim's statements, for the tests that read their plans.
+var (
+	LockNodesSQL = lockNodesSQL
+	ClaimSQL     = claimSQL
+)
+
+// CompleteSQL and CompleteArgs are the completion statement and its arguments.
+var CompleteSQL = completeSQL
+
+func CompleteArgs(results []Result) (map[string]any, error) {
+	args, err := completeArgs(results)
+	if err != nil {
+		return nil, err
+	}
+	args["now"], args["released_by"] = nil, "0"
+	return args, nil
+}
+
+// ProbesOnly is what claims and completions run first in their transactions.
+const ProbesOnly = probesOnly
