@@ -16,11 +16,11 @@ import (
 // permanent (taskerr.Permanent). Connection losses and other transient failures are returned
 // as plain errors: the caller runs again with new connections and resumes exactly.
 type ApplyError struct {
-	Op       string        // INSERT, UPDATE, DELETE, TRUNCATE, or the step (resolve, commit)
-	Relation string        // schema.table on the source, when the error concerns one
-	LSN      pglogrepl.LSN // the change's position in the source WAL
+	Op        string        // INSERT, UPDATE, DELETE, TRUNCATE, or the step (resolve, commit)
+	Relation  string        // schema.table on the source, when the error concerns one
+	LSN       pglogrepl.LSN // the change's position in the source WAL
 	CommitLSN pglogrepl.LSN // the commit record of the source transaction it belongs to
-	Err      error
+	Err       error
 }
 
 func (e *ApplyError) Error() string {

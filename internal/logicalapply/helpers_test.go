@@ -113,7 +113,9 @@ func newEnv(t testing.TB) *env {
 	if err := pgtest.CreateLoginRole(ctx, c, e.owner, "REPLICATION"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{e.owner}.Sanitize()) })
+	t.Cleanup(func() {
+		_ = c.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{e.owner}.Sanitize())
+	})
 	e.src = testenv.Database(t, c, "la_src")
 	e.dst = testenv.Database(t, c, "la_dst")
 	for _, db := range []string{e.src, e.dst} {
