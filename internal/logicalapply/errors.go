@@ -42,7 +42,14 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // context; anything else is an ApplyError marked permanent.
 func targetError(e *ApplyError) error {
 	if transient(e.Err) {
-		return fmt.Errorf("logicalapply: target: %s %s at %s: %w", e.Op, e.Relation, e.LSN, e.Err)
+		where := e.Op
+		if e.Relation != "" {
+			where += " " + e.Relation
+		}
+		if e.LSN != 0 {
+			where += " at " + e.LSN.String()
+		}
+		return fmt.Errorf("logicalapply: target: %s: %w", where, e.Err)
 	}
 	return taskerr.Permanent(e)
 }

@@ -74,7 +74,11 @@ func (a *Applier) Run(ctx context.Context, start pglogrepl.LSN) error {
 	}
 	r := &run{a: a, src: cfg.Source, dst: cfg.Target, stmts: newProgressStatements(cfg.ProgressTable),
 		rels: map[uint32]*relation{}, named: map[string]string{}}
-	return r.run(ctx, start)
+	err := r.run(ctx, start)
+	if ctx.Err() != nil {
+		return ctx.Err() // whatever the cancellation interrupted
+	}
+	return err
 }
 
 func (r *run) run(ctx context.Context, start pglogrepl.LSN) error {
