@@ -54,8 +54,20 @@ func targetError(e *ApplyError) error {
 	return taskerr.Permanent(e)
 }
 
+// refusal is a change the target cannot take as it stands (no such table or column, no key):
+// running again does not help.
+type refusal struct{ msg string }
+
+func (e *refusal) Error() string { return e.msg }
+
+func refused(format string, args ...any) error { return &refusal{fmt.Sprintf(format, args...)} }
+
 // transient reports whether err is worth a new run with new connections.
 func transient(err error) bool {
+	var r *refusal
+	if errors.As(err, &r) {
+		return false
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		if pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC" {

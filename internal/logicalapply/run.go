@@ -90,6 +90,11 @@ func (r *run) run(ctx context.Context, start pglogrepl.LSN) error {
 		}
 		return taskerr.Permanent(err)
 	}
+	// Type names are resolved (format_type) and used under this search_path: nothing another
+	// role creates in a schema on the caller's path can stand in for what the applier names.
+	if _, err := r.dst.Exec(ctx, `SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)`); err != nil {
+		return err
+	}
 	r.progress = progress
 	if progress > 0 {
 		if err := r.report(ctx, progress); err != nil {
