@@ -122,7 +122,8 @@ func newEnv(t testing.TB) *env {
 	for _, db := range []string{e.src, e.dst} {
 		e.superExec(db, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+pgx.Identifier{e.owner}.Sanitize())
 	}
-	e.ownerExec(e.src, schemaDDL+seedRows)
+	// The source sends whole old rows of app.docs: the key is taken from them.
+	e.ownerExec(e.src, schemaDDL+seedRows+`ALTER TABLE app.docs REPLICA IDENTITY FULL;`)
 	e.ownerExec(e.src, `CREATE PUBLICATION "moving tables" FOR TABLE app.customers, app.orders, app.docs, app.events,
 		app.blobs, app."Keyed Table", app.scratch, app.bench WITH (publish_via_partition_root = true)`)
 	e.ownerExec(e.dst, schemaDDL)
