@@ -606,9 +606,17 @@ func literal(s string) string {
 	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
-// Feature is the move_table feature, for engine.Open and engine.NewWorker.
+// Feature is the move feature, for engine.Open and engine.NewWorker: the online move (kind
+// move) and the older move_table.
 func Feature() engine.Feature {
 	return engine.Feature{Name: "move", Kinds: []engine.Kind{{
+		Name: Kind,
+		Validate: func(raw json.RawMessage) error {
+			_, err := ParsePayload(raw)
+			return err
+		},
+		New: func(d engine.Deps) engine.Executor { return Mover{Cleaner: d.Cleaner} },
+	}, {
 		Name: KindMoveTable, NeedsNode: true,
 		Validate: func(raw json.RawMessage) error {
 			_, err := ParseMovePayload(raw)
