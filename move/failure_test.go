@@ -113,8 +113,13 @@ func TestMoveFailureAtEachStep(t *testing.T) {
 					return fmt.Errorf("injected failure after %s", s)
 				}}
 				attempts := 3
-				if mode == "permanent-error" {
+				switch mode {
+				case "permanent-error":
 					attempts = 1
+				case "connections-dropped":
+					// Each retry may draw one more of the pool's dropped idle sessions (pgxpool
+					// pings only those idle for over a second, and the test's backoff is 50ms).
+					attempts = 8
 				}
 				id := e.submitMove(attempts)
 				e.worker(m)
@@ -173,4 +178,3 @@ func TestMoveWorkerKilledAtEachStep(t *testing.T) {
 		})
 	}
 }
-
