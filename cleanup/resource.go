@@ -48,6 +48,18 @@ func Schema(node, name string) Resource {
 	return Resource{Type: deckhandtype.ResourceSchema, Node: node, Name: name}
 }
 
+// SchemaCascade is a schema on a node that is removed with everything in it (DROP SCHEMA
+// CASCADE): only for a schema that is the operation's whole (a moved schema). Its removal is
+// refused while objects of other schemas depend on it.
+func SchemaCascade(node, name string) Resource {
+	return Resource{Type: deckhandtype.ResourceSchemaCascade, Node: node, Name: name}
+}
+
+// Function is a function taking no arguments, removed with the triggers that call it.
+func Function(node, schema, name string) Resource {
+	return Resource{Type: deckhandtype.ResourceFunction, Node: node, Location: schema, Name: name}
+}
+
 // Publication is a publication of a node.
 func Publication(node, name string) Resource {
 	return Resource{Type: deckhandtype.ResourcePublication, Node: node, Name: name}
@@ -82,16 +94,17 @@ func validate(r Resource) error {
 		return fmt.Errorf("cleanup: %s: name is empty or contains a NUL byte", r.Type)
 	}
 	switch r.Type {
-	case deckhandtype.ResourceTable, deckhandtype.ResourceIndex:
+	case deckhandtype.ResourceTable, deckhandtype.ResourceIndex, deckhandtype.ResourceFunction:
 		if r.Location == "" {
 			return fmt.Errorf("cleanup: %s %q: schema is required", r.Type, r.Name)
 		}
 		fallthrough
-	case deckhandtype.ResourceSchema, deckhandtype.ResourcePublication, deckhandtype.ResourceSubscription, deckhandtype.ResourceReplicationSlot:
+	case deckhandtype.ResourceSchema, deckhandtype.ResourcePublication, deckhandtype.ResourceSubscription, deckhandtype.ResourceReplicationSlot,
+		deckhandtype.ResourceSchemaCascade:
 		if r.Node == "" {
 			return fmt.Errorf("cleanup: %s %q: node is required", r.Type, r.Name)
 		}
-		if r.Type != deckhandtype.ResourceTable && r.Type != deckhandtype.ResourceIndex && r.Location != "" {
+		if r.Location != "" && r.Type != deckhandtype.ResourceTable && r.Type != deckhandtype.ResourceIndex && r.Type != deckhandtype.ResourceFunction {
 			return fmt.Errorf("cleanup: %s %q: takes no schema", r.Type, r.Name)
 		}
 	case deckhandtype.ResourceObject, deckhandtype.ResourcePrefix:

@@ -1,0 +1,34 @@
+package deckhandtype
+
+import "time"
+
+// PlacedObject is what a placement places: a whole schema, or one table of it.
+type PlacedObject struct {
+	Schema string `json:"schema"`
+	Table  string `json:"table,omitempty"` // "": the whole schema
+}
+
+// String names the object as users write it: the schema, or schema.table (each part quoted as
+// an identifier only where it needs to be is the caller's business; this is for messages).
+func (o PlacedObject) String() string {
+	if o.Table == "" {
+		return "schema " + o.Schema
+	}
+	return "table " + o.Schema + "." + o.Table
+}
+
+// Placement is where a schema or a table lives, and which move, if any, is moving it.
+type Placement struct {
+	Schema string    `json:"schema" db:"schema_name"`
+	Table  *string   `json:"table" db:"table_name"` // nil: the whole schema
+	Group  string    `json:"node_group" db:"node_group"`
+	Since  time.Time `json:"since" db:"since"`
+	// JobID is the move that put it there; nil when it was recorded where a move found it.
+	JobID *int64 `json:"job_id" db:"job_id"`
+	// MovingJobID is the job moving it now, to MovingTo; nil when no live job is.
+	MovingJobID *int64  `json:"moving_job_id" db:"moving_job_id"`
+	MovingTo    *string `json:"moving_to" db:"moving_to"`
+	// Version grows with every change of any placement; the deckhand_placement notification
+	// carries the highest one.
+	Version int64 `json:"version" db:"version"`
+}

@@ -1,0 +1,262 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+)
+
+// Placements record which node group holds each tenant schema (or a table of it) and which job
+// is moving it. A move calls, in order: BeginMove when it starts (it marks what it moves, one
+// job at a time per object), SwitchPlacement at cut-over (the objects now live on the target),
+// and EndMove if it fails or is cancelled before the switch. Every change is announced on
+// ChannelPlacement with the highest placement version as payload (never a name: any role that
+// can connect to the catalog's database can LISTEN); listeners then read deckhand.placements.
+//
+// An object conflicts with another when they are the same, or one is the whole schema of the
+// other: a schema cannot be moved while a table of it is, and the other way round.
+
+// ChannelPlacement is where placement changes are announced.
+const ChannelPlacement = "deckhand_placement"
+
+var (
+	// ErrAlreadyMoving is wrapped by BeginMove's and SwitchPlacement's refusals when another
+	// job that has not ended is moving one of the objects (see AlreadyMovingError).
+	ErrAlreadyMoving = errors.New("already being moved")
+	// ErrPlacedElsewhere: a move's source is not where the catalog places the object.
+	ErrPlacedElsewhere = errors.New("placed elsewhere")
+	// ErrNotMoving: SwitchPlacement for an object the job has not marked with BeginMove.
+	ErrNotMoving = errors.New("not being moved by this job")
+)
+
+// AlreadyMovingError names the object and the job that is moving it.
+type AlreadyMovingError struct {
+	Object deckhandtype.PlacedObject // the object the other job is moving (maybe the schema of ours, or a table of it)
+	JobID  int64
+}
+
+func (e *AlreadyMovingError) Error() string {
+	return fmt.Sprintf("%s is being moved by job %d", e.Object, e.JobID)
+}
+
+// Unwrap makes errors.Is(err, ErrAlreadyMoving) hold.
+func (e *AlreadyMovingError) Unwrap() error { return ErrAlreadyMoving }
+
+// liveJob is true for a job id that names a job that has not ended.
+const liveJob = `EXISTS (SELECT 1 FROM deckhand.job j WHERE j.id = %s AND j.state NOT IN ('finished', 'failed', 'cancelled'))`
+
+// lockPlacements serializes the writers of placements: checks and marks of concurrent moves
+// must see one another. Readers are not blocked.
+func lockPlacements(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `LOCK TABLE deckhand.placement IN SHARE ROW EXCLUSIVE MODE`)
+	return err
+}
+
+func checkObjects(objects []deckhandtype.PlacedObject) error {
+	if len(objects) == 0 {
+		return fmt.Errorf("%w: no objects", ErrInvalid)
+	}
+	for _, o := range objects {
+		if o.Schema == "" {
+			return fmt.Errorf("%w: an object without a schema", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func tableArg(o deckhandtype.PlacedObject) *string {
+	if o.Table == "" {
+		return nil
+	}
+	return &o.Table
+}
+
+// otherMover returns the live job other than jobID moving o, its schema or a table of it.
+func otherMover(ctx context.Context, tx pgx.Tx, jobID int64, o deckhandtype.PlacedObject) (*AlreadyMovingError, error) {
+	var other int64
+	var schema string
+	var table *string
+	err := tx.QueryRow(ctx, `
+		SELECT p.moving_job_id, p.schema_name, p.table_name FROM deckhand.placement p
+		WHERE p.schema_name = $1 AND ($2::text IS NULL OR p.table_name IS NULL OR p.table_name = $2)
+		  AND p.moving_job_id <> $3 AND `+fmt.Sprintf(liveJob, "p.moving_job_id")+`
+		ORDER BY p.table_name NULLS FIRST LIMIT 1`, o.Schema, tableArg(o), jobID).Scan(&other, &schema, &table)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	e := &AlreadyMovingError{Object: deckhandtype.PlacedObject{Schema: schema}, JobID: other}
+	if table != nil {
+		e.Object.Table = *table
+	}
+	return e, nil
+}
+
+// BeginMove marks objects as being moved by job jobID from group from to group to. It refuses,
+// with an error wrapping ErrAlreadyMoving that names the other job, when another job that has
+// not ended moves one of them (or its schema, or a table of it); with one wrapping
+// ErrPlacedElsewhere when the catalog places one of them (or, for a schema, a table of it)
+// on a group other than from. Objects the catalog has no placement for are recorded on from.
+// Calling it again for the same job (a retried attempt) changes nothing, also once the job
+// switched them to to.
+func (c *Catalog) BeginMove(ctx context.Context, jobID int64, objects []deckhandtype.PlacedObject, from, to string) error {
+	if err := checkObjects(objects); err != nil {
+		return fmt.Errorf("begin move of job %d: %w", jobID, err)
+	}
+	if from == "" || to == "" || from == to {
+		return fmt.Errorf("begin move of job %d: %w: from %q to %q", jobID, ErrInvalid, from, to)
+	}
+	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		if err := lockPlacements(ctx, tx); err != nil {
+			return err
+		}
+		for _, o := range objects {
+			if conflict, err := otherMover(ctx, tx, jobID, o); err != nil || conflict != nil {
+				if conflict != nil {
+					return conflict
+				}
+				return err
+			}
+			// Where the catalog places the object now: for a table its own row, else its
+			// schema's; for a schema, its row and every table row of it.
+			rows, _ := tx.Query(ctx, `
+				SELECT p.table_name, p.node_group, p.job_id = $3 AND p.node_group = $4 AND p.moving_job_id IS NULL AS switched
+				FROM deckhand.placement p
+				WHERE p.schema_name = $1 AND ($2::text IS NULL OR p.table_name = $2
+				      OR (p.table_name IS NULL AND NOT EXISTS (SELECT 1 FROM deckhand.placement t
+				                                               WHERE t.schema_name = $1 AND t.table_name = $2)))`,
+				o.Schema, tableArg(o), jobID, to)
+			type placed struct {
+				Table    *string
+				Group    string
+				Switched bool
+			}
+			found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[placed])
+			if err != nil {
+				return err
+			}
+			own := false // the object's own row says this job moved it already
+			for _, p := range found {
+				if p.Switched && (p.Table == nil) == (o.Table == "") {
+					own = true
+				}
+			}
+			if own {
+				continue
+			}
+			for _, p := range found {
+				if p.Group != from {
+					where := deckhandtype.PlacedObject{Schema: o.Schema}
+					if p.Table != nil {
+						where.Table = *p.Table
+					}
+					return fmt.Errorf("%w: %s is on group %s, not %s", ErrPlacedElsewhere, where, p.Group, from)
+				}
+			}
+			_, err = tx.Exec(ctx, `
+				INSERT INTO deckhand.placement AS p (schema_name, table_name, node_group, since, moving_job_id, moving_to)
+				VALUES ($1, $2, $3, coalesce($6, now()), $4, $5)
+				ON CONFLICT ON CONSTRAINT placement_schema_name_table_name_key DO UPDATE
+				SET moving_job_id = excluded.moving_job_id, moving_to = excluded.moving_to,
+				    version = nextval('deckhand.placement_version_seq')
+				WHERE p.moving_job_id IS DISTINCT FROM excluded.moving_job_id OR p.moving_to IS DISTINCT FROM excluded.moving_to`,
+				o.Schema, tableArg(o), from, jobID, to, c.now())
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("begin move of job %d: %w", jobID, err)
+	}
+	return nil
+}
+
+// SwitchPlacement places objects on group to, since now, by job jobID, and clears the job's
+// marks on them, in one transaction (a whole schema takes its tables' own rows with it). The
+// job must have marked them with BeginMove (else the error wraps ErrNotMoving, or
+// ErrAlreadyMoving when another live job holds them). Calling it again once it succeeded
+// changes nothing.
+func (c *Catalog) SwitchPlacement(ctx context.Context, jobID int64, objects []deckhandtype.PlacedObject, to string) error {
+	if err := checkObjects(objects); err != nil {
+		return fmt.Errorf("switch placement of job %d: %w", jobID, err)
+	}
+	if to == "" {
+		return fmt.Errorf("switch placement of job %d: %w: no target group", jobID, ErrInvalid)
+	}
+	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		if err := lockPlacements(ctx, tx); err != nil {
+			return err
+		}
+		for _, o := range objects {
+			tag, err := tx.Exec(ctx, `
+				UPDATE deckhand.placement SET node_group = $3, since = coalesce($5, now()), job_id = $4,
+					moving_job_id = NULL, moving_to = NULL, version = nextval('deckhand.placement_version_seq')
+				WHERE schema_name = $1 AND table_name IS NOT DISTINCT FROM $2 AND moving_job_id = $4`,
+				o.Schema, tableArg(o), to, jobID, c.now())
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 1 {
+				if o.Table == "" {
+					if _, err := tx.Exec(ctx, `DELETE FROM deckhand.placement WHERE schema_name = $1 AND table_name IS NOT NULL`, o.Schema); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			var done bool
+			err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM deckhand.placement WHERE schema_name = $1 AND table_name IS NOT DISTINCT FROM $2
+				AND node_group = $3 AND job_id = $4 AND moving_job_id IS NULL)`, o.Schema, tableArg(o), to, jobID).Scan(&done)
+			if err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+			if conflict, err := otherMover(ctx, tx, jobID, o); err != nil || conflict != nil {
+				if conflict != nil {
+					return conflict
+				}
+				return err
+			}
+			return fmt.Errorf("%w: %s (begin the move first)", ErrNotMoving, o)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("switch placement of job %d: %w", jobID, err)
+	}
+	return nil
+}
+
+// EndMove clears the marks of job jobID (a move that failed or was cancelled before its
+// switch): its objects stay where they are, free for other moves.
+func (c *Catalog) EndMove(ctx context.Context, jobID int64) error {
+	_, err := c.Pool.Exec(ctx, `
+		UPDATE deckhand.placement SET moving_job_id = NULL, moving_to = NULL, version = nextval('deckhand.placement_version_seq')
+		WHERE moving_job_id = $1`, jobID)
+	if err != nil {
+		return fmt.Errorf("end move of job %d: %w", jobID, err)
+	}
+	return nil
+}
+
+// Placements lists every placement, by schema then table (a schema's own row first).
+func (c *Catalog) Placements(ctx context.Context) ([]deckhandtype.Placement, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		SELECT schema_name, table_name, node_group, since, job_id, moving_job_id, moving_to, version
+		FROM deckhand.placements ORDER BY schema_name, table_name NULLS FIRST`)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Placement])
+	if err != nil {
+		return nil, fmt.Errorf("list placements: %w", err)
+	}
+	return out, nil
+}

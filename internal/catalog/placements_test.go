@@ -1,0 +1,311 @@
+package catalog_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	. "github.com/deckhandhq/deckhand/deckhandtype" //nolint:revive // states read as the tables do
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	ct "github.com/deckhandhq/deckhand/internal/catalog/catalogtest"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+)
+
+// placementCatalog is a migrated catalog, opened as a worker (who writes placements) and as a
+// submitter who was granted every privilege on the placement table by mistake.
+type placementCatalog struct {
+	admin, worker, submitter *catalog.Catalog
+	submitterRole            string
+}
+
+func newPlacementCatalog(t *testing.T) *placementCatalog {
+	t.Helper()
+	cat, cl, db := emptyCatalog(t)
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := &placementCatalog{admin: cat}
+	open := func(role, grant string) *catalog.Catalog {
+		if err := pgtest.CreateLoginRole(ctx, cl, role, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cl.Exec(context.Background(), db, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())               //nolint:errcheck
+			cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize()) //nolint:errcheck
+		})
+		if err := cl.Exec(ctx, "postgres", "GRANT "+grant+" TO "+pgx.Identifier{role}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		c, err := catalog.Open(ctx, cl.DSN(db, role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	p.worker = open("placer_"+db, "deckhand_worker")
+	p.submitterRole = "router_" + db
+	p.submitter = open(p.submitterRole, "deckhand_submitter")
+	q := pgx.Identifier{p.submitterRole}.Sanitize()
+	if err := cl.Exec(ctx, db, `GRANT ALL ON deckhand.placement TO `+q+`; GRANT ALL ON ALL SEQUENCES IN SCHEMA deckhand TO `+q); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p *placementCatalog) job(t *testing.T, state JobState) int64 {
+	t.Helper()
+	return ct.Job(ctx, t, p.admin.Pool, &ct.JobOpts{State: state}).ID
+}
+
+func schemaObj(s string) PlacedObject       { return PlacedObject{Schema: s} }
+func tableObj(s, tbl string) PlacedObject   { return PlacedObject{Schema: s, Table: tbl} }
+func objs(o ...PlacedObject) []PlacedObject { return o }
+func placementKey(p Placement) string       { return p.Schema + "." + deref(p.Table) }
+func deref[T any](p *T) (v T) {
+	if p != nil {
+		v = *p
+	}
+	return v
+}
+
+// placementsOf reads the view as role c, keyed schema.table.
+func placementsOf(t *testing.T, c *catalog.Catalog) map[string]Placement {
+	t.Helper()
+	ps, err := c.Placements(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]Placement{}
+	for _, p := range ps {
+		out[placementKey(p)] = p
+	}
+	return out
+}
+
+// A move marks what it moves; another live job's move of the same object, its schema or one of
+// its tables is refused naming that job; the same job's retried BeginMove is accepted; the
+// switch places the objects on the target, by the job, and frees them.
+func TestBeginMoveRefusesAnotherJobAndIsIdempotent(t *testing.T) {
+	p := newPlacementCatalog(t)
+	w := p.worker
+	a, b := p.job(t, JobRunning), p.job(t, JobRunning)
+
+	if err := w.BeginMove(ctx, a, objs(schemaObj("t1"), tableObj("t2", "orders")), "g1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	before := placementsOf(t, p.submitter)
+	if got := before["t1."]; got.Group != "g1" || deref(got.MovingJobID) != a || deref(got.MovingTo) != "g2" || got.JobID != nil {
+		t.Errorf("t1 after BeginMove: %+v", got)
+	}
+	// Retried by the same job: accepted, nothing rewritten.
+	if err := w.BeginMove(ctx, a, objs(schemaObj("t1"), tableObj("t2", "orders")), "g1", "g2"); err != nil {
+		t.Errorf("BeginMove retried by the same job: %v", err)
+	}
+	if again := placementsOf(t, p.submitter); again["t1."].Version != before["t1."].Version {
+		t.Errorf("retried BeginMove rewrote t1: version %d → %d", before["t1."].Version, again["t1."].Version)
+	}
+	for _, tc := range []struct {
+		name string
+		o    PlacedObject
+		want string
+	}{
+		{"the same schema", schemaObj("t1"), "schema t1 is being moved by job " + strconv.FormatInt(a, 10)},
+		{"a table of a schema moved whole", tableObj("t1", "x"), "schema t1 is being moved by job " + strconv.FormatInt(a, 10)},
+		{"the schema of a moved table", schemaObj("t2"), "table t2.orders is being moved by job " + strconv.FormatInt(a, 10)},
+		{"the same table", tableObj("t2", "orders"), "table t2.orders is being moved by job " + strconv.FormatInt(a, 10)},
+	} {
+		err := w.BeginMove(ctx, b, objs(schemaObj("free"), tc.o), "g1", "g3")
+		var moving *catalog.AlreadyMovingError
+		if !errors.Is(err, catalog.ErrAlreadyMoving) || !errors.As(err, &moving) || moving.JobID != a || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: BeginMove by job %d: %v, want %q", tc.name, b, err, tc.want)
+		}
+	}
+	// The refusals marked nothing, not even the free schema listed before the conflict.
+	if _, marked := placementsOf(t, p.submitter)["free."]; marked {
+		t.Error("a refused BeginMove left a mark")
+	}
+	// Another table of t2 is free.
+	if err := w.BeginMove(ctx, b, objs(tableObj("t2", "items")), "g1", "g3"); err != nil {
+		t.Errorf("another table of t2: %v", err)
+	}
+
+	// A mark of a job that ended holds nothing: the view shows none, and another job may move it.
+	ended := p.job(t, JobFailed)
+	if err := w.BeginMove(ctx, ended, objs(schemaObj("t3")), "g1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := placementsOf(t, p.submitter)["t3."]; got.MovingJobID != nil {
+		t.Errorf("t3 marked by ended job %d shows moving: %+v", ended, got)
+	}
+	if err := w.BeginMove(ctx, b, objs(schemaObj("t3")), "g1", "g2"); err != nil {
+		t.Errorf("t3 after its mover ended: %v", err)
+	}
+
+	// The switch, then the same again.
+	for range 2 {
+		if err := w.SwitchPlacement(ctx, a, objs(schemaObj("t1"), tableObj("t2", "orders")), "g2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := placementsOf(t, p.submitter)
+	for _, k := range []string{"t1.", "t2.orders"} {
+		if got := after[k]; got.Group != "g2" || deref(got.JobID) != a || got.MovingJobID != nil || got.MovingTo != nil || !got.Since.After(before[k].Since.Add(-time.Nanosecond)) {
+			t.Errorf("%s after the switch: %+v", k, got)
+		}
+	}
+	// BeginMove retried after the switch: accepted, nothing marked again.
+	if err := w.BeginMove(ctx, a, objs(schemaObj("t1")), "g1", "g2"); err != nil || placementsOf(t, p.submitter)["t1."].MovingJobID != nil {
+		t.Errorf("BeginMove retried after the switch: %v, %+v", err, placementsOf(t, p.submitter)["t1."])
+	}
+	// Moving t1 on now starts from g2, where it is; from g1 is refused.
+	if err := w.BeginMove(ctx, b, objs(schemaObj("t1")), "g1", "g3"); !errors.Is(err, catalog.ErrPlacedElsewhere) {
+		t.Errorf("BeginMove from where t1 no longer is: %v", err)
+	}
+	// Switching what the job did not mark is refused.
+	if err := w.SwitchPlacement(ctx, a, objs(schemaObj("t3")), "g2"); !errors.Is(err, catalog.ErrAlreadyMoving) {
+		t.Errorf("switching t3, which job %d moves: %v", b, err)
+	}
+	if err := w.SwitchPlacement(ctx, a, objs(schemaObj("never")), "g2"); !errors.Is(err, catalog.ErrNotMoving) {
+		t.Errorf("switching an unmarked schema: %v", err)
+	}
+
+	// EndMove frees b's objects where they are.
+	if err := w.EndMove(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for k, got := range placementsOf(t, p.submitter) {
+		if got.MovingJobID != nil {
+			t.Errorf("%s still moving after EndMove: %+v", k, got)
+		}
+	}
+	if got := placementsOf(t, p.submitter)["t2.items"]; got.Group != "g1" {
+		t.Errorf("t2.items after its move ended: %+v", got)
+	}
+}
+
+// A schema moved whole takes its tables' own rows; a schema whose table the catalog places on
+// another group cannot be moved from the schema's group as a whole.
+func TestSwitchOfASchemaTakesItsTables(t *testing.T) {
+	p := newPlacementCatalog(t)
+	w := p.worker
+	a, b, c := p.job(t, JobRunning), p.job(t, JobRunning), p.job(t, JobRunning)
+	if err := w.BeginMove(ctx, a, objs(tableObj("s", "big")), "g1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SwitchPlacement(ctx, a, objs(tableObj("s", "big")), "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.BeginMove(ctx, b, objs(schemaObj("s")), "g1", "g3"); !errors.Is(err, catalog.ErrPlacedElsewhere) ||
+		!strings.Contains(err.Error(), "table s.big is on group g2, not g1") {
+		t.Errorf("moving s while s.big is on g2: %v", err)
+	}
+	if err := w.BeginMove(ctx, c, objs(tableObj("s", "big")), "g2", "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SwitchPlacement(ctx, c, objs(tableObj("s", "big")), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.BeginMove(ctx, b, objs(schemaObj("s")), "g1", "g3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SwitchPlacement(ctx, b, objs(schemaObj("s")), "g3"); err != nil {
+		t.Fatal(err)
+	}
+	got := placementsOf(t, p.submitter)
+	if len(got) != 1 || got["s."].Group != "g3" {
+		t.Errorf("placements after s moved whole: %+v", got)
+	}
+}
+
+// Every placement change is announced on deckhand_placement with the highest version, which
+// the view shows; the payload names no schema, table, group or job.
+func TestSwitchPlacementNotifies(t *testing.T) {
+	p := newPlacementCatalog(t)
+	job := p.job(t, JobRunning)
+	listener, err := p.submitter.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(ctx, "LISTEN "+catalog.ChannelPlacement); err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := listener.Conn().WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("%s: no notification: %v", what, err)
+		}
+		return n.Payload
+	}
+	if err := p.worker.BeginMove(ctx, job, objs(schemaObj("tenant_secret")), "g_alpha", "g_beta"); err != nil {
+		t.Fatal(err)
+	}
+	begun := next("BeginMove")
+	if err := p.worker.SwitchPlacement(ctx, job, objs(schemaObj("tenant_secret")), "g_beta"); err != nil {
+		t.Fatal(err)
+	}
+	switched := next("SwitchPlacement")
+	view := placementsOf(t, p.submitter)["tenant_secret."]
+	if switched != strconv.FormatInt(view.Version, 10) || begun == switched {
+		t.Errorf("payloads %q then %q, view version %d", begun, switched, view.Version)
+	}
+	for _, payload := range []string{begun, switched} {
+		for _, name := range []string{"tenant_secret", "g_alpha", "g_beta", strconv.FormatInt(job, 10) + ","} {
+			if strings.Contains(payload, name) {
+				t.Errorf("payload %q names %q", payload, name)
+			}
+		}
+	}
+}
+
+// Placements are written only by workers: a submitter holding every table privilege by mistake
+// is refused by guard_writes, and can still read the view.
+func TestPlacementsAreWrittenOnlyByWorkers(t *testing.T) {
+	p := newPlacementCatalog(t)
+	job := p.job(t, JobRunning)
+	if err := p.worker.BeginMove(ctx, job, objs(schemaObj("t")), "g1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`INSERT INTO deckhand.placement (schema_name, node_group) VALUES ('evil', 'g9')`,
+		`UPDATE deckhand.placement SET node_group = 'g9'`,
+		`DELETE FROM deckhand.placement`,
+		`TRUNCATE deckhand.placement`,
+	} {
+		_, err := p.submitter.Pool.Exec(ctx, stmt)
+		if err == nil || !strings.Contains(err.Error(), "may not write deckhand.placement directly") {
+			t.Errorf("%s as a submitter: %v, want guard_writes' refusal", stmt, err)
+		}
+	}
+	// Through the API as well: the statements are refused, not the role's whim.
+	if err := p.submitter.BeginMove(ctx, job+1, objs(schemaObj("u")), "g1", "g2"); err == nil {
+		t.Error("a submitter's BeginMove was accepted")
+	}
+	got := placementsOf(t, p.submitter)
+	if len(got) != 1 || got["t."].Group != "g1" || deref(got["t."].MovingJobID) != job {
+		t.Errorf("placements after the refused writes: %+v", got)
+	}
+	// A role without catalog access reads nothing.
+	cl := pgtest.Shared(t)
+	outsider := "outsider_" + strconv.FormatInt(job, 10) + "_" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+	if err := pgtest.CreateLoginRole(ctx, cl, outsider, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{outsider}.Sanitize()) //nolint:errcheck
+	})
+	db := p.admin.Pool.Config().ConnConfig.Database
+	conn := pgtest.Connect(t, cl.DSN(db, outsider))
+	if _, err := conn.Exec(ctx, `SELECT * FROM deckhand.placements`); err == nil {
+		t.Error("a role without catalog access read deckhand.placements")
+	}
+}

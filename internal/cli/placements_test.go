@@ -1,0 +1,55 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	ct "github.com/deckhandhq/deckhand/internal/catalog/catalogtest"
+)
+
+// deckhand placements lists what the catalog places where, with the move under way, as a
+// table and as JSON, for a submitter as for an admin.
+func TestPlacementsListing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cat, err := catalog.Open(ctx, e.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	done := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{State: deckhandtype.JobRunning}).ID
+	moving := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{State: deckhandtype.JobRunning}).ID
+	if err := cat.BeginMove(ctx, done, []deckhandtype.PlacedObject{{Schema: "tenant_a"}}, "g1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.SwitchPlacement(ctx, done, []deckhandtype.PlacedObject{{Schema: "tenant_a"}}, "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.BeginMove(ctx, moving, []deckhandtype.PlacedObject{{Schema: "tenant_b", Table: "orders"}}, "g1", "g3"); err != nil {
+		t.Fatal(err)
+	}
+
+	role, _ := e.Submitter("router")
+	r := deckhand(t, "", "--catalog", e.RoleDSN(role), "placements", "-o", "json")
+	want(t, r, 0)
+	var got []deckhandtype.Placement
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("placements -o json: %v\n%s", err, r.stdout)
+	}
+	if len(got) != 2 || got[0].Schema != "tenant_a" || got[0].Table != nil || got[0].Group != "g2" || got[0].JobID == nil || *got[0].JobID != done ||
+		got[1].Schema != "tenant_b" || got[1].Table == nil || *got[1].Table != "orders" || got[1].Group != "g1" ||
+		got[1].MovingJobID == nil || *got[1].MovingJobID != moving || got[1].MovingTo == nil || *got[1].MovingTo != "g3" {
+		t.Errorf("placements -o json: %s", r.stdout)
+	}
+	r = e.run("placements")
+	want(t, r, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "SCHEMA") || !strings.Contains(lines[1], "tenant_a") || !strings.Contains(lines[1], "*") ||
+		!strings.Contains(lines[2], "orders") || !strings.Contains(lines[2], "to g3 by job") {
+		t.Errorf("placements table:\n%s", r.stdout)
+	}
+}
