@@ -134,6 +134,8 @@ func classify(err error) error {
 		return err
 	case engine.IsInvalid(err), errors.Is(err, catalog.ErrNotFound):
 		return &ExitError{Code: ExitUsage, Err: err}
+	case errors.Is(err, catalog.ErrDuplicateKey):
+		return &ExitError{Code: ExitDuplicate, Err: err}
 	case errors.Is(err, catalog.ErrJobTerminal):
 		return &ExitError{Code: ExitFailed, Err: err}
 	default:
