@@ -119,6 +119,10 @@ func RemoveOnNode(ctx context.Context, conn *pgx.Conn, r Resource, lockTimeout t
 		return DropInTx(ctx, conn, "DROP INDEX IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize(), lockTimeout)
 	case deckhandtype.ResourceSchema:
 		return DropInTx(ctx, conn, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
+	case deckhandtype.ResourceSchemaCascade:
+		return dropSchemaCascade(ctx, conn, r.Name, lockTimeout)
+	case deckhandtype.ResourceFunction:
+		return DropInTx(ctx, conn, "DROP FUNCTION IF EXISTS "+pgx.Identifier{r.Location, r.Name}.Sanitize()+"() CASCADE", lockTimeout)
 	case deckhandtype.ResourcePublication:
 		return DropInTx(ctx, conn, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{r.Name}.Sanitize(), lockTimeout)
 	case deckhandtype.ResourceSubscription:

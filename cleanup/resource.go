@@ -82,16 +82,17 @@ func validate(r Resource) error {
 		return fmt.Errorf("cleanup: %s: name is empty or contains a NUL byte", r.Type)
 	}
 	switch r.Type {
-	case deckhandtype.ResourceTable, deckhandtype.ResourceIndex:
+	case deckhandtype.ResourceTable, deckhandtype.ResourceIndex, deckhandtype.ResourceFunction:
 		if r.Location == "" {
 			return fmt.Errorf("cleanup: %s %q: schema is required", r.Type, r.Name)
 		}
 		fallthrough
-	case deckhandtype.ResourceSchema, deckhandtype.ResourcePublication, deckhandtype.ResourceSubscription, deckhandtype.ResourceReplicationSlot:
+	case deckhandtype.ResourceSchema, deckhandtype.ResourcePublication, deckhandtype.ResourceSubscription, deckhandtype.ResourceReplicationSlot,
+		deckhandtype.ResourceSchemaCascade:
 		if r.Node == "" {
 			return fmt.Errorf("cleanup: %s %q: node is required", r.Type, r.Name)
 		}
-		if r.Type != deckhandtype.ResourceTable && r.Type != deckhandtype.ResourceIndex && r.Location != "" {
+		if r.Location != "" && r.Type != deckhandtype.ResourceTable && r.Type != deckhandtype.ResourceIndex && r.Type != deckhandtype.ResourceFunction {
 			return fmt.Errorf("cleanup: %s %q: takes no schema", r.Type, r.Name)
 		}
 	case deckhandtype.ResourceObject, deckhandtype.ResourcePrefix:

@@ -37,11 +37,15 @@ const (
 	ResourceReplicationSlot ResourceType = "replication_slot"
 	ResourceObject          ResourceType = "object"
 	ResourcePrefix          ResourceType = "prefix"
+	// ResourceSchemaCascade is a schema dropped with everything in it: a moved schema.
+	ResourceSchemaCascade ResourceType = "schema_cascade"
+	// ResourceFunction is a function taking no arguments, dropped with the triggers that call it.
+	ResourceFunction ResourceType = "function"
 )
 
 // ResourceTypes lists every resource type.
 var ResourceTypes = []ResourceType{ResourceTable, ResourceIndex, ResourceSchema, ResourcePublication,
-	ResourceSubscription, ResourceReplicationSlot, ResourceObject, ResourcePrefix}
+	ResourceSubscription, ResourceReplicationSlot, ResourceObject, ResourcePrefix, ResourceSchemaCascade, ResourceFunction}
 
 // CleanupState is where a cleanup record is: pending while its operation runs, then due
 // (to be removed) or forgotten (kept), then removed, failed or node_removed.

@@ -1,0 +1,31 @@
+-- Online moves (package move): two more kinds of cleanup resource, and the durable progress
+-- of each move's catch-up.
+
+-- schema_cascade: a schema dropped with everything in it (DROP SCHEMA ... CASCADE): the copy
+-- of a moved schema on the target if the move fails, the source schema once it has moved.
+-- function: a function (location: its schema; name: its name, taking no arguments) dropped
+-- with CASCADE, which drops the triggers that call it: the source's refusal of writes, if
+-- the move fails after putting it in place.
+ALTER TABLE deckhand.cleanup_record DROP CONSTRAINT cleanup_record_resource_type_check;
+ALTER TABLE deckhand.cleanup_record ADD CONSTRAINT cleanup_record_resource_type_check CHECK (resource_type IN
+    ('table', 'index', 'schema', 'publication', 'subscription', 'replication_slot', 'object', 'prefix',
+     'schema_cascade', 'function'));
+
+-- move_progress: where each move task stands, for `job show` and for an attempt that takes
+-- over from one that died. applied_lsn is the source WAL position up to which the target has
+-- applied the changes (the same position is kept on the target, in the transaction that
+-- applies them: this copy is for reading and may lag it).
+CREATE TABLE deckhand.move_progress (
+    task_id     bigint PRIMARY KEY REFERENCES deckhand.task (id) ON DELETE CASCADE,
+    step        text NOT NULL,
+    applied_lsn pg_lsn,
+    tables      int NOT NULL DEFAULT 0,
+    tables_copied int NOT NULL DEFAULT 0,
+    rows_copied bigint NOT NULL DEFAULT 0,
+    longest_write_block_ms int,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+REVOKE ALL ON deckhand.move_progress FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON deckhand.move_progress TO deckhand_worker;
+CREATE TRIGGER guard_writes BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON deckhand.move_progress
+    FOR EACH STATEMENT EXECUTE FUNCTION deckhand.guard_writes();
