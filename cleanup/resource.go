@@ -48,6 +48,18 @@ func Schema(node, name string) Resource {
 	return Resource{Type: deckhandtype.ResourceSchema, Node: node, Name: name}
 }
 
+// SchemaCascade is a schema on a node that is removed with everything in it (DROP SCHEMA
+// CASCADE): only for a schema that is the operation's whole (a moved schema). Its removal is
+// refused while objects of other schemas depend on it.
+func SchemaCascade(node, name string) Resource {
+	return Resource{Type: deckhandtype.ResourceSchemaCascade, Node: node, Name: name}
+}
+
+// Function is a function taking no arguments, removed with the triggers that call it.
+func Function(node, schema, name string) Resource {
+	return Resource{Type: deckhandtype.ResourceFunction, Node: node, Location: schema, Name: name}
+}
+
 // Publication is a publication of a node.
 func Publication(node, name string) Resource {
 	return Resource{Type: deckhandtype.ResourcePublication, Node: node, Name: name}

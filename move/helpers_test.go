@@ -2,9 +2,14 @@ package move_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
@@ -20,94 +25,131 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var ctx = context.Background()
 
-// moveEnv is a catalog with a source and a target node on the logical cluster (two databases,
-// reached by workers through the fault proxy) and a table with rows on the source.
+// moveEnv is a catalog with two node groups, g1 and g2, of one primary each: databases of the
+// logical cluster reached by workers through the fault proxy. The move's owner is a role
+// that is not a superuser: it has REPLICATION, owns schema app on the source and may create
+// schemas in the target's database.
 type moveEnv struct {
 	*testenv.Proxied
 	src, dst string // databases
+	owner    string
 }
 
-const movedTable = "app.orders"
+var roleSeq atomic.Int64
 
 func newMoveEnv(t *testing.T) *moveEnv {
 	t.Helper()
 	e := &moveEnv{Proxied: testenv.NewProxied(t, testenv.LogicalCluster(t), move.Feature())}
-	e.src = e.Node("src")
-	e.dst = e.Node("dst")
-	e.NodeExec(e.src, `CREATE SCHEMA app;
-		CREATE TABLE app.orders (id bigint PRIMARY KEY, customer text NOT NULL, total numeric(10,2), note text);
-		INSERT INTO app.orders SELECT g, 'c' || g % 17, g * 1.5, repeat('x', g % 50) FROM generate_series(1, 2000) g`)
+	e.src = testenv.Database(t, e.NodeCluster, "src")
+	e.dst = testenv.Database(t, e.NodeCluster, "dst")
+	for _, n := range []struct{ name, db, group string }{{"src", e.src, "g1"}, {"dst", e.dst, "g2"}} {
+		node := deckhandtype.Node{Name: n.name, DSN: e.Proxy.DSN(n.db, pgcluster.Superuser), Group: n.group, MaxTasks: 4}
+		if err := e.Client.AddNode(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.owner = fmt.Sprintf("mover_%d_%d", os.Getpid(), roleSeq.Add(1))
+	if err := e.NodeCluster.CreateRole(ctx, e.owner, "LOGIN REPLICATION NOSUPERUSER"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, db := range []string{e.src, e.dst} {
+			_ = e.NodeCluster.Exec(context.Background(), db, "DROP OWNED BY "+e.ownerIdent())
+		}
+		_ = e.NodeCluster.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+e.ownerIdent())
+	})
+	e.NodeExec(e.dst, "GRANT CREATE ON DATABASE "+pgx.Identifier{e.dst}.Sanitize()+" TO "+e.ownerIdent())
+	e.NodeExec(e.src, "GRANT CREATE ON DATABASE "+pgx.Identifier{e.src}.Sanitize()+" TO "+e.ownerIdent())
 	return e
 }
 
-func (e *moveEnv) moveJob() *spec.Job {
-	return &spec.Job{Description: "move orders", Tasks: []spec.Task{{
-		Name: "move", Kind: move.KindMoveTable, Node: "src", MaxAttempts: 1, Timeout: spec.Duration(time.Minute),
-		Payload: testenv.Payload(e.T, move.MovePayload{Table: movedTable, To: "dst",
-			// The target server reaches the source directly: the proxy is the workers'.
-			SourceConninfo: e.NodeCluster.DSN(e.src, pgcluster.Superuser)}),
-	}}}
-}
+func (e *moveEnv) ownerIdent() string { return pgx.Identifier{e.owner}.Sanitize() }
 
-func (e *moveEnv) snapshots() (src, dst []string) {
-	return e.Snapshot(e.src, movedTable), e.Snapshot(e.dst, movedTable)
-}
-
-// moved is the state a successful move leaves: the source without the table, the target with
-// the schema and the table holding the source's rows.
-func (e *moveEnv) moved(preSrc []string) (src, dst []string) {
-	for _, s := range preSrc {
-		if strings.Contains(s, "app.orders") {
-			dst = append(dst, s)
-		} else {
-			src = append(src, s)
-			dst = append(dst, s)
-		}
-	}
-	return src, dst
-}
-
-// checkState compares the nodes with what they should hold, and the job's records with their
-// policies: a record is removed if its policy removes it for that outcome, else forgotten.
-func (e *moveEnv) checkState(jobID int64, wantSrc, wantDst []string, succeeded bool) {
+// asOwner runs SQL on database db as the owner.
+func (e *moveEnv) asOwner(db, sql string) {
 	e.T.Helper()
-	src, dst := e.snapshots()
-	if d := testenv.Diff(wantSrc, src); d != "" {
-		e.T.Errorf("source node differs from the expected state:\n%s", d)
+	conn := e.NodeConn(db, e.owner)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		e.T.Fatal(err)
 	}
-	if d := testenv.Diff(wantDst, dst); d != "" {
-		e.T.Errorf("target node differs from the expected state:\n%s", d)
-	}
-	recs := e.Records(jobID)
-	if len(recs) == 0 {
-		e.T.Errorf("job %d registered no cleanup record", jobID)
-	}
-	for _, r := range recs {
-		want := deckhandtype.CleanupRemoved
-		if (succeeded && r.Policy == deckhandtype.PolicyOnFailure) || (!succeeded && r.Policy == deckhandtype.PolicyDeferredOnSuccess) {
-			want = deckhandtype.CleanupForgotten
-		}
-		if r.State != want {
-			e.T.Errorf("record %d (%s %s, %s) is %s, want %s (last error: %s)", r.ID, r.Type, r.Resource().Display(), r.Policy, r.State, want, deref(r.LastError))
-		}
-	}
+	conn.Close(ctx)
 }
 
-func deref(s *string) string {
-	if s == nil {
+// worker runs moves with a leader whose cleaner has the test intervals.
+func (e *moveEnv) worker(m move.Mover) *engine.Worker {
+	if m.Cleaner == nil {
+		m.Cleaner = e.Cleaner()
+	}
+	return e.WorkerWith([]engine.Feature{testenv.Kind(move.Kind, false, m)}, e.Cleaner())
+}
+
+// submit submits a move of req as the owner's job.
+func (e *moveEnv) submit(req move.Request) int64 {
+	e.T.Helper()
+	if req.Owner == "" {
+		req.Owner = e.owner
+	}
+	task, err := req.Task("move")
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	task.MaxAttempts = 1
+	task.Timeout = spec.Duration(2 * time.Minute)
+	return e.Submit(&spec.Job{Description: "move", Tasks: []spec.Task{task}})
+}
+
+// checksums returns, per table, an md5 of its rows in primary key order.
+func (e *moveEnv) checksums(db string, tables ...string) map[string]string {
+	e.T.Helper()
+	conn := e.NodeConn(db, pgcluster.Superuser)
+	defer conn.Close(ctx)
+	out := map[string]string{}
+	for _, t := range tables {
+		var sum string
+		err := conn.QueryRow(ctx, `SELECT coalesce(md5(string_agg(r::text, '|' ORDER BY r::text)), 'empty') FROM `+t+` r`).Scan(&sum)
+		if err != nil {
+			e.T.Fatalf("checksum of %s on %s: %v", t, db, err)
+		}
+		out[t] = sum
+	}
+	return out
+}
+
+// schemaExists reports whether database db has schema s.
+func (e *moveEnv) schemaExists(db, s string) bool {
+	e.T.Helper()
+	conn := e.NodeConn(db, pgcluster.Superuser)
+	defer conn.Close(ctx)
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s).Scan(&ok); err != nil {
+		e.T.Fatal(err)
+	}
+	return ok
+}
+
+// lastError is the job's task's last error message.
+func (e *moveEnv) lastError(id int64) string {
+	d, err := e.Client.Job(ctx, id)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if len(d.Tasks) == 0 || d.Tasks[0].LastError == nil {
 		return ""
 	}
-	return *s
+	return d.Tasks[0].LastError.Message
 }
 
-// cleanupRun runs `deckhand cleanup run`, checks it succeeded and returns what it printed.
+// cleanupRun runs `deckhand cleanup run`.
 func (e *moveEnv) cleanupRun() string {
 	e.T.Helper()
 	return clitest.Run(e.T, e.DSN, "cleanup", "run", "--wait", "20s")
 }
 
-// moveKind runs move_table tasks with a cleaner of e's catalog that has the test intervals;
-// with leaveToCleaner the worker removes nothing itself.
-func moveKind(e *testenv.Env, leaveToCleaner bool) engine.Feature {
-	return testenv.Kind(move.KindMoveTable, true, move.MoveTable{Cleaner: e.Cleaner(), LeaveToCleaner: leaveToCleaner})
+func contains(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }

@@ -29,3 +29,6 @@ REVOKE ALL ON deckhand.move_progress FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON deckhand.move_progress TO deckhand_worker;
 CREATE TRIGGER guard_writes BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON deckhand.move_progress
     FOR EACH STATEMENT EXECUTE FUNCTION deckhand.guard_writes();
+
+-- The online move is submittable and runs on the groups' primaries, named in its payload.
+INSERT INTO deckhand.task_kind VALUES ('move', false, true) ON CONFLICT (name) DO NOTHING;

@@ -1,0 +1,71 @@
+package logicalapply
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/deckhandhq/deckhand/internal/taskerr"
+)
+
+// ApplyError is a change the target refused (a constraint, a missing table or column, a type
+// that does not take the value): applying it again cannot succeed, so Run returns it marked
+// permanent (taskerr.Permanent). Connection losses and other transient failures are returned
+// as plain errors: the caller runs again with new connections and resumes exactly.
+type ApplyError struct {
+	Op        string        // INSERT, UPDATE, DELETE, TRUNCATE, or the step (resolve, commit)
+	Relation  string        // schema.table on the source, when the error concerns one
+	LSN       pglogrepl.LSN // the change's position in the source WAL
+	CommitLSN pglogrepl.LSN // the commit record of the source transaction it belongs to
+	Err       error
+}
+
+func (e *ApplyError) Error() string {
+	var b strings.Builder
+	b.WriteString("logicalapply: ")
+	b.WriteString(e.Op)
+	if e.Relation != "" {
+		b.WriteString(" ")
+		b.WriteString(e.Relation)
+	}
+	fmt.Fprintf(&b, " (change %s of the transaction committed at %s): %v", e.LSN, e.CommitLSN, e.Err)
+	return b.String()
+}
+
+func (e *ApplyError) Unwrap() error { return e.Err }
+
+// targetError classifies an error from the target while applying a change: transient
+// failures (connection loss, admin shutdown, deadlock, ...) come back as they are, with
+// context; anything else is an ApplyError marked permanent.
+func targetError(e *ApplyError) error {
+	if transient(e.Err) {
+		return fmt.Errorf("logicalapply: target: %s %s at %s: %w", e.Op, e.Relation, e.LSN, e.Err)
+	}
+	return taskerr.Permanent(e)
+}
+
+// transient reports whether err is worth a new run with new connections.
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC" {
+			return true // the server ended the session (pg_terminate_backend, shutdown)
+		}
+		if pgErr.Code == "55006" {
+			return true // the slot is still active for a walsender that has not exited yet
+		}
+	}
+	return taskerr.Retryable(err)
+}
+
+// sourceError classifies an error of the replication stream.
+func sourceError(err error) error {
+	err = fmt.Errorf("logicalapply: source: %w", err)
+	if transient(err) {
+		return err
+	}
+	return taskerr.Permanent(err)
+}
