@@ -171,11 +171,22 @@ func TestBeginMoveRefusesAnotherJobAndIsIdempotent(t *testing.T) {
 	if err := w.SwitchPlacement(ctx, a, objs(schemaObj("t3")), "g2"); !errors.Is(err, catalog.ErrAlreadyMoving) {
 		t.Errorf("switching t3, which job %d moves: %v", b, err)
 	}
-	if err := w.SwitchPlacement(ctx, a, objs(schemaObj("never")), "g2"); !errors.Is(err, catalog.ErrNotMoving) {
+	// A switch records what happened: a schema nobody marks is placed all the same.
+	if err := w.SwitchPlacement(ctx, a, objs(schemaObj("unmarked")), "g2"); err != nil {
 		t.Errorf("switching an unmarked schema: %v", err)
 	}
+	if got := placementsOf(t, p.submitter)["unmarked."]; got.Group != "g2" || deref(got.JobID) != a {
+		t.Errorf("unmarked schema after its switch: %+v", got)
+	}
 
-	// EndMove frees b's objects where they are.
+	// EndMove with objects frees those only (a rebalance's failed move leaves its siblings'
+	// marks); without, all of the job's. The objects stay where they are.
+	if err := w.EndMove(ctx, b, tableObj("t2", "items")); err != nil {
+		t.Fatal(err)
+	}
+	if got := placementsOf(t, p.submitter); got["t2.items"].MovingJobID != nil || deref(got["t3."].MovingJobID) != b {
+		t.Errorf("after EndMove of t2.items: t2.items %+v, t3 %+v", got["t2.items"], got["t3."])
+	}
 	if err := w.EndMove(ctx, b); err != nil {
 		t.Fatal(err)
 	}
