@@ -381,8 +381,8 @@ func TestRebalanceMovesView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.JobID != job.ID || len(s.Moves) != 4 || s.Done != (MoveCount{1, 1000}) || s.Running != (MoveCount{1, 300}) ||
-		s.Left != (MoveCount{2, 0}) || s.Moves[0].Schema != "a" || s.Moves[1].To != "g3" || s.Moves[3].Schema != "" {
+	if s.JobID != job.ID || len(s.Moves) != 4 || s.Done != (MoveCount{Moves: 1, Bytes: 1000}) || s.Running != (MoveCount{Moves: 1, Bytes: 300}) ||
+		s.Left != (MoveCount{Moves: 2}) || s.Moves[0].Schema != "a" || s.Moves[1].To != "g3" || s.Moves[3].Schema != "" {
 		t.Errorf("status: %+v", s)
 	}
 	if id, err := p.worker.UnfinishedRebalance(ctx); err != nil || id != job.ID {
