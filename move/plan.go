@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -24,6 +25,25 @@ type relation struct {
 }
 
 func (r relation) ident() string { return pgx.Identifier{r.Schema, r.Name}.Sanitize() }
+
+// display names the relation for people: parts quoted only where they need it.
+func (r relation) display() string { return displayName(r.Schema, r.Name) }
+
+// plainName is a name part that needs no quotes: it reads back as itself.
+var plainName = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
+
+// displayName spells a qualified name as a person would write it: app.orders, "App".orders.
+func displayName(parts ...string) string {
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		if plainName.MatchString(p) {
+			out[i] = p
+		} else {
+			out[i] = pgx.Identifier{p}.Sanitize()
+		}
+	}
+	return strings.Join(out, ".")
+}
 
 // plan is what a move moves, read from the source before anything is created.
 type plan struct {
@@ -147,7 +167,7 @@ func inspect(ctx context.Context, conn *pgx.Conn, p Payload) (*plan, error) {
 			return nil, err
 		}
 		if !exists {
-			return nil, refusal("schema %s does not exist on the source", pgx.Identifier{p.Schema}.Sanitize())
+			return nil, refusal("schema %s does not exist on the source", displayName(p.Schema))
 		}
 	}
 	tables := p.Tables
@@ -174,7 +194,7 @@ func inspect(ctx context.Context, conn *pgx.Conn, p Payload) (*plan, error) {
 	}
 	for _, r := range all {
 		if r.Parent != nil && !moved[*r.Parent] {
-			return nil, refusal("%s is a partition of a table that is not moved: move its partitioned table", r.ident())
+			return nil, refusal("%s is a partition of a table that is not moved: move its partitioned table", r.display())
 		}
 		found[[2]string{r.Schema, r.Name}] = true
 		if err := refuseRelation(r, p); err != nil {
@@ -189,7 +209,7 @@ func inspect(ctx context.Context, conn *pgx.Conn, p Payload) (*plan, error) {
 	}
 	for _, t := range p.Tables {
 		if !found[t] {
-			return nil, refusal("table %s does not exist on the source", pgx.Identifier{t[0], t[1]}.Sanitize())
+			return nil, refusal("table %s does not exist on the source", displayName(t[0], t[1]))
 		}
 	}
 	if len(pl.tables) == 0 {
@@ -203,7 +223,7 @@ func inspect(ctx context.Context, conn *pgx.Conn, p Payload) (*plan, error) {
 
 // refuseRelation refuses a relation that a move cannot carry; the reason names it.
 func refuseRelation(r relationRow, p Payload) error {
-	name := r.ident()
+	name := r.display()
 	switch {
 	case r.InExtension:
 		return refusal("%s belongs to an extension, which a move does not carry", name)
@@ -222,10 +242,10 @@ func refuseRelation(r relationRow, p Payload) error {
 	case r.Inherits:
 		return refusal("%s uses table inheritance (not partitioning), which a move does not support", name)
 	case !r.HasKey && r.Kind == "r":
-		return refusal("%s has no primary key or replica identity index, which a move needs to apply changes", name)
+		return refusal("table %s has no primary key or replica identity index, which a move needs to apply changes", name)
 	case p.Schema != "" && r.Schema != p.Schema:
 		return refusal("%s is a partition of a table of schema %s but lives in schema %s: move both schemas' tables with --table",
-			name, pgx.Identifier{p.Schema}.Sanitize(), pgx.Identifier{r.Schema}.Sanitize())
+			name, displayName(p.Schema), displayName(r.Schema))
 	}
 	return nil
 }
@@ -338,7 +358,7 @@ func targetTaken(ctx context.Context, conn *pgx.Conn, pl *plan, p Payload, node 
 			return err
 		}
 		if exists {
-			return refusal("the target (node %s) already has schema %s", node, pgx.Identifier{p.Schema}.Sanitize())
+			return refusal("the target (node %s) already has schema %s", node, displayName(p.Schema))
 		}
 		return nil
 	}

@@ -105,11 +105,11 @@ func (p Payload) Description() string {
 // What names what is moved: "schema app" or "tables app.a, app.b".
 func (p Payload) What() string {
 	if p.Schema != "" {
-		return "schema " + pgx.Identifier{p.Schema}.Sanitize()
+		return "schema " + displayName(p.Schema)
 	}
 	names := make([]string, len(p.Tables))
 	for i, t := range p.Tables {
-		names[i] = pgx.Identifier{t[0], t[1]}.Sanitize()
+		names[i] = displayName(t[0], t[1])
 	}
 	return "tables " + strings.Join(names, ", ")
 }
@@ -164,7 +164,7 @@ func (p Payload) check() error {
 			return fmt.Errorf("table %s is in PostgreSQL's own schema %s", t[1], t[0])
 		}
 		if seen[t] {
-			return fmt.Errorf("table %s is given twice", pgx.Identifier{t[0], t[1]}.Sanitize())
+			return fmt.Errorf("table %s is given twice", displayName(t[0], t[1]))
 		}
 		seen[t] = true
 	}

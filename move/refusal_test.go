@@ -1,0 +1,103 @@
+package move_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/move"
+)
+
+// A move that cannot be done is refused with a one-line reason, before anything is created on
+// either node or registered with the cleaner.
+func TestMoveRefusals(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, `
+		CREATE SCHEMA nokey; CREATE TABLE nokey.t (x int);
+		CREATE SCHEMA unlogged; CREATE UNLOGGED TABLE unlogged.t (id int PRIMARY KEY);
+		CREATE SCHEMA ruled; CREATE TABLE ruled.t (id int PRIMARY KEY);
+		CREATE RULE r AS ON INSERT TO ruled.t WHERE new.id < 0 DO INSTEAD NOTHING;
+		CREATE SCHEMA other; CREATE TABLE other.t (id int PRIMARY KEY);
+		CREATE SCHEMA viewing; CREATE TABLE viewing.t (id int PRIMARY KEY);
+		CREATE VIEW viewing.v AS SELECT * FROM other.t;
+		CREATE SCHEMA viewed; CREATE TABLE viewed.t (id int PRIMARY KEY);
+		CREATE VIEW other.v AS SELECT * FROM viewed.t;
+		CREATE SCHEMA keyed; CREATE TABLE keyed.t (id int PRIMARY KEY);
+		CREATE TABLE other.r (id int REFERENCES keyed.t (id));
+		CREATE SCHEMA matv; CREATE TABLE matv.t (id int PRIMARY KEY); CREATE MATERIALIZED VIEW matv.m AS SELECT * FROM matv.t;
+		CREATE SCHEMA taken; CREATE TABLE taken.t (id int PRIMARY KEY);
+		CREATE SCHEMA busy; CREATE TABLE busy.t (id int PRIMARY KEY);`)
+	e.asOwner(e.dst, `CREATE SCHEMA taken`)
+	// A group whose primary runs wal_level = replica: a database of the shared cluster.
+	shared := testenv.Database(t, e.Cluster, "replica")
+	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "plain", DSN: e.Cluster.DSN(shared, pgcluster.Superuser), Group: "g3", MaxTasks: 2}); err != nil {
+		t.Fatal(err)
+	}
+	e.Exec(shared, `CREATE SCHEMA app; CREATE TABLE app.t (id int PRIMARY KEY)`)
+
+	// Something another live job is moving: refused at submission, and by the task.
+	holder := e.submit(move.Request{Schema: "busy", From: "g1", To: "g2"}) // no worker yet: stays runnable
+	if err := e.Client.Catalog().BeginMove(ctx, holder, []deckhandtype.PlacedObject{{Schema: "busy"}}, "g1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := move.Start(ctx, e.Client, move.Request{Schema: "busy", From: "g1", To: "g2", Owner: e.owner}); err == nil ||
+		!engine.IsInvalid(err) || !strings.Contains(err.Error(), "already being moved by job") {
+		t.Errorf("Start of a move of a schema being moved: %v", err)
+	}
+	if _, err := e.Client.Cancel(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	// The holder's cancellation ends its marks only through EndMove; mark again for the task's check.
+	other := e.submit(move.Request{Tables: []string{"busy.t"}, From: "g1", To: "g2"})
+	if err := e.Client.Catalog().BeginMove(ctx, other, []deckhandtype.PlacedObject{{Schema: "busy", Table: "t"}}, "g1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+
+	preSrc := e.Snapshot(e.src)
+	preDst := e.Snapshot(e.dst)
+	cases := []struct {
+		req  move.Request
+		want string
+	}{
+		{move.Request{Schema: "nokey"}, `table nokey.t has no primary key or replica identity index`},
+		{move.Request{Schema: "unlogged"}, `unlogged.t is an unlogged table`},
+		{move.Request{Schema: "ruled"}, `ruled.t has rules`},
+		{move.Request{Schema: "viewing"}, `view viewing.v of the moved schema depends on other.t, which stays`},
+		{move.Request{Schema: "viewed"}, `view other.v depends on moved table viewed.t`},
+		{move.Request{Schema: "keyed"}, `foreign key r_id_fkey of other.r references keyed.t across the move`},
+		{move.Request{Schema: "matv"}, `matv.m is a materialized view`},
+		{move.Request{Schema: "taken"}, `the target (node dst) already has schema taken`},
+		{move.Request{Schema: "ghost"}, `schema ghost does not exist on the source`},
+		{move.Request{Tables: []string{"busy.t"}}, `table busy.t is being moved by job`},
+		{move.Request{Schema: "app", From: "g3", Owner: pgcluster.Superuser}, `wal_level is replica on the source, and a move needs logical`},
+	}
+	ids := make([]int64, len(cases))
+	for i := range cases {
+		if cases[i].req.From == "" {
+			cases[i].req.From = "g1"
+		}
+		cases[i].req.To = "g2"
+		ids[i] = e.submit(cases[i].req)
+	}
+	e.worker(move.Mover{})
+	for i, c := range cases {
+		job := e.Wait(ids[i], time.Minute)
+		msg := e.lastError(ids[i])
+		if job.State != deckhandtype.JobFailed || !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") {
+			t.Errorf("%s: job %s, error %q; want one line with %q", c.req.Describe(), job.State, msg, c.want)
+		}
+		if recs := e.Records(ids[i]); len(recs) != 0 {
+			t.Errorf("%s: registered %d resources", c.req.Describe(), len(recs))
+		}
+	}
+	if d := testenv.Diff(preSrc, e.Snapshot(e.src)); d != "" {
+		t.Errorf("the refused moves changed the source:\n%s", d)
+	}
+	if d := testenv.Diff(preDst, e.Snapshot(e.dst)); d != "" {
+		t.Errorf("the refused moves changed the target:\n%s", d)
+	}
+}
