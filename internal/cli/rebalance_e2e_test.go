@@ -19,7 +19,7 @@ import (
 )
 
 // A rebalance end to end: five small tenant schemas, four on g1 and one on g2, over three
-// groups of one primary each (max_tasks 2). The job's online moves (package move) run on a
+// groups of one primary each (max_tasks 1 on g1, 2 on the others). The job's online moves (package move) run on a
 // worker; afterwards every schema lives where the plan put it with the rows it had, the
 // placements say so, rebalance status counts every move done, and a new dry run finds the
 // groups balanced.
@@ -29,7 +29,9 @@ func TestRebalanceEndToEnd(t *testing.T) {
 	dbs := map[string]string{}
 	for _, g := range []string{"g1", "g2", "g3"} {
 		dbs[g] = testenv.Database(t, e.NodeCluster, g)
-		node := deckhandtype.Node{Name: g + "_primary", DSN: e.Proxy.DSN(dbs[g], pgcluster.Superuser), Group: g, MaxTasks: 2}
+		// One lane on g1: its moves run one after another, as the graph says.
+		maxTasks := map[bool]int{true: 1, false: 2}[g == "g1"]
+		node := deckhandtype.Node{Name: g + "_primary", DSN: e.Proxy.DSN(dbs[g], pgcluster.Superuser), Group: g, MaxTasks: maxTasks}
 		if err := e.Client.AddNode(ctx, node); err != nil {
 			t.Fatal(err)
 		}
@@ -109,6 +111,18 @@ func TestRebalanceEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || s.JobID != *p.JobID || s.Done.Moves != len(p.Moves) ||
 		s.Left.Moves+s.Running.Moves+s.Failed.Moves != 0 {
 		t.Errorf("status after the rebalance: %v\n%s", err, r.stdout)
+	}
+	// The graph held: a move started only once the moves it depends on had finished.
+	for i, step := range p.Steps {
+		for _, d := range step.DependsOn {
+			before, after := s.Moves[d], s.Moves[i]
+			if before.FinishedAt == nil || after.StartedAt == nil || after.StartedAt.Before(*before.FinishedAt) {
+				t.Errorf("%s started at %v, before %s it depends on finished at %v", after.Name, after.StartedAt, before.Name, before.FinishedAt)
+			}
+		}
+	}
+	if len(p.Steps) < 2 || len(p.Steps[1].DependsOn) == 0 {
+		t.Errorf("want a plan whose second move waits for the first (one lane on g1): %+v", p.Steps)
 	}
 	// Once the sources are dropped (when no reader uses them), the groups are balanced.
 	testenv.Eventually(t, time.Minute, func() bool {
