@@ -153,6 +153,9 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case err == nil:
+	case errors.Is(err, engine.ErrDuplicateKey):
+		writeDuplicate(w, err)
+		return
 	case refusedByCatalog(err):
 		s.serverError(w, r, err)
 		return
@@ -215,6 +218,10 @@ func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, 
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
+	if errors.Is(err, engine.ErrDuplicateKey) {
+		writeDuplicate(w, err)
+		return
+	}
 	job, rerr := CallerClient(r).JobRow(r.Context(), id)
 	switch {
 	case errors.Is(rerr, catalog.ErrNotFound):
@@ -228,6 +235,17 @@ func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, 
 	default:
 		s.serverError(w, r, err)
 	}
+}
+
+// writeDuplicate answers a job refused for its key: 409 with the id of the unfinished job that
+// holds the key ("id" is absent when the caller may not see that job).
+func writeDuplicate(w http.ResponseWriter, err error) {
+	body := map[string]any{"error": spec.OneLine(err.Error())}
+	var dup *engine.DuplicateKeyError
+	if errors.As(err, &dup) && dup.JobID > 0 {
+		body["id"] = dup.JobID
+	}
+	writeJSON(w, http.StatusConflict, body)
 }
 
 func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {

@@ -19,6 +19,9 @@ type Job struct {
 	StartedAt         *time.Time `json:"started_at" db:"started_at"`
 	FinishedAt        *time.Time `json:"finished_at" db:"finished_at"`
 	CancelRequestedAt *time.Time `json:"cancel_requested_at" db:"cancel_requested_at"`
+	// Key, when set, is held by this job while it has not ended: its submitter cannot submit
+	// another job with the same key meanwhile.
+	Key *string `json:"key" db:"key"`
 }
 
 // TaskError is what a failed attempt reported.

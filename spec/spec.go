@@ -30,7 +30,10 @@ type Job struct {
 	SearchPath string `json:"search_path,omitempty"`
 	// Settings are GUCs applied to every SQL task's session, e.g. {"work_mem": "64MB"}.
 	Settings map[string]string `json:"settings,omitempty"`
-	Tasks    []Task            `json:"tasks"`
+	// Key, when set, makes the submission unique: while an unfinished job of the same
+	// submitter holds the key, another submission with it is refused and told that job's id.
+	Key   string `json:"key,omitempty"`
+	Tasks []Task `json:"tasks"`
 }
 
 // Task is one unit of work inside a Job.

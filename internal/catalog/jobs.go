@@ -20,7 +20,10 @@ type NewJob struct {
 	Kind        string
 	SearchPath  string
 	Settings    map[string]string
-	Tasks       []NewTask
+	// Key, when not empty, is held by the job until it ends: a submission with a key that an
+	// unfinished job of the same submitter holds is refused with a *DuplicateKeyError.
+	Key   string
+	Tasks []NewTask
 }
 
 // NewTask is one task of a NewJob.
@@ -105,9 +108,13 @@ func submitSpec(j NewJob) ([]byte, error) {
 	if settings == nil {
 		settings = map[string]string{}
 	}
-	return json.Marshal(map[string]any{
+	spec := map[string]any{
 		"description": j.Description, "kind": j.Kind, "search_path": j.SearchPath, "settings": settings, "tasks": tasks,
-	})
+	}
+	if j.Key != "" {
+		spec["key"] = j.Key
+	}
+	return json.Marshal(spec)
 }
 
 // insertTasks adds tasks to job jobID on behalf of addedBy, a task of the job that is running,
@@ -258,7 +265,7 @@ func nonEmpty(s string) *string {
 }
 
 const jobColumns = `id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
-	tasks_cancelled, tasks_unscheduled, tasks_pending, created_at, started_at, finished_at, cancel_requested_at`
+	tasks_cancelled, tasks_unscheduled, tasks_pending, created_at, started_at, finished_at, cancel_requested_at, key`
 
 // JobNotifyKey is the key by which the job's state changes are notified on ChannelJob
 // ("<key>:<state>"): a job may be waited for only by those who may see it.

@@ -24,8 +24,9 @@ func (a *app) jobCommand() *cobra.Command {
 }
 
 func (a *app) jobSubmit() *cobra.Command {
-	return &cobra.Command{
-		Use:   "submit FILE|-",
+	var key string
+	cmd := &cobra.Command{
+		Use:   "submit FILE|- [--key K]",
 		Short: "Submit a job spec (JSON or YAML); prints the job id",
 		Args:  exactArgs(1, "a spec FILE or - for standard input"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -43,48 +44,63 @@ func (a *app) jobSubmit() *cobra.Command {
 			if err != nil {
 				return Usage("%v", err)
 			}
-			if err := job.Validate(engine.SubmittableKinds(features()...)); err != nil {
-				return Usage("%v", err)
+			if cmd.Flags().Changed("key") {
+				job.Key = key
 			}
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			id, err := c.Submit(cmd.Context(), job)
-			if err != nil {
-				return classify(err)
-			}
-			fmt.Fprintln(a.stdout, id)
-			return nil
+			return a.submit(cmd.Context(), job)
 		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", keyUsage+" (instead of the spec's key)")
+	return cmd
+}
+
+const keyUsage = "refuse the job (exit 4, the unfinished job's id on stdout) while a job of yours with this key has not ended"
+
+// submit submits job and prints its id; a job refused for its key prints the id of the job
+// that holds the key instead, and exits 4.
+func (a *app) submit(ctx context.Context, job *spec.Job) error {
+	if err := job.Validate(engine.SubmittableKinds(features()...)); err != nil {
+		return Usage("%v", err)
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id, err := c.Submit(ctx, job)
+	if err != nil {
+		a.printHolder(err)
+		return classify(err)
+	}
+	fmt.Fprintln(a.stdout, id)
+	return nil
+}
+
+// printHolder prints, for a refusal of a duplicate key, the id of the job that holds the key.
+func (a *app) printHolder(err error) {
+	var dup *engine.DuplicateKeyError
+	if errors.As(err, &dup) && dup.JobID > 0 {
+		fmt.Fprintln(a.stdout, dup.JobID)
 	}
 }
 
 func (a *app) jobRun() *cobra.Command {
-	var node, owner string
+	var node, owner, key string
 	var noTx bool
 	cmd := &cobra.Command{
-		Use:   "run --node N [--owner R] [--no-transaction] SQL",
+		Use:   "run --node N [--owner R] [--no-transaction] [--key K] SQL",
 		Short: "Submit a one-task SQL job; prints the job id",
 		Args:  exactArgs(1, "the SQL text"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if node == "" {
 				return Usage("--node is required")
 			}
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			id, err := c.Run(cmd.Context(), node, owner, args[0], !noTx)
-			if err != nil {
-				return classify(err)
-			}
-			fmt.Fprintln(a.stdout, id)
-			return nil
+			job := engine.RunSpec(node, owner, args[0], !noTx)
+			job.Key = key
+			return a.submit(cmd.Context(), job)
 		},
 	}
+	cmd.Flags().StringVar(&key, "key", "", keyUsage)
 	cmd.Flags().StringVar(&node, "node", "", "node to run on")
 	cmd.Flags().StringVar(&owner, "owner", "", "role to run as (default: you)")
 	cmd.Flags().BoolVar(&noTx, "no-transaction", false, "run outside a transaction block (VACUUM, CREATE INDEX CONCURRENTLY)")
@@ -168,6 +184,9 @@ func (a *app) jobShow() *cobra.Command {
 			if d.Description != "" {
 				fmt.Fprintf(a.stdout, "  %s\n", d.Description)
 			}
+			if d.Key != nil {
+				fmt.Fprintf(a.stdout, "  key: %s\n", *d.Key)
+			}
 			fmt.Fprintln(a.stdout)
 			rows := make([][]string, 0, len(d.Tasks))
 			for _, t := range d.Tasks {
@@ -250,6 +269,7 @@ func (a *app) control(ctx context.Context, arg, action string) error {
 		state, err = c.Retry(ctx, id)
 	}
 	if err != nil {
+		a.printHolder(err)
 		return classify(err)
 	}
 	if a.json() {
