@@ -19,7 +19,8 @@ import (
 
 func (a *app) jobCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "job", Short: "Submit, watch and control jobs"}
-	cmd.AddCommand(a.jobSubmit(), a.jobRun(), a.jobList(), a.jobShow(), a.jobCancel(), a.jobRetry(), a.jobWait())
+	cmd.AddCommand(a.jobSubmit(), a.jobRun(), a.jobList(), a.jobShow(), a.jobCancel(), a.jobRetry(), a.jobPause(),
+		a.jobResume(), a.jobWait())
 	return cmd
 }
 
@@ -252,6 +253,34 @@ func (a *app) jobRetry() *cobra.Command {
 	}
 }
 
+func (a *app) jobPause() *cobra.Command {
+	var now bool
+	cmd := &cobra.Command{
+		Use:   "pause ID [--now]",
+		Short: "Pause a job: none of its tasks starts until it is resumed; running ones finish (or stop, with --now)",
+		Args:  exactArgs(1, "a job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if now {
+				return a.control(cmd.Context(), args[0], "pause now")
+			}
+			return a.control(cmd.Context(), args[0], "pause")
+		},
+	}
+	cmd.Flags().BoolVar(&now, "now", false, "also cancel the running tasks on their nodes and release them, without charging an attempt")
+	return cmd
+}
+
+func (a *app) jobResume() *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume ID",
+		Short: "Resume a paused job",
+		Args:  exactArgs(1, "a job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.control(cmd.Context(), args[0], "resume")
+		},
+	}
+}
+
 func (a *app) control(ctx context.Context, arg, action string) error {
 	id, err := jobID(arg)
 	if err != nil {
@@ -263,9 +292,14 @@ func (a *app) control(ctx context.Context, arg, action string) error {
 	}
 	defer c.Close()
 	var state deckhandtype.JobState
-	if action == "cancel" {
+	switch action {
+	case "cancel":
 		state, err = c.Cancel(ctx, id)
-	} else {
+	case "pause", "pause now":
+		state, err = c.Pause(ctx, id, action == "pause now")
+	case "resume":
+		state, err = c.Resume(ctx, id)
+	default:
 		state, err = c.Retry(ctx, id)
 	}
 	if err != nil {

@@ -125,3 +125,30 @@ func TestKeysAreTheSubmittersOwn(t *testing.T) {
 	r = deckhand(t, "", "--catalog", e.RoleDSN(role), "job", "run", "--node", "n1", "--key", "shared", "SELECT 1")
 	wantDuplicate(t, r, second)
 }
+
+// job pause and job resume: the job's state after the request, -o json, and a clear refusal
+// of a job that is not paused.
+func TestPauseAndResumeCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.AddNode("n1", 4)
+	id := jobID(t, e.run("job", "run", "--node", "n1", "SELECT 1"))
+	r := e.run("job", "pause", id)
+	if r.code != 0 || r.stdout != "job "+id+" paused\n" {
+		t.Fatalf("job pause: %s", r)
+	}
+	if j := decode[deckhandtype.Job](t, e.run("job", "show", id, "-o", "json")); j.State != deckhandtype.JobPaused || j.PausedAt == nil {
+		t.Errorf("job show of a paused job: %+v", j)
+	}
+	if paused := e.listJobs("--state", "paused"); len(paused) != 1 {
+		t.Errorf("job list --state paused = %+v", paused)
+	}
+	want(t, e.run("job", "pause", id, "--now"), 0)
+	r = e.run("job", "resume", id, "-o", "json")
+	if got := decode[map[string]any](t, r); got["state"] != "scheduled" {
+		t.Errorf("job resume -o json: %s", r)
+	}
+	wantOneLineError(t, e.run("job", "resume", id), cli.ExitFailed, "only a paused or pausing job can be resumed")
+	want(t, e.run("job", "cancel", id), 0)
+	wantOneLineError(t, e.run("job", "pause", id), cli.ExitFailed, "can be paused", "cancelled")
+}
