@@ -24,6 +24,9 @@ type Job struct {
 	Key *string `json:"key" db:"key"`
 	// PausedAt is when the job was paused, while it is pausing or paused.
 	PausedAt *time.Time `json:"paused_at" db:"paused_at"`
+	// Priority orders the job's tasks' claims among other jobs' on the same nodes, higher
+	// first; each point weighs as a minute of waiting.
+	Priority int `json:"priority" db:"priority"`
 }
 
 // TaskError is what a failed attempt reported.

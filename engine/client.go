@@ -101,6 +101,7 @@ func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
 		SearchPath:  searchPath,
 		Settings:    job.Settings,
 		Key:         job.Key,
+		Priority:    job.Priority,
 	}
 	if nj.Kind == "" {
 		nj.Kind = job.Tasks[0].Kind

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -151,4 +152,33 @@ func TestPauseAndResumeCommands(t *testing.T) {
 	wantOneLineError(t, e.run("job", "resume", id), cli.ExitFailed, "only a paused or pausing job can be resumed")
 	want(t, e.run("job", "cancel", id), 0)
 	wantOneLineError(t, e.run("job", "pause", id), cli.ExitFailed, "can be paused", "cancelled")
+}
+
+// --priority on job run and job submit, shown by job show, job list and -o json.
+func TestPriorityFlags(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.AddNode("n1", 4)
+	id := jobID(t, e.run("job", "run", "--node", "n1", "--priority", "7", "SELECT 1"))
+	if j := decode[deckhandtype.Job](t, e.run("job", "show", id, "-o", "json")); j.Priority != 7 {
+		t.Errorf("job show -o json: priority %d, want 7", j.Priority)
+	}
+	if out := e.run("job", "show", id).stdout; !strings.Contains(out, "priority: 7") {
+		t.Errorf("job show does not tell the priority:\n%s", out)
+	}
+	spec := `{"priority": 3, "tasks": [{"name": "a", "node": "n1", "sql": "SELECT 2"}]}`
+	fromSpec := jobID(t, e.runIn(spec, "job", "submit", "-"))
+	overridden := jobID(t, e.runIn(spec, "job", "submit", "-", "--priority", "-5"))
+	got := map[string]int{}
+	for _, j := range e.listJobs() {
+		got[strconv.FormatInt(j.ID, 10)] = j.Priority
+	}
+	if got[id] != 7 || got[fromSpec] != 3 || got[overridden] != -5 {
+		t.Errorf("job list -o json priorities: %v", got)
+	}
+	if out := e.run("job", "list").stdout; !strings.Contains(out, "PRIORITY") {
+		t.Errorf("job list has no priority column:\n%s", out)
+	}
+	wantUsage(t, e.run("job", "run", "--node", "n1", "--priority", "101", "SELECT 1"), "priority must be a whole number between -100 and 100")
+	wantUsage(t, e.runIn(`{"priority": 1.5, "tasks": [{"name": "a", "node": "n1", "sql": "SELECT 2"}]}`, "job", "submit", "-"), "priority")
 }

@@ -1,4 +1,4 @@
--- Job control: unique keys, pause and resume.
+-- Job control: unique keys, pause and resume, priorities.
 
 -- A job's key makes a submission idempotent for scripts: while a job of the same submitter
 -- with the same key has not ended, another submission with that key is refused, and told the
@@ -254,16 +254,40 @@ END $$;
 REVOKE ALL ON FUNCTION deckhand.pause(bigint, boolean), deckhand.resume(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION deckhand.pause(bigint, boolean), deckhand.resume(bigint) TO deckhand_submitter, deckhand_worker;
 
+-- Priorities. Claims take a node's runnable tasks in the order of their claim_key, earliest
+-- first: the time their job was submitted, moved earlier by a minute per point of the job's
+-- priority (-100 to 100). A job of priority 10 goes before jobs of priority 0 submitted up to
+-- ten minutes before it, and after older ones: waiting raises a job's place as priority
+-- does, so no job waits behind higher priorities for longer than the difference in minutes.
+-- The key is written once, with the task, and is the first column of every runnable set's
+-- index (0008_queues.sql, 0005, 0003): a claim reads the tasks it takes in that order, and
+-- nothing else, as before.
+ALTER TABLE deckhand.job ADD COLUMN priority int NOT NULL DEFAULT 0 CHECK (priority BETWEEN -100 AND 100);
+-- Tasks already there keep their order among themselves: their key is the same instant, and
+-- ids break ties.
+ALTER TABLE deckhand.task ADD COLUMN claim_key timestamptz NOT NULL DEFAULT now();
+
+DROP INDEX deckhand.task_runnable_anywhere_idx, deckhand.task_runnable_node_idx, deckhand.task_runnable_export_idx,
+    deckhand.task_runnable_group_idx;
+CREATE INDEX task_runnable_anywhere_idx ON deckhand.task (claim_key, id)
+    WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL;
+CREATE INDEX task_runnable_node_idx ON deckhand.task (node, claim_key, id)
+    WHERE state = 'runnable' AND node_group IS NULL AND node IS NOT NULL AND kind <> 'export';
+CREATE INDEX task_runnable_export_idx ON deckhand.task (node, claim_key, id)
+    WHERE state = 'runnable' AND node_group IS NULL AND kind = 'export';
+CREATE INDEX task_runnable_group_idx ON deckhand.task (node_group, claim_key, id)
+    WHERE state = 'runnable' AND node_group IS NOT NULL;
+
 CREATE OR REPLACE VIEW deckhand.jobs WITH (security_barrier) AS
     SELECT id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
            tasks_cancelled, tasks_unscheduled,
            tasks_total - tasks_done - tasks_failed - tasks_cancelled - tasks_unscheduled AS tasks_pending,
            created_at, started_at, finished_at, finished_at - created_at AS duration, cancel_requested_at,
-           notify_key, key, paused_at
+           notify_key, key, paused_at, priority
     FROM deckhand.job
     WHERE (SELECT deckhand.sees_all()) OR deckhand.may_act_on(submitted_by, owners);
 
--- submit_job as in 0008_queues.sql, with the job's key.
+-- submit_job as in 0008_queues.sql, with the job's key and priority.
 CREATE OR REPLACE FUNCTION deckhand.submit_job(spec jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 -- Its statements handle one row per task: JIT compilation costs more than it saves, and sorts of
@@ -281,6 +305,7 @@ DECLARE
     needed jsonb;    -- {name: true} for every task that another task depends on
     ids bigint[];    -- ids[position]: the id of each task, increasing along the spec
     job_key text := spec ->> 'key';
+    job_priority int;
     holder deckhand.job; -- the unfinished job of the submitter that holds job_key
 BEGIN
     IF NOT (pg_has_role(me, 'deckhand_submitter', 'MEMBER') OR deckhand.is_admin()) THEN
@@ -290,9 +315,9 @@ BEGIN
     IF jsonb_typeof(spec) IS DISTINCT FROM 'object' THEN
         PERFORM deckhand.input_error('the job spec must be a JSON object');
     END IF;
-    SELECT format('unknown field %L in the job spec (known: description, key, kind, search_path, settings, tasks)', k)
+    SELECT format('unknown field %L in the job spec (known: description, key, kind, priority, search_path, settings, tasks)', k)
       INTO msg FROM jsonb_object_keys(spec) k
-     WHERE k <> ALL ('{description,key,kind,search_path,settings,tasks}') LIMIT 1;
+     WHERE k <> ALL ('{description,key,kind,priority,search_path,settings,tasks}') LIMIT 1;
     IF msg IS NOT NULL THEN PERFORM deckhand.input_error(msg); END IF;
     IF jsonb_typeof(tasks) IS DISTINCT FROM 'array' OR jsonb_array_length(tasks) = 0 THEN
         PERFORM deckhand.input_error('job has no tasks');
@@ -312,6 +337,12 @@ BEGIN
     END IF;
     msg := deckhand.key_problem(job_key);
     IF msg IS NOT NULL THEN PERFORM deckhand.input_error(msg); END IF;
+    IF jsonb_typeof(spec -> 'priority') NOT IN ('number', 'null')
+       OR jsonb_typeof(spec -> 'priority') = 'number' AND ((spec ->> 'priority')::numeric NOT BETWEEN -100 AND 100
+                                                         OR (spec ->> 'priority')::numeric % 1 <> 0) THEN
+        PERFORM deckhand.input_error('priority must be a whole number between -100 and 100');
+    END IF;
+    job_priority := coalesce((spec ->> 'priority')::int, 0);
     IF label IS NOT NULL AND label !~ '^[a-z][a-z0-9_]{0,62}$' THEN
         PERFORM deckhand.input_error(format('job kind %L: use a lower-case word such as sql or drop', label));
     END IF;
@@ -424,12 +455,12 @@ BEGIN
     -- between concurrent submissions (the second waits for the first to commit). The holder may
     -- end between the conflict and the look-up: then the key is free, and the insert is tried again.
     LOOP
-        INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, owners, key)
+        INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, owners, key, priority)
         SELECT deckhand.redact(coalesce(spec ->> 'description', '')),
                coalesce(label, coalesce(nullif(tasks -> 0 ->> 'kind', ''), 'sql')),
                coalesce(spec ->> 'search_path', ''), settings, jsonb_array_length(tasks),
                ARRAY(SELECT DISTINCT coalesce(e.t ->> 'owner', me) FROM jsonb_array_elements(tasks) e(t) ORDER BY 1),
-               job_key
+               job_key, job_priority
         ON CONFLICT (submitted_by, key) WHERE key IS NOT NULL AND state NOT IN ('finished', 'failed', 'cancelled') DO NOTHING
         RETURNING id INTO new_id;
         EXIT WHEN new_id IS NOT NULL;
@@ -445,13 +476,14 @@ BEGIN
     needed := (SELECT jsonb_object_agg(d.dep, true)
                FROM jsonb_array_elements(tasks) e(t) CROSS JOIN LATERAL jsonb_array_elements_text(nullif(e.t -> 'depends_on', 'null')) d(dep));
     INSERT INTO deckhand.task (id, job_id, name, kind, node, owner, sql, payload, in_transaction, max_attempts,
-                               timeout, state, pending_deps, has_dependents)
+                               timeout, state, pending_deps, has_dependents, claim_key)
     SELECT ids[e.ord], new_id, e.t ->> 'name', coalesce(nullif(e.t ->> 'kind', ''), 'sql'),
            nullif(e.t ->> 'node', ''), coalesce(e.t ->> 'owner', me), coalesce(e.t ->> 'sql', ''),
            nullif(e.t -> 'payload', 'null'), coalesce((e.t ->> 'transaction')::boolean, true),
            coalesce((e.t ->> 'max_attempts')::int, 3), coalesce(deckhand.to_timeout(e.t -> 'timeout'), interval '1 hour'),
            CASE WHEN jsonb_array_length(coalesce(deps, '[]')) > 0 THEN 'blocked' ELSE 'runnable' END,
-           jsonb_array_length(coalesce(deps, '[]')), coalesce(needed ? (e.t ->> 'name'), false)
+           jsonb_array_length(coalesce(deps, '[]')), coalesce(needed ? (e.t ->> 'name'), false),
+           now() - make_interval(mins => job_priority)
     FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord),
          LATERAL (SELECT nullif(e.t -> 'depends_on', 'null') AS deps) d;
     INSERT INTO deckhand.task_dep (task_id, depends_on)
