@@ -109,8 +109,9 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		w.ownNotifier = true
 	}
 	w.xacts = newXactBatcher(cat)
-	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log, xacts: w.xacts}
 	kinds := newRegistry(cfg.Features)
+	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log, xacts: w.xacts,
+		Clock: cfg.Clock, Submissions: &Client{cat: cat, kinds: kinds}}
 	w.exec = kinds.executors(deps)
 	var services []Service
 	if !cfg.NoCleaner {

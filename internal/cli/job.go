@@ -168,6 +168,9 @@ func (a *app) jobShow() *cobra.Command {
 			if d.Description != "" {
 				fmt.Fprintf(a.stdout, "  %s\n", d.Description)
 			}
+			if d.Schedule != nil {
+				fmt.Fprintf(a.stdout, "  %s\n", scheduleText(d.Schedule))
+			}
 			fmt.Fprintln(a.stdout)
 			rows := make([][]string, 0, len(d.Tasks))
 			for _, t := range d.Tasks {
@@ -202,6 +205,18 @@ func (a *app) jobShow() *cobra.Command {
 	cmd.Flags().IntVar(&page.Limit, "tasks-limit", 1000, "most tasks to show, with their attempts (0: all)")
 	cmd.Flags().Int64Var(&page.After, "tasks-after", 0, "only tasks with an id above this (the next page: next_tasks_after)")
 	return cmd
+}
+
+// scheduleText says which schedule submitted a job, for which due time.
+func scheduleText(s *deckhandtype.JobSchedule) string {
+	name := fmt.Sprintf("%d (removed)", s.ID)
+	if s.Name != nil {
+		name = *s.Name
+	}
+	if s.DueAt == nil {
+		return "submitted by schedule " + name
+	}
+	return fmt.Sprintf("submitted by schedule %s, due %s", name, s.DueAt.Format(time.RFC3339))
 }
 
 func deref(s *string) string {

@@ -71,6 +71,7 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 		a.demoCommand(), a.benchCommand())
 	root.AddCommand(a.exportCommand())
 	root.AddCommand(a.cleanupCommand(), a.dropCommand(), a.settingCommand())
+	root.AddCommand(a.scheduleCommand())
 	groupCommands(root)
 	return root
 }
