@@ -258,6 +258,9 @@ func (c *Client) JobPage(ctx context.Context, id int64, page deckhandtype.TaskPa
 		return nil, err
 	}
 	d := &JobDetail{Job: job, Tasks: tasks}
+	if err := c.fillProgress(ctx, tasks); err != nil {
+		return nil, err
+	}
 	if d.Schedule, err = c.cat.JobSchedule(ctx, id); err != nil {
 		return nil, err
 	}
@@ -272,6 +275,27 @@ func (c *Client) JobPage(ctx context.Context, id int64, page deckhandtype.TaskPa
 		}
 	}
 	return d, nil
+}
+
+// fillProgress sets the progress of the running tasks among tasks that report one.
+func (c *Client) fillProgress(ctx context.Context, tasks []deckhandtype.Task) error {
+	var running []int64
+	for _, t := range tasks {
+		if t.State == deckhandtype.TaskRunning || t.State == deckhandtype.TaskCancelling {
+			running = append(running, t.ID)
+		}
+	}
+	if len(running) == 0 {
+		return nil
+	}
+	progress, err := c.cat.TaskProgress(ctx, running)
+	if err != nil {
+		return err
+	}
+	for i := range tasks {
+		tasks[i].Progress = progress[tasks[i].ID]
+	}
+	return nil
 }
 
 // AddNode registers a node. The conninfo must not contain a password: workers take

@@ -178,7 +178,11 @@ func (a *app) jobShow() *cobra.Command {
 				if t.Node != nil {
 					node = *t.Node
 				}
-				rows = append(rows, []string{t.Name, t.Kind, node, t.Owner, string(t.State),
+				state := string(t.State)
+				if t.Progress != nil {
+					state += ": " + t.Progress.String()
+				}
+				rows = append(rows, []string{t.Name, t.Kind, node, t.Owner, state,
 					fmt.Sprintf("%d/%d", t.Attempts, t.MaxAttempts), fmt.Sprint(t.DependsOn), t.LastError.String()})
 			}
 			if err := PrintTable(a.stdout, []string{"task", "kind", "node", "owner", "state", "attempts", "depends_on", "last_error"}, rows); err != nil {
@@ -305,8 +309,20 @@ func (a *app) jobWait() *cobra.Command {
 			bar := NewProgress(a.stderr)
 			var progress func(deckhandtype.Job)
 			if bar.Terminal() {
+				var running string // the running statements' progress, read about every second
+				var readAt time.Time
 				progress = func(j deckhandtype.Job) {
-					bar.Update(fmt.Sprintf("job %d %s %s %s", j.ID, j.State, Bar(j.TasksDone, j.TasksTotal, 30), durationText(j)))
+					if time.Since(readAt) >= time.Second {
+						readAt = time.Now()
+						running = ""
+						if ps, err := c.Progress(ctx, j.ID); err == nil && len(ps) > 0 {
+							running = fmt.Sprintf("  %s: %s", ps[0].Task, ps[0].TaskProgress)
+							if len(ps) > 1 {
+								running += fmt.Sprintf(" (+%d more)", len(ps)-1)
+							}
+						}
+					}
+					bar.Update(fmt.Sprintf("job %d %s %s %s%s", j.ID, j.State, Bar(j.TasksDone, j.TasksTotal, 30), durationText(j), running))
 				}
 			}
 			job, err := c.Wait(ctx, id, progress)

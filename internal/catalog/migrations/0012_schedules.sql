@@ -264,3 +264,23 @@ GRANT EXECUTE ON FUNCTION deckhand.schedule_add(text, jsonb, text, text, interva
     deckhand.schedule_pause(text), deckhand.schedule_resume(text, timestamptz), deckhand.schedule_remove(text)
     TO deckhand_submitter, deckhand_worker;
 GRANT EXECUTE ON FUNCTION deckhand.may_submit(text), deckhand.schedule_for_control(text, text) TO deckhand_worker;
+
+-- Progress of running statements. While a task runs, its worker samples the node's
+-- pg_stat_progress_* views for the attempt's backend, in a session as the task's owner (who
+-- sees the progress of its own backends only), and records the latest sample here, tagged
+-- with the attempt's token: a sample of an earlier attempt never shows for a later one.
+-- {"token": 88, "command": "CREATE INDEX", "phase": "building index: scanning table",
+--  "done": 1200, "total": 5000, "unit": "blocks", "sampled_at": "..."}
+ALTER TABLE deckhand.task ADD COLUMN progress jsonb;
+
+CREATE VIEW deckhand.task_progress WITH (security_barrier) AS
+    SELECT t.id AS task_id, t.job_id, t.name AS task_name, t.progress ->> 'command' AS command,
+           t.progress ->> 'phase' AS phase, (t.progress ->> 'done')::bigint AS done,
+           (t.progress ->> 'total')::bigint AS total, t.progress ->> 'unit' AS unit,
+           (t.progress ->> 'sampled_at')::timestamptz AS sampled_at
+    FROM deckhand.task t JOIN deckhand.job j ON j.id = t.job_id
+    WHERE t.state IN ('running', 'cancelling') AND t.progress IS NOT NULL
+      AND t.progress -> 'token' = to_jsonb(t.attempt_token)
+      AND ((SELECT deckhand.sees_all()) OR deckhand.may_act_on(j.submitted_by, j.owners));
+REVOKE ALL ON deckhand.task_progress FROM PUBLIC;
+GRANT SELECT ON deckhand.task_progress TO deckhand_submitter, deckhand_worker;
