@@ -97,9 +97,14 @@ func ParseCron(expr, timezone string) (*Cron, error) {
 
 // Next is the first due time after t.
 func (c *Cron) Next(t time.Time) time.Time {
-	// A wall time in a skipped stretch maps to a later instant than its neighbours: start a
-	// little before t's wall time so that it is seen.
-	w := wallClock(t.In(c.loc)).Add(-3 * time.Hour)
+	// A wall time in a skipped stretch maps to a later instant than its neighbours: near a
+	// change of offset, start a little before t's wall time so that it is seen.
+	w := wallClock(t.In(c.loc))
+	_, before := t.Add(-4 * time.Hour).In(c.loc).Zone()
+	_, after := t.Add(4 * time.Hour).In(c.loc).Zone()
+	if before != after {
+		w = w.Add(-3 * time.Hour)
+	}
 	for range 1_000_000 {
 		w = c.spec.Next(w)
 		if w.IsZero() {
@@ -136,8 +141,12 @@ func (c *Cron) instant(w time.Time) time.Time {
 	}
 }
 
+// maxCounted bounds the due times latest walks through one by one.
+const maxCounted = 100_000
+
 // latest is the last due time of timing at or before now, starting from due (itself at or
-// before now), and how many due times came before it from due on.
+// before now), and how many due times came before it from due on (at least maxCounted when
+// the window is longer: then only its last day is walked through).
 func latest(timing Timing, due, now time.Time) (time.Time, int) {
 	if e, ok := timing.(Every); ok {
 		n := int(now.Sub(due) / time.Duration(e))
@@ -145,6 +154,12 @@ func latest(timing Timing, due, now time.Time) (time.Time, int) {
 	}
 	n := 0
 	for {
+		if n == maxCounted {
+			// A window this long is counted no further: only its last day is walked through.
+			if skip := timing.Next(now.Add(-24 * time.Hour)); skip.After(due) && !skip.After(now) {
+				due = skip
+			}
+		}
 		next := timing.Next(due)
 		if next.IsZero() || next.After(now) {
 			return due, n

@@ -1,9 +1,11 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,6 +26,8 @@ func (c *Catalog) RecordProgress(ctx context.Context, samples []ProgressSample) 
 	if len(samples) == 0 {
 		return nil
 	}
+	// Rows are locked in id order, the order every writer of tasks uses.
+	samples = slices.SortedFunc(slices.Values(samples), func(a, b ProgressSample) int { return cmp.Compare(a.TaskID, b.TaskID) })
 	ids := make([]int64, len(samples))
 	tokens := make([]int64, len(samples))
 	docs := make([]*string, len(samples))
