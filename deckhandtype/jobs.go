@@ -68,6 +68,9 @@ type Task struct {
 	LastError     *TaskError `json:"last_error" db:"last_error"`
 	DependsOn     []string   `json:"depends_on" db:"depends_on"`
 	SQL           string     `json:"sql,omitempty" db:"sql"`
+	// Progress is how far the running statement has got, for a running task whose statement
+	// PostgreSQL reports progress of (CREATE INDEX, VACUUM, ...); nil otherwise.
+	Progress *TaskProgress `json:"progress,omitempty" db:"-"`
 }
 
 // Attempt is one execution of a task.

@@ -81,19 +81,32 @@ type DuplicateKeyError = catalog.DuplicateKeyError
 // submitter (the catalog session user) may not act as. A job whose key an unfinished job of
 // the submitter holds is refused with a *DuplicateKeyError.
 func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
-	if err := job.Validate(c.kinds.submittable()); err != nil {
-		return 0, err
-	}
 	var submitter, searchPath string
 	err := c.cat.Pool.QueryRow(ctx, `SELECT session_user, current_setting('search_path')`).Scan(&submitter, &searchPath)
 	if err != nil {
 		return 0, fmt.Errorf("read submitter: %w", err)
 	}
+	nj, err := c.Prepare(ctx, job, submitter, searchPath)
+	if err != nil {
+		return 0, err
+	}
+	return c.cat.InsertJob(ctx, nj)
+}
+
+// Prepare makes the checks Submit makes of a job for submitter — the spec is valid for this
+// client's kinds, every node exists, and on each node every owner exists and submitter is a
+// member of it — and returns the job ready to be written: tasks in dependency order, owners
+// filled in with submitter, the search_path (searchPath when the job names none) and the
+// kind. A schedule's firing calls it for the schedule's submitter.
+func (c *Client) Prepare(ctx context.Context, job *spec.Job, submitter, searchPath string) (catalog.NewJob, error) {
+	if err := job.Validate(c.kinds.submittable()); err != nil {
+		return catalog.NewJob{}, err
+	}
 	if job.SearchPath != "" {
 		searchPath = job.SearchPath
 	}
 	if err := c.authorize(ctx, job, submitter); err != nil {
-		return 0, err
+		return catalog.NewJob{}, err
 	}
 	nj := catalog.NewJob{
 		Description: job.Description,
@@ -118,7 +131,7 @@ func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
 			DependsOn: t.DependsOn,
 		})
 	}
-	return c.cat.InsertJob(ctx, nj)
+	return nj, nil
 }
 
 // authorize checks that every node exists and that, on each node, the owner role exists and
@@ -250,9 +263,11 @@ func (c *Client) Retry(ctx context.Context, id int64) (deckhandtype.JobState, er
 // their attempts; NextTasksAfter, when set, is the TaskPage.After of the next page.
 type JobDetail struct {
 	deckhandtype.Job
-	Tasks          []deckhandtype.Task    `json:"tasks"`
-	Attempts       []deckhandtype.Attempt `json:"attempts"`
-	NextTasksAfter *int64                 `json:"next_tasks_after,omitempty"`
+	// Schedule is the schedule that submitted the job; nil for a job submitted by hand.
+	Schedule       *deckhandtype.JobSchedule `json:"schedule,omitempty"`
+	Tasks          []deckhandtype.Task       `json:"tasks"`
+	Attempts       []deckhandtype.Attempt    `json:"attempts"`
+	NextTasksAfter *int64                    `json:"next_tasks_after,omitempty"`
 }
 
 // Job reads a job with all its tasks and attempts.
@@ -272,6 +287,12 @@ func (c *Client) JobPage(ctx context.Context, id int64, page deckhandtype.TaskPa
 		return nil, err
 	}
 	d := &JobDetail{Job: job, Tasks: tasks}
+	if err := c.fillProgress(ctx, tasks); err != nil {
+		return nil, err
+	}
+	if d.Schedule, err = c.cat.JobSchedule(ctx, id); err != nil {
+		return nil, err
+	}
 	var upTo int64
 	if page.Limit > 0 && len(tasks) == page.Limit {
 		upTo = tasks[len(tasks)-1].ID
@@ -283,6 +304,27 @@ func (c *Client) JobPage(ctx context.Context, id int64, page deckhandtype.TaskPa
 		}
 	}
 	return d, nil
+}
+
+// fillProgress sets the progress of the running tasks among tasks that report one.
+func (c *Client) fillProgress(ctx context.Context, tasks []deckhandtype.Task) error {
+	var running []int64
+	for _, t := range tasks {
+		if t.State == deckhandtype.TaskRunning || t.State == deckhandtype.TaskCancelling {
+			running = append(running, t.ID)
+		}
+	}
+	if len(running) == 0 {
+		return nil
+	}
+	progress, err := c.cat.TaskProgress(ctx, running)
+	if err != nil {
+		return err
+	}
+	for i := range tasks {
+		tasks[i].Progress = progress[tasks[i].ID]
+	}
+	return nil
 }
 
 // AddNode registers a node. The conninfo must not contain a password: workers take

@@ -48,6 +48,10 @@ type Config struct {
 	// partition) would otherwise hold them until TCP gives up, minutes later. A call that
 	// times out is retried like any failed one. Default 10s.
 	CatalogTimeout time.Duration
+	// ProgressInterval is how often the worker reads, on the nodes, the progress of the
+	// statements its tasks run (pg_stat_progress_*) and records it in the catalog, in one
+	// statement for all its tasks. Default 1s; negative: never.
+	ProgressInterval time.Duration
 	// Retention is how long finished jobs are kept unless the catalog setting retention says
 	// otherwise; default 7 days. The leader applies it every minute on Clock.
 	Retention time.Duration
@@ -110,6 +114,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CatalogTimeout <= 0 {
 		c.CatalogTimeout = 10 * time.Second
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = time.Second
 	}
 	if c.Retention <= 0 {
 		c.Retention = 7 * 24 * time.Hour

@@ -18,7 +18,7 @@ Data flows one way:
 Submit validates the spec, checks nodes and owner roles on the nodes themselves, and writes
 the job and its tasks in one transaction, then notifies the workers.
 
-A Worker runs four loops:
+A Worker runs five loops:
 
   - fetch: claims runnable tasks (FOR UPDATE SKIP LOCKED) whenever it is woken — by a
     notification or a resync of the process's notifier (Config.Notifier), by its own
@@ -32,7 +32,11 @@ A Worker runs four loops:
   - lead: stands for the leader lease; the leader declares workers with expired leases dead,
     terminates their orphaned backends on the nodes, and hands their tasks back (or fails
     them when attempts are exhausted), probes nodes, and runs the leader services: the
-    cleaner, the features' services, and retention (on Config.Clock).
+    cleaner, the features' services (such as package schedule's, which submits scheduled
+    jobs), and retention (on Config.Clock);
+  - progress: every Config.ProgressInterval reads pg_stat_progress_* on the nodes for the
+    backends of its running tasks, as each task's owner, and records phase and done/total
+    for all of them in one statement.
 
 Every write a worker makes about a task is fenced by the attempt token it got when claiming,
 so a worker that lost its lease (paused, partitioned) can never overwrite a newer outcome.

@@ -64,6 +64,11 @@ type Deps struct {
 	Nodes   *nodeconn.Pools  // sessions on nodes as a task's owner
 	Cleaner *cleanup.Cleaner // registers what an operation creates, pins what it uses
 	Logger  *slog.Logger
+	Clock   Clock // the worker's Config.Clock
+	// Submissions checks jobs as Client.Submit does, with the worker's kinds, for a submitter
+	// other than the catalog session's (Client.Prepare): a schedule's firing. It shares the
+	// worker's catalog handle; do not close it.
+	Submissions *Client
 
 	xacts xactRecorder // the worker's: records node transaction ids before they commit
 }

@@ -81,3 +81,9 @@ func (c *Client) SetSetting(ctx context.Context, name, value string) error {
 
 // Stats counts jobs, tasks, workers, cleanup backlog and export volume across the catalog.
 func (c *Client) Stats(ctx context.Context) (deckhandtype.Stats, error) { return c.cat.Stats(ctx) }
+
+// Progress reads how far the running statements of a job's tasks have got, for those that
+// report it (CREATE INDEX, VACUUM, ANALYZE, CLUSTER, COPY): at most 100 tasks, by id.
+func (c *Client) Progress(ctx context.Context, jobID int64) ([]deckhandtype.NamedProgress, error) {
+	return c.cat.JobProgress(ctx, jobID)
+}

@@ -77,7 +77,7 @@ func (w *Worker) shutdown(killTasks, stopRecording context.CancelCauseFunc, stop
 	if err := w.cat.StopWorker(stopCtx, w.ID()); err != nil {
 		w.log.Warn("could not record the worker's stop; the leader will find its lease expired", "err", err)
 	}
-	if !within(closeTimeout, w.pools.Close) {
+	if !within(closeTimeout, func() { w.pools.Close(); w.progressPools.Close() }) {
 		w.log.Warn("node connections did not close in time; leaving them")
 	}
 	if left := w.unrecorded(); len(left) > 0 {

@@ -34,8 +34,10 @@ type Worker struct {
 	cfg   Config
 	log   *slog.Logger
 	pools *nodeconn.Pools
-	xacts *xactBatcher
-	exec  map[string]Executor // by task kind
+	// progressPools hold the owner sessions that read the tasks' progress on the nodes.
+	progressPools *nodeconn.Pools
+	xacts         *xactBatcher
+	exec          map[string]Executor // by task kind
 	// notifier wakes the worker and its cleaner; ownNotifier when the worker made it and so
 	// runs it while it runs.
 	notifier    *notifier.Notifier
@@ -74,6 +76,7 @@ type Worker struct {
 type runningTask struct {
 	token  int64
 	cancel context.CancelCauseFunc
+	task   *deckhandtype.ClaimedTask // for sampling its progress on the node
 }
 
 // attempt names one attempt of a task: the task and the attempt's fencing token.
@@ -86,14 +89,17 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		cat.Now = cfg.Clock.Now
 	}
 	w := &Worker{
-		cat:      cat,
-		cfg:      cfg,
-		log:      cfg.Logger.With("worker", cfg.Name),
-		pools:    nodeconn.NewPools(cfg.Concurrency),
-		notifier: cfg.Notifier,
-		wake:     make(chan struct{}, 1),
-		results:  make(chan catalog.Result, 2*cfg.Concurrency),
-		running:  map[int64]*runningTask{},
+		cat:   cat,
+		cfg:   cfg,
+		log:   cfg.Logger.With("worker", cfg.Name),
+		pools: nodeconn.NewPools(cfg.Concurrency),
+		// Progress is read in sessions of its own, so that reading it never waits for a slot
+		// that the tasks hold.
+		progressPools: nodeconn.NewPools(2),
+		notifier:      cfg.Notifier,
+		wake:          make(chan struct{}, 1),
+		results:       make(chan catalog.Result, 2*cfg.Concurrency),
+		running:       map[int64]*runningTask{},
 
 		outstanding:   map[attempt]struct{}{},
 		tasksEnded:    make(chan struct{}),
@@ -104,8 +110,9 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		w.ownNotifier = true
 	}
 	w.xacts = newXactBatcher(cat)
-	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log, xacts: w.xacts}
 	kinds := newRegistry(cfg.Features)
+	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log, xacts: w.xacts,
+		Clock: cfg.Clock, Submissions: &Client{cat: cat, kinds: kinds}}
 	w.exec = kinds.executors(deps)
 	var services []Service
 	if !cfg.NoCleaner {
@@ -167,7 +174,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go w.completer(recordCtx)
 	// Stopped with the completer, once every task has ended and its result is recorded.
 	go w.xacts.run(recordCtx)
-	loops := []func(context.Context){w.listen, w.heartbeat, w.lead}
+	loops := []func(context.Context){w.listen, w.heartbeat, w.lead, w.sampleProgress}
 	if w.ownNotifier {
 		loops = append(loops, w.notifier.Run)
 	}
@@ -286,7 +293,7 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 	// this deadline only catches what the server cannot see, like a stalled network.
 	ctx, cancelTimeout := context.WithTimeout(ctx, t.Timeout()+5*time.Second)
 	w.mu.Lock()
-	w.running[t.ID] = &runningTask{token: t.Token, cancel: cancel}
+	w.running[t.ID] = &runningTask{token: t.Token, cancel: cancel, task: t}
 	w.outstanding[attempt{t.ID, t.Token}] = struct{}{}
 	w.mu.Unlock()
 	w.tasksWG.Add(1)

@@ -123,8 +123,8 @@ func submitSpec(j NewJob) ([]byte, error) {
 	return json.Marshal(spec)
 }
 
-// insertTasks adds tasks to job jobID on behalf of addedBy, a task of the job that is running,
-// in the order given (dependency order), so ids grow along the DAG's edges, and returns their
+// insertTasks adds tasks to job jobID on behalf of addedBy, a task of the job that is running
+// (0: the job's own tasks, as a schedule's firing writes them), in the order given (dependency order), so ids grow along the DAG's edges, and returns their
 // ids in that order. Dependencies may name tasks already in the job; names are unique in a
 // job. Ids are taken first and names resolved here, so that no statement looks a name up in
 // the task table once per dependency.
@@ -223,7 +223,7 @@ func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []N
 			@pending::int[], @has_dependents::bool[])
 			AS u(id, name, kind, node, node_group, min_lsn, owner, sql, payload, in_tx, max_attempts, timeout, pending,
 			     has_dependents)`,
-		pgx.StrictNamedArgs{"job": jobID, "added_by": addedBy, "ids": ids, "names": names, "kinds": kinds, "nodes": nodes,
+		pgx.StrictNamedArgs{"job": jobID, "added_by": nonZero(addedBy), "ids": ids, "names": names, "kinds": kinds, "nodes": nodes,
 			"groups": groups, "min_lsns": minLSNs, "owners": owners, "sqls": sqls, "payloads": payloads, "in_tx": inTx,
 			"max_attempts": maxAttempts, "timeouts": timeouts, "pending": pending, "has_dependents": hasDependents,
 			"pause": pause, "claim_key": claimKey})
@@ -274,6 +274,13 @@ func prerequisites(tasks []NewTask) []string {
 func notifyRunnable(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelRunnable)
 	return err
+}
+
+func nonZero(v int64) *int64 {
+	if v == 0 {
+		return nil
+	}
+	return &v
 }
 
 func nonEmpty(s string) *string {

@@ -204,6 +204,13 @@ var ExportTransitions = []Transition[ExportState]{
 	{ExportCommitted, ExportSuperseded, "CommitExport", "of a forced export to the same destination"},
 }
 
+// Schedules are active or paused (deckhand.schedule_pause, deckhand.schedule_resume); they have
+// no other state. While active, each due time is handled once, by FireSchedule, which records
+// a firing (deckhand.schedule_run, keyed by schedule and due time) with one outcome of
+// FiringOutcome — submitted (with its job), skipped_overlap, skipped_missed or failed — and
+// moves next_run_at past the due time, in one transaction guarded by next_run_at = the due
+// time read: a second leader finds it moved and writes nothing.
+
 // Transition is one edge of a state machine and a statement that takes it. An edge that
 // several statements take has a row for each.
 type Transition[S ~string] struct {

@@ -201,6 +201,9 @@ func (a *app) jobShow() *cobra.Command {
 			if d.Priority != 0 {
 				fmt.Fprintf(a.stdout, "  priority: %d\n", d.Priority)
 			}
+			if d.Schedule != nil {
+				fmt.Fprintf(a.stdout, "  %s\n", scheduleText(d.Schedule))
+			}
 			fmt.Fprintln(a.stdout)
 			rows := make([][]string, 0, len(d.Tasks))
 			for _, t := range d.Tasks {
@@ -208,7 +211,11 @@ func (a *app) jobShow() *cobra.Command {
 				if t.Node != nil {
 					node = *t.Node
 				}
-				rows = append(rows, []string{t.Name, t.Kind, node, t.Owner, string(t.State),
+				state := string(t.State)
+				if t.Progress != nil {
+					state += ": " + t.Progress.String()
+				}
+				rows = append(rows, []string{t.Name, t.Kind, node, t.Owner, state,
 					fmt.Sprintf("%d/%d", t.Attempts, t.MaxAttempts), fmt.Sprint(t.DependsOn), t.LastError.String()})
 			}
 			if err := PrintTable(a.stdout, []string{"task", "kind", "node", "owner", "state", "attempts", "depends_on", "last_error"}, rows); err != nil {
@@ -235,6 +242,18 @@ func (a *app) jobShow() *cobra.Command {
 	cmd.Flags().IntVar(&page.Limit, "tasks-limit", 1000, "most tasks to show, with their attempts (0: all)")
 	cmd.Flags().Int64Var(&page.After, "tasks-after", 0, "only tasks with an id above this (the next page: next_tasks_after)")
 	return cmd
+}
+
+// scheduleText says which schedule submitted a job, for which due time.
+func scheduleText(s *deckhandtype.JobSchedule) string {
+	name := fmt.Sprintf("%d (removed)", s.ID)
+	if s.Name != nil {
+		name = *s.Name
+	}
+	if s.DueAt == nil {
+		return "submitted by schedule " + name
+	}
+	return fmt.Sprintf("submitted by schedule %s, due %s", name, s.DueAt.Format(time.RFC3339))
 }
 
 func deref(s *string) string {
@@ -357,8 +376,20 @@ func (a *app) jobWait() *cobra.Command {
 			bar := NewProgress(a.stderr)
 			var progress func(deckhandtype.Job)
 			if bar.Terminal() {
+				var running string // the running statements' progress, read about every second
+				var readAt time.Time
 				progress = func(j deckhandtype.Job) {
-					bar.Update(fmt.Sprintf("job %d %s %s %s", j.ID, j.State, Bar(j.TasksDone, j.TasksTotal, 30), durationText(j)))
+					if time.Since(readAt) >= time.Second {
+						readAt = time.Now()
+						running = ""
+						if ps, err := c.Progress(ctx, j.ID); err == nil && len(ps) > 0 {
+							running = fmt.Sprintf("  %s: %s", ps[0].Task, ps[0].TaskProgress)
+							if len(ps) > 1 {
+								running += fmt.Sprintf(" (+%d more)", len(ps)-1)
+							}
+						}
+					}
+					bar.Update(fmt.Sprintf("job %d %s %s %s%s", j.ID, j.State, Bar(j.TasksDone, j.TasksTotal, 30), durationText(j), running))
 				}
 			}
 			job, err := c.Wait(ctx, id, progress)

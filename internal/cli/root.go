@@ -72,6 +72,7 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 	root.AddCommand(a.exportCommand())
 	root.AddCommand(a.cleanupCommand(), a.dropCommand(), a.settingCommand())
 	root.AddCommand(a.placementsCommand(), a.moveCommand(), a.rebalanceCommand())
+	root.AddCommand(a.scheduleCommand())
 	groupCommands(root)
 	return root
 }

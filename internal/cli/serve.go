@@ -71,6 +71,7 @@ func (a *app) serveCommand() *cobra.Command {
 	f.DurationVar(&cfg.LeaseTTL, "lease", 15*time.Second, "a worker silent this long is declared dead and its tasks re-run")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", time.Second, "claim this often even without a notification")
 	f.DurationVar(&cfg.MaintenanceInterval, "maintenance-interval", time.Second, "how often the leader looks for dead workers")
+	f.DurationVar(&cfg.ProgressInterval, "progress-interval", time.Second, "how often to read the progress of running statements on the nodes (negative: never)")
 	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long running tasks may finish after SIGTERM before they are cancelled")
 	f.DurationVar(&cfg.ShutdownRecordTimeout, "shutdown-record-timeout", 5*time.Second, "after the grace, how long to try recording results before exiting (exit 1 if some are not: the leader re-runs them)")
 	f.DurationVar(&cfg.Backoff.Base, "retry-backoff", engine.DefaultBackoff.Base, "backoff after the first retryable failure (doubles each attempt)")

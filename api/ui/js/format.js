@@ -53,3 +53,12 @@ export function bytes(n) {
   while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
   return (i ? n.toFixed(1) : Math.round(n)) + ' ' + u[i];
 }
+
+// statementProgress reads a running task's progress (pg_stat_progress_*) as
+// "building index: scanning table 45% (2,431/5,400 blocks)".
+export function statementProgress(p) {
+  if (!p) return '';
+  const phase = p.phase || p.command;
+  if (p.total > 0) return `${phase} ${Math.min(100, Math.floor((100 * p.done) / p.total))}% (${num(p.done)}/${num(p.total)} ${p.unit})`;
+  return `${phase} ${num(p.done)} ${p.unit}`;
+}

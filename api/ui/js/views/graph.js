@@ -1,6 +1,7 @@
 // A job's tasks drawn as a graph: layered left to right by dependency depth, coloured by
 // state, redrawn in place while only states change.
 import { h, s } from '../dom.js';
+import { statementProgress } from '../format.js';
 import { taskState } from '../meta.js';
 
 // graphOrder sorts tasks by layer, then by id, so that lists read like the graph.
@@ -146,10 +147,11 @@ export class TaskGraph {
     if (entry.meta) {
       const where = t.node || t.kind;
       const tries = t.runs > 1 || t.attempts > 1 ? ` · ${t.attempts}/${t.max_attempts}` : '';
-      entry.meta.replaceChildren(s('tspan', { class: 'state', text: t.state }), s('tspan', { text: ` · ${where}${tries}` }));
+      const pct = t.progress && t.progress.total > 0 ? ` · ${Math.min(100, Math.floor((100 * t.progress.done) / t.progress.total))}%` : '';
+      entry.meta.replaceChildren(s('tspan', { class: 'state', text: t.state }), s('tspan', { text: ` · ${where}${tries}${pct}` }));
     }
     const err = t.last_error ? `\n${t.last_error.sqlstate ? t.last_error.sqlstate + ': ' : ''}${t.last_error.message}` : '';
-    entry.g.querySelector('title').textContent = `${t.name} — ${t.state}\n${t.kind}${t.node ? ' on ' + t.node : ''} as ${t.owner}\nattempts ${t.attempts}/${t.max_attempts}${err}`;
+    entry.g.querySelector('title').textContent = `${t.name} — ${t.state}\n${t.kind}${t.node ? ' on ' + t.node : ''} as ${t.owner}\nattempts ${t.attempts}/${t.max_attempts}${t.progress ? '\n' + statementProgress(t.progress) : ''}${err}`;
   }
 
   // updateEdges marks the edges out of tasks that succeeded, animating those into tasks

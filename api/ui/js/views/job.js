@@ -1,7 +1,7 @@
 // One job: its facts, graph, timeline, tasks (with their SQL) and errors.
 import { api } from '../api.js';
 import { h } from '../dom.js';
-import { dur, fmtTime, now, setServerTime, ts } from '../format.js';
+import { dur, fmtTime, now, setServerTime, statementProgress, ts } from '../format.js';
 import { actionButtons, jobDuration, progressBar } from '../job-parts.js';
 import { jobActive, taskState, taskStates } from '../meta.js';
 import { pill } from '../widgets.js';
@@ -141,7 +141,8 @@ export class JobView {
       rows.push(h('tr', { class: 'link' + (open ? ' selected' : ''), 'data-task': t.name, 'data-state': t.state,
         onclick: () => this.select(t.name) },
       h('td', { class: 'nowrap' }, h('b', { text: t.name })),
-      h('td', null, pill(t.state)),
+      h('td', null, pill(t.state),
+        t.progress ? h('div', { class: 'muted progress', 'data-progress': t.name, text: statementProgress(t.progress) }) : null),
       h('td', { class: 'muted', text: t.kind }),
       h('td', { class: 'muted', text: t.node || '—' }),
       h('td', { class: 'muted', text: t.owner }),

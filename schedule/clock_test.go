@@ -1,0 +1,177 @@
+package schedule_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/schedule"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var ctx = context.Background()
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// service is a schedule service on the env's catalog with a clock of the test's, fired by
+// the test (FireDue) rather than by a leader.
+func service(t *testing.T, e *testenv.Env, clock *fakeClock) *schedule.Service {
+	t.Helper()
+	cat, err := catalog.Open(ctx, e.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	cat.Now = clock.Now
+	return schedule.NewService(engine.Deps{Catalog: cat, Submissions: e.Client, Clock: clock, Logger: slog.Default()})
+}
+
+// addAt writes a schedule whose first due time is first, as `schedule add` would.
+func addAt(t *testing.T, e *testenv.Env, name, cronExpr, tz string, every time.Duration, skipMissed bool, first time.Time) {
+	t.Helper()
+	_, err := e.Client.Catalog().AddSchedule(ctx, catalog.NewSchedule{Name: name,
+		Spec: []byte(`{"description": "tick", "tasks": [{"name": "t", "kind": "noop"}]}`),
+		Cron: cronExpr, Timezone: tz, Every: every, SkipMissed: skipMissed, NextRunAt: &first})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runs(t *testing.T, e *testenv.Env, name string) []deckhandtype.ScheduleRun {
+	t.Helper()
+	rs, err := e.Client.Catalog().ScheduleRuns(ctx, name, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Oldest first.
+	for i, j := 0, len(rs)-1; i < j; i, j = i+1, j-1 {
+		rs[i], rs[j] = rs[j], rs[i]
+	}
+	return rs
+}
+
+func fireDue(t *testing.T, s *schedule.Service) {
+	t.Helper()
+	if _, err := s.FireDue(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On an injected clock: a cron schedule in New York fires once per due time across the
+// spring change of daylight saving time, at 03:30 EDT on the night 02:30 does not exist;
+// a due time fires once however often the leader looks; a missed window (the clock jumps an
+// hour past the due time, as after an outage) fires once for its latest due time, counting the
+// others as missed; with --skip-missed it submits nothing.
+func TestFiringOnAnInjectedClock(t *testing.T) {
+	e := testenv.New(t)
+	clock := &fakeClock{}
+	s := service(t, e, clock)
+	ny, _ := time.LoadLocation("America/New_York")
+
+	first := time.Date(2026, 3, 7, 2, 30, 0, 0, ny)
+	addAt(t, e, "nightly", "30 2 * * *", "America/New_York", 0, false, first)
+	clock.Set(first.Add(-time.Second))
+	fireDue(t, s)
+	if rs := runs(t, e, "nightly"); len(rs) != 0 {
+		t.Fatalf("fired before its due time: %+v", rs)
+	}
+	for _, at := range []time.Time{first, time.Date(2026, 3, 8, 7, 30, 0, 0, time.UTC), time.Date(2026, 3, 9, 6, 30, 0, 0, time.UTC)} {
+		clock.Set(at.Add(2 * time.Second))
+		fireDue(t, s)
+		fireDue(t, s) // a second look at the same time finds nothing due
+	}
+	rs := runs(t, e, "nightly")
+	var got []string
+	for _, r := range rs {
+		if r.Outcome != deckhandtype.FiringSubmitted || r.JobID == nil {
+			t.Errorf("firing %+v, want submitted with a job", r)
+		}
+		got = append(got, r.DueAt.UTC().Format(time.RFC3339))
+	}
+	if want := "2026-03-07T07:30:00Z 2026-03-08T07:30:00Z 2026-03-09T06:30:00Z"; fmtList(got) != want {
+		t.Errorf("due times %s, want %s", fmtList(got), want)
+	}
+	sch, err := e.Client.Catalog().Schedule(ctx, "nightly")
+	if err != nil || sch.NextRunAt == nil || !sch.NextRunAt.Equal(time.Date(2026, 3, 10, 6, 30, 0, 0, time.UTC)) {
+		t.Errorf("next run %v (%v), want 2026-03-10T06:30Z", sch.NextRunAt, err)
+	}
+	// The job records its schedule.
+	d, err := e.Client.Job(ctx, *rs[1].JobID)
+	if err != nil || d.Schedule == nil || d.Schedule.Name == nil || *d.Schedule.Name != "nightly" ||
+		d.Schedule.DueAt == nil || !d.Schedule.DueAt.Equal(rs[1].DueAt) {
+		t.Errorf("job %d's schedule: %+v (%v)", *rs[1].JobID, d, err)
+	}
+
+	// Missed windows: due every minute from t0; the clock comes back an hour later.
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	addAt(t, e, "fold", "", "", time.Minute, false, t0)
+	addAt(t, e, "skip", "", "", time.Minute, true, t0)
+	clock.Set(t0.Add(60*time.Minute + 10*time.Second))
+	fireDue(t, s)
+	fireDue(t, s)
+	for name, want := range map[string]deckhandtype.FiringOutcome{"fold": deckhandtype.FiringSubmitted, "skip": deckhandtype.FiringSkippedMissed} {
+		rs := runs(t, e, name)
+		if len(rs) != 1 {
+			t.Fatalf("%s: %d firings for a missed window, want 1: %+v", name, len(rs), rs)
+		}
+		r := rs[0]
+		if r.Outcome != want || !r.DueAt.Equal(t0.Add(60*time.Minute)) || r.Missed != 60 || (r.JobID != nil) != (want == deckhandtype.FiringSubmitted) {
+			t.Errorf("%s: firing %+v, want %s for the due time %s with 60 missed", name, r, want, t0.Add(60*time.Minute))
+		}
+		sch, _ := e.Client.Catalog().Schedule(ctx, name)
+		if sch.NextRunAt == nil || !sch.NextRunAt.Equal(t0.Add(61*time.Minute)) {
+			t.Errorf("%s: next run %v, want %s", name, sch.NextRunAt, t0.Add(61*time.Minute))
+		}
+	}
+	// Within the late window due times are caught up one by one (a leader failing over).
+	s.LateWindow = 5 * time.Minute
+	clock.Set(t0.Add(63*time.Minute + 10*time.Second))
+	fireDue(t, s)
+	if rs := runs(t, e, "skip"); len(rs) != 4 || rs[1].Outcome != deckhandtype.FiringSubmitted || rs[3].Missed != 0 {
+		t.Errorf("caught up: %+v, want three more submitted firings", rs)
+	}
+}
+
+func fmtList(s []string) string { return strings.Join(s, " ") }
+
+// A spec that no longer passes submission's checks fails its firing, with the reason, and
+// the schedule goes on to its next due time.
+func TestFiringOfAnInvalidSpecFails(t *testing.T) {
+	e := testenv.New(t)
+	clock := &fakeClock{}
+	s := service(t, e, clock)
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	_, err := e.Client.Catalog().AddSchedule(ctx, catalog.NewSchedule{Name: "gone",
+		Spec:  []byte(`{"tasks": [{"name": "t", "node": "nowhere", "sql": "SELECT 1"}]}`),
+		Every: time.Minute, NextRunAt: &t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(t0)
+	fireDue(t, s)
+	rs := runs(t, e, "gone")
+	if len(rs) != 1 || rs[0].Outcome != deckhandtype.FiringFailed || rs[0].Error == nil ||
+		!strings.Contains(*rs[0].Error, `unknown node "nowhere"`) {
+		t.Fatalf("firings %+v, want one failed for the unknown node", rs)
+	}
+}

@@ -1,0 +1,182 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+// Defaults of a Service.
+const (
+	// DefaultLateWindow: a due time later than this when the leader gets to it passed while
+	// no leader ran. Due times up to this late (a leader failing over) each fire; older ones
+	// are a missed window, which fires once (or not at all with --skip-missed).
+	DefaultLateWindow = time.Minute
+	// DefaultPoll bounds how long the service sleeps, so that new schedules are seen.
+	DefaultPoll = time.Second
+	// DefaultRunRetention is how long firings are kept (each schedule's latest always is).
+	DefaultRunRetention = 30 * 24 * time.Hour
+)
+
+// Service is the leader service that fires due schedules.
+type Service struct {
+	cat   *catalog.Catalog
+	sub   *engine.Client
+	clock engine.Clock
+	log   *slog.Logger
+
+	LateWindow   time.Duration
+	Poll         time.Duration
+	RunRetention time.Duration
+}
+
+// NewService builds the service on a worker's dependencies.
+func NewService(d engine.Deps) *Service {
+	return &Service{cat: d.Catalog, sub: d.Submissions, clock: d.Clock, log: d.Logger.With("service", "schedule"),
+		LateWindow: DefaultLateWindow, Poll: DefaultPoll, RunRetention: DefaultRunRetention}
+}
+
+// Run fires schedules as they come due until ctx is done. It sleeps until the earliest due
+// time, at most Poll.
+func (s *Service) Run(ctx context.Context) error {
+	for {
+		wait := s.Poll
+		if _, err := s.FireDue(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("could not fire schedules", "err", err)
+			}
+		} else if next, err := s.cat.NextScheduleDue(ctx); err == nil && next != nil {
+			wait = min(wait, max(next.Sub(s.clock.Now()), 5*time.Millisecond))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Retain deletes firings older than RunRetention, but each schedule's latest.
+func (s *Service) Retain(ctx context.Context, now time.Time) error {
+	return s.cat.RetainScheduleRuns(ctx, now.Add(-s.RunRetention))
+}
+
+// FireDue handles every due time that has come on the clock, and returns how many it
+// handled; its error joins those of the schedules it could not handle (they are tried again).
+func (s *Service) FireDue(ctx context.Context) (int, error) {
+	const batch = 100
+	fired := 0
+	var errs []error
+	for {
+		now := s.clock.Now()
+		due, err := s.cat.DueSchedules(ctx, now, batch)
+		if err != nil {
+			return fired, err
+		}
+		progress := false
+		for _, d := range due {
+			ok, err := s.fire(ctx, d, now)
+			if err != nil {
+				if ctx.Err() != nil {
+					return fired, err
+				}
+				errs = append(errs, fmt.Errorf("schedule %s: %w", d.Name, err))
+				continue
+			}
+			if ok {
+				fired++
+				progress = true
+			}
+		}
+		// A schedule that fired may be due again (a leader catching up after a failover).
+		if !progress {
+			return fired, errors.Join(errs...)
+		}
+	}
+}
+
+// fire handles the due time of one schedule; false when nothing was recorded (another
+// leader had done it, or it is to be tried again).
+func (s *Service) fire(ctx context.Context, d catalog.DueSchedule, now time.Time) (bool, error) {
+	timing, timingErr := ParseTiming(d.Cron, d.Timezone, d.Every)
+	if d.NextRunAt == nil {
+		if timingErr != nil {
+			return true, s.cat.SetScheduleStart(ctx, d.ID, time.Time{}, "the schedule's timing is invalid: "+timingErr.Error())
+		}
+		return true, s.cat.SetScheduleStart(ctx, d.ID, timing.Next(now), "")
+	}
+	due := *d.NextRunAt
+	f := catalog.Firing{ScheduleID: d.ID, Expected: due, DueAt: due, Outcome: deckhandtype.FiringSubmitted}
+	if timingErr != nil {
+		f.Outcome, f.Err = deckhandtype.FiringFailed, "the schedule's timing is invalid: "+timingErr.Error()
+		return s.record(ctx, d, f)
+	}
+	late := now.Sub(due) > s.LateWindow
+	if late {
+		f.DueAt, f.Missed = latest(timing, due, now)
+		if d.SkipMissed {
+			f.Outcome = deckhandtype.FiringSkippedMissed
+		}
+	}
+	f.Next = timing.Next(f.DueAt)
+	if f.Outcome == deckhandtype.FiringSubmitted {
+		job, err := s.prepare(ctx, d)
+		switch {
+		case err == nil:
+			f.Job = &job
+		case !engine.IsInvalid(err) && !late:
+			// A node that does not answer the owner check now may answer in a moment: the
+			// due time is tried again until it is LateWindow late.
+			return false, err
+		default:
+			f.Outcome, f.Err = deckhandtype.FiringFailed, err.Error()
+		}
+	}
+	return s.record(ctx, d, f)
+}
+
+// prepare checks the schedule's job as `deckhand job submit` would for its submitter.
+func (s *Service) prepare(ctx context.Context, d catalog.DueSchedule) (catalog.NewJob, error) {
+	job, err := spec.Parse(d.Spec)
+	if err != nil {
+		return catalog.NewJob{}, err
+	}
+	return s.sub.Prepare(ctx, job, d.SubmittedBy, "")
+}
+
+func (s *Service) record(ctx context.Context, d catalog.DueSchedule, f catalog.Firing) (bool, error) {
+	res, err := s.cat.FireSchedule(ctx, f)
+	if err != nil {
+		return false, err
+	}
+	if !res.Applied {
+		return false, nil
+	}
+	args := []any{"schedule", d.Name, "due", f.DueAt.Format(time.RFC3339Nano), "outcome", res.Outcome}
+	if f.Missed > 0 {
+		args = append(args, "missed", f.Missed)
+	}
+	switch res.Outcome {
+	case deckhandtype.FiringSubmitted:
+		s.log.Info("schedule fired", append(args, "job", res.JobID)...)
+	case deckhandtype.FiringFailed:
+		s.log.Warn("schedule firing failed", append(args, "err", res.Err)...)
+	default:
+		s.log.Info("schedule firing skipped", args...)
+	}
+	return true, nil
+}
+
+// String names the service in logs.
+func (s *Service) String() string {
+	return fmt.Sprintf("schedule service (late window %s)", s.LateWindow)
+}
