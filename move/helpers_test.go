@@ -95,8 +95,10 @@ func (e *moveEnv) submit(req move.Request) int64 {
 	}
 	task.MaxAttempts = 1
 	task.Timeout = spec.Duration(2 * time.Minute)
-	return e.Submit(&spec.Job{Description: "move", Tasks: []spec.Task{task}})
+	return e.Submit(jobOf(task))
 }
+
+func jobOf(task spec.Task) *spec.Job { return &spec.Job{Description: "move", Tasks: []spec.Task{task}} }
 
 // checksums returns, per table, an md5 of its rows in primary key order.
 func (e *moveEnv) checksums(db string, tables ...string) map[string]string {

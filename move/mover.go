@@ -70,6 +70,11 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 		c.Log().Info("move: an earlier attempt already cut over; switching the placement", "task", t.ID, "operation", done)
 		return c.Catalog.SwitchPlacement(ctx, t.JobID, p.objects(), p.To)
 	}
+	// What an earlier attempt of this task left (it failed, or its worker died) goes first:
+	// a partial target, its slot and publication, the source's refusal of writes.
+	if err := c.RemoveLeftovers(ctx, t.ID, 10*time.Second); err != nil {
+		return err
+	}
 	src, err := m.endpoint(ctx, t, p.From)
 	if err != nil {
 		return err
@@ -189,9 +194,15 @@ type move struct {
 	name             string // of the slot, the publication, the scratch schema
 }
 
+// afterStep is the fault hook of test builds (see faults_faultinject.go); nil otherwise.
+var afterStep func(step string)
+
 func (mv *move) at(ctx context.Context, step string) error {
 	if err := mv.step(ctx, mv.t, step, len(mv.pl.tables)); err != nil {
 		return err
+	}
+	if afterStep != nil {
+		afterStep(step)
 	}
 	if mv.AfterStep != nil {
 		return mv.AfterStep(ctx, step)

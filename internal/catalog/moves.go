@@ -73,3 +73,19 @@ func (c *Catalog) MoveProgress(ctx context.Context, taskID int64) (p deckhandtyp
 	}
 	return p, true, nil
 }
+
+// LeftoverOperationsOfTask lists the operations of earlier attempts of a task that have ended
+// (failed) with records still to remove: what a new attempt must see removed before it
+// recreates the same resources.
+func (c *Catalog) LeftoverOperationsOfTask(ctx context.Context, taskID int64) ([]int64, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		SELECT o.id FROM deckhand.operation o
+		WHERE o.task_id = $1 AND o.state = 'failed'
+		  AND EXISTS (SELECT 1 FROM deckhand.cleanup_record r WHERE r.operation_id = o.id AND r.state IN ('pending', 'due'))
+		ORDER BY o.id`, taskID)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read leftover operations of task %d: %w", taskID, err)
+	}
+	return ids, nil
+}

@@ -1,0 +1,180 @@
+package move_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/move"
+)
+
+// failureSteps are the steps after which a failure is injected: every step that creates or
+// changes something.
+var failureSteps = []string{move.StepStructure, move.StepSlot, move.StepCopy, move.StepIndexes,
+	move.StepCatchUp, move.StepCutOver, move.StepSwitch}
+
+// failureEnv is a move env holding appSchema, with the state of both nodes before any move.
+type failureEnv struct {
+	*moveEnv
+	preSrc, preDst []string
+	sums           map[string]string
+}
+
+func newFailureEnv(t *testing.T) *failureEnv {
+	e := &failureEnv{moveEnv: newMoveEnv(t)}
+	e.asOwner(e.src, appSchema)
+	e.preSrc, e.preDst = e.Snapshot(e.src, appTables...), e.Snapshot(e.dst, appTables...)
+	e.sums = e.checksums(e.src, appTables...)
+	return e
+}
+
+func (e *failureEnv) submitMove(attempts int) int64 {
+	e.T.Helper()
+	task, err := move.Request{Schema: "app", From: "g1", To: "g2", Owner: e.owner}.Task("move")
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	task.MaxAttempts = attempts
+	id, err := e.Client.Submit(ctx, jobOf(task))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return id
+}
+
+// asBefore checks that, after `deckhand cleanup run`, both nodes are exactly as before the move.
+func (e *failureEnv) asBefore() {
+	e.T.Helper()
+	e.cleanupRun()
+	if d := testenv.Diff(e.preSrc, e.Snapshot(e.src, appTables...)); d != "" {
+		e.T.Errorf("the source is not as before the move:\n%s", d)
+	}
+	if d := testenv.Diff(e.preDst, e.Snapshot(e.dst, appTables...)); d != "" {
+		e.T.Errorf("the target is not as before the move:\n%s", d)
+	}
+	conn := e.NodeConn(e.src, e.owner)
+	if _, err := conn.Exec(ctx, `INSERT INTO app.notes VALUES (99999, 'still writable')`); err != nil {
+		e.T.Errorf("the source refuses writes after a failed move: %v", err)
+	}
+}
+
+// moved checks the state a completed move leaves, once `deckhand cleanup run` has dropped
+// the source: the target has the source's rows, the source nothing, no scaffolding anywhere.
+func (e *failureEnv) moved(id int64) {
+	e.T.Helper()
+	e.cleanupRun()
+	got := e.checksums(e.dst, appTables...)
+	for _, tbl := range appTables {
+		if got[tbl] != e.sums[tbl] {
+			e.T.Errorf("%s on the target differs from the source before the move", tbl)
+		}
+	}
+	testenv.Eventually(e.T, 30*time.Second, func() bool { return !e.schemaExists(e.src, "app") }, "the source schema dropped")
+	noReplicationLeft(e.T.(*testing.T), e.moveEnv)
+	var scratch int
+	if err := e.NodeConn(e.dst, pgcluster.Superuser).QueryRow(ctx,
+		`SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'deckhand\_move\_%'`).Scan(&scratch); err != nil || scratch != 0 {
+		e.T.Errorf("%d scratch schemas left on the target (%v)", scratch, err)
+	}
+	placements, err := e.Client.Catalog().Placements(ctx)
+	if err != nil || len(placements) == 0 || placements[0].Group != "g2" {
+		e.T.Errorf("placements after the move: %+v (%v)", placements, err)
+	}
+}
+
+// A failure after any step — an error, or the nodes' connections dropped — is followed by a
+// retry that completes the move; a permanent failure leaves, after `deckhand cleanup run`,
+// both nodes exactly as before (after the switch, the move is complete whatever follows).
+func TestMoveFailureAtEachStep(t *testing.T) {
+	for _, step := range failureSteps {
+		for _, mode := range []string{"error-retried", "connections-dropped", "permanent-error"} {
+			t.Run(step+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				e := newFailureEnv(t)
+				injected := 0
+				m := move.Mover{LeaveToCleaner: mode == "permanent-error", AfterStep: func(_ context.Context, s string) error {
+					if s != step || injected > 0 {
+						return nil
+					}
+					injected++
+					switch mode {
+					case "connections-dropped":
+						e.Proxy.DropAll()
+						return nil
+					case "permanent-error":
+						return taskerr.Permanent(fmt.Errorf("injected failure after %s", s))
+					}
+					return fmt.Errorf("injected failure after %s", s)
+				}}
+				attempts := 3
+				switch mode {
+				case "permanent-error":
+					attempts = 1
+				case "connections-dropped":
+					// Each retry may draw one more of the pool's dropped idle sessions (pgxpool
+					// pings only those idle for over a second, and the test's backoff is 50ms).
+					attempts = 8
+				}
+				id := e.submitMove(attempts)
+				e.worker(m)
+				job := e.Wait(id, 2*time.Minute)
+				if injected == 0 {
+					t.Fatalf("no failure was injected after %s (job %s: %s)", step, job.State, e.lastError(id))
+				}
+				switch {
+				case mode != "permanent-error":
+					if job.State != deckhandtype.JobFinished {
+						t.Fatalf("job %s after a retry: %s", job.State, e.lastError(id))
+					}
+					e.moved(id)
+				case step == move.StepSwitch:
+					// Failing after the switch leaves a complete move.
+					if job.State != deckhandtype.JobFailed {
+						t.Fatalf("job %s, want failed by the injected error", job.State)
+					}
+					e.moved(id)
+				default:
+					if job.State != deckhandtype.JobFailed || !strings.Contains(e.lastError(id), "injected failure") {
+						t.Fatalf("job %s: %s", job.State, e.lastError(id))
+					}
+					e.asBefore()
+				}
+			})
+		}
+	}
+}
+
+// A worker killed (kill -9) after any step: the task is rescued and a new attempt completes
+// the move, after removing what the dead one left.
+func TestMoveWorkerKilledAtEachStep(t *testing.T) {
+	bin := testenv.FaultBinary(t)
+	for _, step := range failureSteps {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			e := newFailureEnv(t)
+			id := e.submitMove(3)
+			p := e.ServeBinary(bin, []string{"DECKHAND_FAULT=kill-after-move-step:" + step}, "--lease", "1s", "--concurrency", "1")
+			done := make(chan error, 1)
+			go func() { done <- p.Cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "killed") {
+					t.Fatalf("the faulty worker exited with %v, want killed after %s:\n%s", err, step, p.Output())
+				}
+			case <-time.After(90 * time.Second):
+				t.Fatalf("the faulty worker never reached %s: %s\n%s", step, e.lastError(id), p.Output())
+			}
+			e.worker(move.Mover{})
+			if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
+				t.Fatalf("job %s after the worker was killed after %s: %s", job.State, step, e.lastError(id))
+			}
+			e.moved(id)
+		})
+	}
+}
