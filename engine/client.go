@@ -101,6 +101,7 @@ func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
 		SearchPath:  searchPath,
 		Settings:    job.Settings,
 		Key:         job.Key,
+		Priority:    job.Priority,
 	}
 	if nj.Kind == "" {
 		nj.Kind = job.Tasks[0].Kind
@@ -226,6 +227,18 @@ func RunSpec(node, owner, sql string, inTransaction bool) *spec.Job {
 // backend cancelled on the node. It returns the job's state after the request.
 func (c *Client) Cancel(ctx context.Context, id int64) (deckhandtype.JobState, error) {
 	return c.cat.CancelJob(ctx, id)
+}
+
+// Pause stops new claims of a job's tasks; its running tasks finish, or with now are
+// cancelled on their nodes and released without charging an attempt. The job is pausing
+// while tasks of it still run, then paused. It returns the job's state after the request.
+func (c *Client) Pause(ctx context.Context, id int64, now bool) (deckhandtype.JobState, error) {
+	return c.cat.PauseJob(ctx, id, now)
+}
+
+// Resume makes a paused or pausing job's tasks claimable again.
+func (c *Client) Resume(ctx context.Context, id int64) (deckhandtype.JobState, error) {
+	return c.cat.ResumeJob(ctx, id)
 }
 
 // Retry re-runs the failed, unscheduled and cancelled tasks of a failed or cancelled job.

@@ -122,6 +122,9 @@ func (j *Job) Validate(kinds Kinds) error {
 	if err := CheckKey(j.Key); err != nil {
 		return err
 	}
+	if j.Priority < MinPriority || j.Priority > MaxPriority {
+		return Invalidf("priority must be a whole number between %d and %d, got %d", MinPriority, MaxPriority, j.Priority)
+	}
 	for _, name := range slices.Sorted(maps.Keys(j.Settings)) {
 		if !gucNameRE.MatchString(name) {
 			return Invalidf("settings: %q is not a valid setting name", name)

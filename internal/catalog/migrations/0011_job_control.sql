@@ -1,4 +1,4 @@
--- Job control: unique keys.
+-- Job control: unique keys, pause and resume, priorities.
 
 -- A job's key makes a submission idempotent for scripts: while a job of the same submitter
 -- with the same key has not ended, another submission with that key is refused, and told the
@@ -67,12 +67,12 @@ BEGIN
     )
     UPDATE deckhand.task t SET pending_deps = p.n,
         state = CASE WHEN p.n = 0 THEN 'runnable' ELSE 'blocked' END,
-        attempts = 0, not_before = '-infinity', finished_at = NULL,
+        attempts = 0, not_before = '-infinity', finished_at = NULL, pause = NULL,
         node = CASE WHEN t.node_group IS NOT NULL THEN NULL ELSE t.node END
     FROM pending p WHERE t.id = p.id;
     BEGIN
         UPDATE deckhand.job SET cancel_requested_at = NULL, tasks_failed = 0, tasks_cancelled = 0,
-            tasks_unscheduled = 0, finished_at = NULL
+            tasks_unscheduled = 0, finished_at = NULL, pause = NULL, paused_at = NULL, pause_waits_for = 0
         WHERE id = job AND state IN ('failed', 'cancelled')
         RETURNING state INTO new_state;
     EXCEPTION WHEN unique_violation THEN
@@ -91,16 +91,203 @@ BEGIN
     RETURN new_state;
 END $$;
 
+-- Pause and resume. A paused job's tasks are not claimed: those that would be runnable are
+-- 'paused' instead, which keeps them out of the runnable sets (0008_queues.sql) and so out of
+-- every claim, without a filter. The job's tasks that can still run carry the pause (task.pause,
+-- the job's mode), so that whatever would make one runnable makes it paused instead: a
+-- prerequisite finishing, a retry or release of its attempt (Complete), tasks added to the job
+-- (an export's parts). pause 'wait' lets running tasks finish; 'now' has their workers cancel
+-- them and release them, uncharged. The job is pausing while tasks it had running at the pause
+-- still run (pause_waits_for counts them down), then paused.
+ALTER TABLE deckhand.job
+    ADD COLUMN pause text CHECK (pause IN ('wait', 'now')),
+    ADD COLUMN paused_at timestamptz,
+    ADD COLUMN pause_waits_for int NOT NULL DEFAULT 0,
+    DROP CONSTRAINT job_state_check,
+    ADD CONSTRAINT job_state_check CHECK (state IN ('scheduled', 'running', 'finished', 'failing', 'failed', 'cancelling',
+                                                    'cancelled', 'pausing', 'paused'));
+ALTER TABLE deckhand.task
+    ADD COLUMN pause text CHECK (pause IN ('wait', 'now')),
+    DROP CONSTRAINT task_state_check,
+    ADD CONSTRAINT task_state_check CHECK (state IN ('blocked', 'runnable', 'running', 'cancelling', 'done', 'failed',
+                                                     'unscheduled', 'cancelled', 'paused'));
+-- Paused tasks, few and short-lived, counted (Stats) without reading other tasks.
+CREATE INDEX task_paused_idx ON deckhand.task (job_id) WHERE state = 'paused';
+
+CREATE OR REPLACE FUNCTION deckhand.derive_job_state() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    ended int := NEW.tasks_done + NEW.tasks_failed + NEW.tasks_cancelled + NEW.tasks_unscheduled;
+BEGIN
+    IF ended >= NEW.tasks_total THEN
+        NEW.state := CASE WHEN NEW.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                          WHEN NEW.tasks_failed + NEW.tasks_unscheduled > 0 THEN 'failed'
+                          ELSE 'finished' END;
+        NEW.finished_at := coalesce(NEW.finished_at, now());
+    ELSE
+        NEW.state := CASE WHEN NEW.cancel_requested_at IS NOT NULL THEN 'cancelling'
+                          WHEN NEW.pause IS NOT NULL AND NEW.pause_waits_for > 0 THEN 'pausing'
+                          WHEN NEW.pause IS NOT NULL THEN 'paused'
+                          WHEN NEW.tasks_failed > 0 THEN 'failing'
+                          WHEN NEW.started_at IS NOT NULL THEN 'running'
+                          ELSE 'scheduled' END;
+        NEW.finished_at := NULL;
+    END IF;
+    IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state THEN
+        PERFORM pg_notify('deckhand_job', NEW.notify_key || ':' || NEW.state);
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- pause stops new claims of a job's tasks; now = true also has the running ones cancelled on
+-- their nodes and released without charging an attempt. It returns the job's state: pausing
+-- while tasks still run, else paused. Pausing a paused job again changes only its mode.
+CREATE FUNCTION deckhand.pause(job bigint, now boolean DEFAULT false) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+    mode constant text := CASE WHEN now THEN 'now' ELSE 'wait' END;
+    current deckhand.job;
+    running int;
+    late int;
+    new_state text;
+BEGIN
+    current := deckhand.job_for_control(job, 'pause');
+    IF current.state IN ('finished', 'failed', 'cancelled', 'cancelling') THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('job %s is %s: only a job that has not ended nor is being cancelled can be paused', job, current.state);
+    END IF;
+    -- Every task that can still run is locked, in id order before the job row as every writer
+    -- does: a completion that holds one ends first, and one that comes later finds it marked.
+    PERFORM count(*) FROM (SELECT id FROM deckhand.task WHERE job_id = job AND state IN ('blocked', 'runnable', 'running', 'paused')
+                           ORDER BY id FOR UPDATE) locked;
+    UPDATE deckhand.task SET pause = mode, state = CASE WHEN state = 'runnable' THEN 'paused' ELSE state END
+    WHERE job_id = job AND state IN ('blocked', 'runnable', 'running', 'paused') AND pause IS DISTINCT FROM mode;
+    SELECT count(*) INTO running FROM deckhand.task WHERE job_id = job AND state = 'running';
+    UPDATE deckhand.job SET pause = mode, paused_at = coalesce(paused_at, pg_catalog.now()), pause_waits_for = running
+    WHERE id = job AND state NOT IN ('finished', 'failed', 'cancelled', 'cancelling')
+    RETURNING state INTO new_state;
+    IF new_state IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state', MESSAGE = format('job %s changed while being paused', job);
+    END IF;
+    -- Tasks added to the job by a transaction that held the job row until the update above
+    -- (catalog.insertTasks locks it before it writes) are visible now: they are paused too, and
+    -- any of them already claimed is waited for.
+    WITH marked AS (
+        UPDATE deckhand.task SET pause = mode, state = CASE WHEN state = 'runnable' THEN 'paused' ELSE state END
+        WHERE job_id = job AND state IN ('blocked', 'runnable', 'running') AND pause IS DISTINCT FROM mode
+        RETURNING state
+    )
+    SELECT count(*) FILTER (WHERE state = 'running') INTO late FROM marked;
+    IF late > 0 THEN
+        UPDATE deckhand.job SET pause_waits_for = pause_waits_for + late WHERE id = job RETURNING state INTO new_state;
+    END IF;
+    IF now AND running + late > 0 THEN
+        PERFORM pg_notify('deckhand_cancel', '');
+    END IF;
+    RETURN new_state;
+END $$;
+
+-- resume makes a paused (or pausing) job's tasks claimable again. It returns the job's state.
+CREATE FUNCTION deckhand.resume(job bigint) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+    current deckhand.job;
+    new_state text;
+BEGIN
+    current := deckhand.job_for_control(job, 'resume');
+    IF current.pause IS NULL OR current.state IN ('finished', 'failed', 'cancelled', 'cancelling') THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format('job %s is %s: only a paused or pausing job can be resumed', job, current.state);
+    END IF;
+    PERFORM count(*) FROM (SELECT id FROM deckhand.task WHERE job_id = job AND state IN ('blocked', 'paused', 'running')
+                           ORDER BY id FOR UPDATE) locked;
+    UPDATE deckhand.task SET pause = NULL, state = CASE WHEN state = 'paused' THEN 'runnable' ELSE state END
+    WHERE job_id = job AND state IN ('blocked', 'paused', 'running') AND pause IS NOT NULL;
+    UPDATE deckhand.job SET pause = NULL, paused_at = NULL, pause_waits_for = 0
+    WHERE id = job AND pause IS NOT NULL AND state NOT IN ('finished', 'failed', 'cancelled', 'cancelling')
+    RETURNING state INTO new_state;
+    IF new_state IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state', MESSAGE = format('job %s changed while being resumed', job);
+    END IF;
+    -- Tasks added, paused, by a transaction that held the job row until the update above.
+    UPDATE deckhand.task SET pause = NULL, state = CASE WHEN state = 'paused' THEN 'runnable' ELSE state END
+    WHERE job_id = job AND state IN ('blocked', 'paused', 'running') AND pause IS NOT NULL;
+    PERFORM pg_notify('deckhand_runnable', '');
+    RETURN new_state;
+END $$;
+
+-- cancel as in 0004_security.sql; paused tasks are cancelled at once, and the job's pause ends.
+CREATE OR REPLACE FUNCTION deckhand.cancel(job bigint) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+    cancelled_now int;
+    new_state text;
+BEGIN
+    PERFORM deckhand.job_for_control(job, 'cancel');
+    -- Task rows are locked in id order before the job row, the order every writer uses.
+    WITH target AS (
+        SELECT id FROM deckhand.task WHERE job_id = job AND state IN ('blocked', 'runnable', 'running', 'paused')
+        ORDER BY id FOR UPDATE
+    ), moved AS (
+        UPDATE deckhand.task t
+        SET state = CASE WHEN t.state = 'running' THEN 'cancelling' ELSE 'cancelled' END,
+            finished_at = CASE WHEN t.state = 'running' THEN NULL ELSE now() END,
+            pause = NULL
+        FROM target WHERE t.id = target.id
+        RETURNING t.state
+    )
+    SELECT count(*) FILTER (WHERE state = 'cancelled') INTO cancelled_now FROM moved;
+    UPDATE deckhand.job SET cancel_requested_at = coalesce(cancel_requested_at, now()),
+        tasks_cancelled = tasks_cancelled + cancelled_now, pause = NULL, paused_at = NULL, pause_waits_for = 0
+    WHERE id = job AND state NOT IN ('finished', 'failed', 'cancelled')
+    RETURNING state INTO new_state;
+    IF new_state IS NULL THEN
+        SELECT state INTO new_state FROM deckhand.job WHERE id = job;
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state', MESSAGE = format('job %s has ended: it is already %s', job, new_state);
+    END IF;
+    PERFORM pg_notify('deckhand_cancel', '');
+    RETURN new_state;
+END $$;
+
+REVOKE ALL ON FUNCTION deckhand.pause(bigint, boolean), deckhand.resume(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION deckhand.pause(bigint, boolean), deckhand.resume(bigint) TO deckhand_submitter, deckhand_worker;
+
+-- Priorities. Claims take a node's runnable tasks in the order of their claim_key, earliest
+-- first: the time their job was submitted, moved earlier by a minute per point of the job's
+-- priority (-100 to 100). A job of priority 10 goes before jobs of priority 0 submitted up to
+-- ten minutes before it, and after older ones: waiting raises a job's place as priority
+-- does, so no job waits behind higher priorities for longer than the difference in minutes.
+-- The key is written once, with the task, and is the first column of every runnable set's
+-- index (0008_queues.sql, 0005, 0003): a claim reads the tasks it takes in that order, and
+-- nothing else, as before.
+ALTER TABLE deckhand.job ADD COLUMN priority int NOT NULL DEFAULT 0 CHECK (priority BETWEEN -100 AND 100);
+-- Tasks already there keep their order among themselves: their key is the same instant, and
+-- ids break ties.
+ALTER TABLE deckhand.task ADD COLUMN claim_key timestamptz NOT NULL DEFAULT now();
+
+DROP INDEX deckhand.task_runnable_anywhere_idx, deckhand.task_runnable_node_idx, deckhand.task_runnable_export_idx,
+    deckhand.task_runnable_group_idx;
+CREATE INDEX task_runnable_anywhere_idx ON deckhand.task (claim_key, id)
+    WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL;
+CREATE INDEX task_runnable_node_idx ON deckhand.task (node, claim_key, id)
+    WHERE state = 'runnable' AND node_group IS NULL AND node IS NOT NULL AND kind <> 'export';
+CREATE INDEX task_runnable_export_idx ON deckhand.task (node, claim_key, id)
+    WHERE state = 'runnable' AND node_group IS NULL AND kind = 'export';
+CREATE INDEX task_runnable_group_idx ON deckhand.task (node_group, claim_key, id)
+    WHERE state = 'runnable' AND node_group IS NOT NULL;
+
 CREATE OR REPLACE VIEW deckhand.jobs WITH (security_barrier) AS
     SELECT id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
            tasks_cancelled, tasks_unscheduled,
            tasks_total - tasks_done - tasks_failed - tasks_cancelled - tasks_unscheduled AS tasks_pending,
            created_at, started_at, finished_at, finished_at - created_at AS duration, cancel_requested_at,
-           notify_key, key
+           notify_key, key, paused_at, priority
     FROM deckhand.job
     WHERE (SELECT deckhand.sees_all()) OR deckhand.may_act_on(submitted_by, owners);
 
--- submit_job as in 0008_queues.sql, with the job's key.
+-- submit_job as in 0008_queues.sql, with the job's key and priority.
 CREATE OR REPLACE FUNCTION deckhand.submit_job(spec jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 -- Its statements handle one row per task: JIT compilation costs more than it saves, and sorts of
@@ -118,6 +305,7 @@ DECLARE
     needed jsonb;    -- {name: true} for every task that another task depends on
     ids bigint[];    -- ids[position]: the id of each task, increasing along the spec
     job_key text := spec ->> 'key';
+    job_priority int;
     holder deckhand.job; -- the unfinished job of the submitter that holds job_key
 BEGIN
     IF NOT (pg_has_role(me, 'deckhand_submitter', 'MEMBER') OR deckhand.is_admin()) THEN
@@ -127,9 +315,9 @@ BEGIN
     IF jsonb_typeof(spec) IS DISTINCT FROM 'object' THEN
         PERFORM deckhand.input_error('the job spec must be a JSON object');
     END IF;
-    SELECT format('unknown field %L in the job spec (known: description, key, kind, search_path, settings, tasks)', k)
+    SELECT format('unknown field %L in the job spec (known: description, key, kind, priority, search_path, settings, tasks)', k)
       INTO msg FROM jsonb_object_keys(spec) k
-     WHERE k <> ALL ('{description,key,kind,search_path,settings,tasks}') LIMIT 1;
+     WHERE k <> ALL ('{description,key,kind,priority,search_path,settings,tasks}') LIMIT 1;
     IF msg IS NOT NULL THEN PERFORM deckhand.input_error(msg); END IF;
     IF jsonb_typeof(tasks) IS DISTINCT FROM 'array' OR jsonb_array_length(tasks) = 0 THEN
         PERFORM deckhand.input_error('job has no tasks');
@@ -149,6 +337,12 @@ BEGIN
     END IF;
     msg := deckhand.key_problem(job_key);
     IF msg IS NOT NULL THEN PERFORM deckhand.input_error(msg); END IF;
+    IF jsonb_typeof(spec -> 'priority') NOT IN ('number', 'null')
+       OR jsonb_typeof(spec -> 'priority') = 'number' AND ((spec ->> 'priority')::numeric NOT BETWEEN -100 AND 100
+                                                         OR (spec ->> 'priority')::numeric % 1 <> 0) THEN
+        PERFORM deckhand.input_error('priority must be a whole number between -100 and 100');
+    END IF;
+    job_priority := coalesce((spec ->> 'priority')::int, 0);
     IF label IS NOT NULL AND label !~ '^[a-z][a-z0-9_]{0,62}$' THEN
         PERFORM deckhand.input_error(format('job kind %L: use a lower-case word such as sql or drop', label));
     END IF;
@@ -261,12 +455,12 @@ BEGIN
     -- between concurrent submissions (the second waits for the first to commit). The holder may
     -- end between the conflict and the look-up: then the key is free, and the insert is tried again.
     LOOP
-        INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, owners, key)
+        INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, owners, key, priority)
         SELECT deckhand.redact(coalesce(spec ->> 'description', '')),
                coalesce(label, coalesce(nullif(tasks -> 0 ->> 'kind', ''), 'sql')),
                coalesce(spec ->> 'search_path', ''), settings, jsonb_array_length(tasks),
                ARRAY(SELECT DISTINCT coalesce(e.t ->> 'owner', me) FROM jsonb_array_elements(tasks) e(t) ORDER BY 1),
-               job_key
+               job_key, job_priority
         ON CONFLICT (submitted_by, key) WHERE key IS NOT NULL AND state NOT IN ('finished', 'failed', 'cancelled') DO NOTHING
         RETURNING id INTO new_id;
         EXIT WHEN new_id IS NOT NULL;
@@ -282,13 +476,14 @@ BEGIN
     needed := (SELECT jsonb_object_agg(d.dep, true)
                FROM jsonb_array_elements(tasks) e(t) CROSS JOIN LATERAL jsonb_array_elements_text(nullif(e.t -> 'depends_on', 'null')) d(dep));
     INSERT INTO deckhand.task (id, job_id, name, kind, node, owner, sql, payload, in_transaction, max_attempts,
-                               timeout, state, pending_deps, has_dependents)
+                               timeout, state, pending_deps, has_dependents, claim_key)
     SELECT ids[e.ord], new_id, e.t ->> 'name', coalesce(nullif(e.t ->> 'kind', ''), 'sql'),
            nullif(e.t ->> 'node', ''), coalesce(e.t ->> 'owner', me), coalesce(e.t ->> 'sql', ''),
            nullif(e.t -> 'payload', 'null'), coalesce((e.t ->> 'transaction')::boolean, true),
            coalesce((e.t ->> 'max_attempts')::int, 3), coalesce(deckhand.to_timeout(e.t -> 'timeout'), interval '1 hour'),
            CASE WHEN jsonb_array_length(coalesce(deps, '[]')) > 0 THEN 'blocked' ELSE 'runnable' END,
-           jsonb_array_length(coalesce(deps, '[]')), coalesce(needed ? (e.t ->> 'name'), false)
+           jsonb_array_length(coalesce(deps, '[]')), coalesce(needed ? (e.t ->> 'name'), false),
+           now() - make_interval(mins => job_priority)
     FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord),
          LATERAL (SELECT nullif(e.t -> 'depends_on', 'null') AS deps) d;
     INSERT INTO deckhand.task_dep (task_id, depends_on)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -124,4 +125,60 @@ func TestKeysAreTheSubmittersOwn(t *testing.T) {
 	}
 	r = deckhand(t, "", "--catalog", e.RoleDSN(role), "job", "run", "--node", "n1", "--key", "shared", "SELECT 1")
 	wantDuplicate(t, r, second)
+}
+
+// job pause and job resume: the job's state after the request, -o json, and a clear refusal
+// of a job that is not paused.
+func TestPauseAndResumeCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.AddNode("n1", 4)
+	id := jobID(t, e.run("job", "run", "--node", "n1", "SELECT 1"))
+	r := e.run("job", "pause", id)
+	if r.code != 0 || r.stdout != "job "+id+" paused\n" {
+		t.Fatalf("job pause: %s", r)
+	}
+	if j := decode[deckhandtype.Job](t, e.run("job", "show", id, "-o", "json")); j.State != deckhandtype.JobPaused || j.PausedAt == nil {
+		t.Errorf("job show of a paused job: %+v", j)
+	}
+	if paused := e.listJobs("--state", "paused"); len(paused) != 1 {
+		t.Errorf("job list --state paused = %+v", paused)
+	}
+	want(t, e.run("job", "pause", id, "--now"), 0)
+	r = e.run("job", "resume", id, "-o", "json")
+	if got := decode[map[string]any](t, r); got["state"] != "scheduled" {
+		t.Errorf("job resume -o json: %s", r)
+	}
+	wantOneLineError(t, e.run("job", "resume", id), cli.ExitFailed, "only a paused or pausing job can be resumed")
+	want(t, e.run("job", "cancel", id), 0)
+	wantOneLineError(t, e.run("job", "pause", id), cli.ExitFailed, "can be paused", "cancelled")
+}
+
+// --priority on job run and job submit, shown by job show, job list and -o json.
+func TestPriorityFlags(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.AddNode("n1", 4)
+	id := jobID(t, e.run("job", "run", "--node", "n1", "--priority", "7", "SELECT 1"))
+	if j := decode[deckhandtype.Job](t, e.run("job", "show", id, "-o", "json")); j.Priority != 7 {
+		t.Errorf("job show -o json: priority %d, want 7", j.Priority)
+	}
+	if out := e.run("job", "show", id).stdout; !strings.Contains(out, "priority: 7") {
+		t.Errorf("job show does not tell the priority:\n%s", out)
+	}
+	spec := `{"priority": 3, "tasks": [{"name": "a", "node": "n1", "sql": "SELECT 2"}]}`
+	fromSpec := jobID(t, e.runIn(spec, "job", "submit", "-"))
+	overridden := jobID(t, e.runIn(spec, "job", "submit", "-", "--priority", "-5"))
+	got := map[string]int{}
+	for _, j := range e.listJobs() {
+		got[strconv.FormatInt(j.ID, 10)] = j.Priority
+	}
+	if got[id] != 7 || got[fromSpec] != 3 || got[overridden] != -5 {
+		t.Errorf("job list -o json priorities: %v", got)
+	}
+	if out := e.run("job", "list").stdout; !strings.Contains(out, "PRIORITY") {
+		t.Errorf("job list has no priority column:\n%s", out)
+	}
+	wantUsage(t, e.run("job", "run", "--node", "n1", "--priority", "101", "SELECT 1"), "priority must be a whole number between -100 and 100")
+	wantUsage(t, e.runIn(`{"priority": 1.5, "tasks": [{"name": "a", "node": "n1", "sql": "SELECT 2"}]}`, "job", "submit", "-"), "priority")
 }
