@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,8 +168,11 @@ func TestMoveWorkerKilledAtEachStep(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), "killed") {
 					t.Fatalf("the faulty worker exited with %v, want killed after %s:\n%s", err, step, p.Output())
 				}
-			case <-time.After(90 * time.Second):
-				t.Fatalf("the faulty worker never reached %s: %s\n%s", step, e.lastError(id), p.Output())
+			case <-time.After(20 * time.Second):
+				d, _ := e.Client.Job(ctx, id)
+				p.Cmd.Process.Signal(syscall.SIGQUIT)
+				time.Sleep(time.Second)
+				t.Fatalf("the faulty worker never reached %s: %+v %s\n%s", step, d.Tasks, e.lastError(id), p.Output())
 			}
 			e.worker(move.Mover{})
 			if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {

@@ -86,12 +86,12 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 	if err := m.step(ctx, t, StepPlan, 0); err != nil {
 		return err
 	}
-	srcConn, releaseSrc, err := c.Pools.Session(ctx, src.owner, t)
+	srcConn, releaseSrc, err := dedicated(src.owner, t)(ctx)
 	if err != nil {
 		return err
 	}
 	defer releaseSrc()
-	dstConn, releaseDst, err := c.Pools.Session(ctx, dst.owner, t)
+	dstConn, releaseDst, err := dedicated(dst.owner, t)(ctx)
 	if err != nil {
 		return err
 	}
@@ -210,9 +210,17 @@ func (mv *move) at(ctx context.Context, step string) error {
 	return nil
 }
 
-func (mv *move) session(o nodeconn.Owner) sessionFunc {
+func (mv *move) session(o nodeconn.Owner) sessionFunc { return dedicated(o, mv.t) }
+
+// dedicated opens sessions of the attempt's owner that belong to no pool: a move holds
+// several on each node at once (see nodeconn.DedicatedSession).
+func dedicated(o nodeconn.Owner, t *deckhandtype.ClaimedTask) sessionFunc {
 	return func(ctx context.Context) (*pgx.Conn, func(), error) {
-		return mv.Cleaner.Pools.Session(ctx, o, mv.t)
+		conn, err := nodeconn.DedicatedSession(ctx, o, t)
+		if err != nil {
+			return nil, nil, err
+		}
+		return conn, func() { conn.Close(context.Background()) }, nil //nolint:errcheck
 	}
 }
 
