@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -245,6 +246,9 @@ func (mv *move) run(ctx context.Context) error {
 			return err
 		}
 	} else {
+		if err := mv.createSchemas(ctx); err != nil {
+			return err
+		}
 		for _, r := range pl.published() {
 			if _, err := op.Register(ctx, cleanup.Table(dstNode, r.Schema, r.Name), cleanup.OnFailure); err != nil {
 				return err
@@ -416,6 +420,36 @@ func (mv *move) run(ctx context.Context) error {
 		}
 	}
 	return mv.at(ctx, StepDone)
+}
+
+// createSchemas creates on the target the schemas of moved tables that it lacks (a table
+// move's dump has no CREATE SCHEMA); they stay if the move succeeds.
+func (mv *move) createSchemas(ctx context.Context) error {
+	for _, s := range mv.pl.schemas {
+		var exists bool
+		if err := mv.dstConn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1::pg_catalog.text)`,
+			s).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			continue
+		}
+		id, err := mv.op.Register(ctx, cleanup.Schema(mv.dst.node.Name, s), cleanup.OnFailure)
+		if err != nil {
+			return err
+		}
+		if _, err := mv.dstConn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{s}.Sanitize()); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "42P06" { // created meanwhile: not ours
+				if err := mv.op.Forget(ctx, id); err != nil {
+					return err
+				}
+				continue
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // runScripts runs DDL scripts in a session of their own (they change its settings).

@@ -1,6 +1,7 @@
 package move_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +100,32 @@ func TestMoveRefusals(t *testing.T) {
 	}
 	if d := testenv.Diff(preDst, e.Snapshot(e.dst)); d != "" {
 		t.Errorf("the refused moves changed the target:\n%s", d)
+	}
+}
+
+// A move whose submitter was forged in the catalog (see testenv.Env.ForgeSubmitter) is
+// refused on the node, before anything is created or registered: the worker checks that the
+// submitter is a member of the owner in every session it opens.
+func TestForgedMoveIsRefused(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	outsider := e.owner + "_outsider"
+	if err := e.NodeCluster.CreateRole(ctx, outsider, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.NodeCluster.Exec(ctx, "postgres", "DROP ROLE IF EXISTS "+outsider) })
+	preSrc, preDst := e.Snapshot(e.src, appTables...), e.Snapshot(e.dst)
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	e.ForgeSubmitter(id, outsider)
+	e.worker(move.Mover{})
+	e.FailedWith(id, fmt.Sprintf("submitter %q is not a member of role %q", outsider, e.owner))
+	if recs := e.Records(id); len(recs) != 0 {
+		t.Errorf("the refused move registered resources: %+v", recs)
+	}
+	if d := testenv.Diff(preSrc, e.Snapshot(e.src, appTables...)); d != "" {
+		t.Errorf("the refused move changed the source:\n%s", d)
+	}
+	if d := testenv.Diff(preDst, e.Snapshot(e.dst)); d != "" {
+		t.Errorf("the refused move changed the target:\n%s", d)
 	}
 }
