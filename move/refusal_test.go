@@ -2,6 +2,7 @@ package move_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/internal/testenv/clitest"
 	"github.com/deckhandhq/deckhand/move"
 )
 
@@ -127,5 +129,29 @@ func TestForgedMoveIsRefused(t *testing.T) {
 	}
 	if d := testenv.Diff(preDst, e.Snapshot(e.dst)); d != "" {
 		t.Errorf("the refused move changed the target:\n%s", d)
+	}
+}
+
+// `deckhand move` prints the job id alone; bad input is refused with exit code 2 and one line.
+func TestMoveCommand(t *testing.T) {
+	e := newMoveEnv(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"move", "--schema", "app", "--from", "g1"}, "--to is required"},
+		{[]string{"move", "--schema", "app", "--from", "g1", "--to", "g1"}, "--from and --to are both group g1"},
+		{[]string{"move", "--schema", "app", "--table", "t", "--from", "g1", "--to", "g2"}, "not both"},
+		{[]string{"move", "--schema", "app", "--from", "g1", "--to", "nowhere"}, `node group "nowhere" has no nodes`},
+		{[]string{"move", "--schema", "app", "--from", "g1", "--to", "g2", "--max-write-block", "1us"}, "--max-write-block must be at least"},
+	} {
+		code, stdout, stderr := clitest.Deckhand(t, e.DSN, tc.args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("deckhand %s: exit %d, stdout %q, stderr %q; want 2 and one line with %q", strings.Join(tc.args, " "), code, stdout, stderr, tc.want)
+		}
+	}
+	out := clitest.Run(t, e.DSN, "move", "--schema", "app", "--from", "g1", "--to", "g2", "--owner", e.owner)
+	if id, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64); err != nil || id <= 0 {
+		t.Errorf("deckhand move printed %q, want a job id", out)
 	}
 }
