@@ -49,7 +49,9 @@ func newMoveEnv(t *testing.T) *moveEnv {
 		}
 	}
 	e.owner = fmt.Sprintf("mover_%d_%d", os.Getpid(), roleSeq.Add(1))
-	if err := e.NodeCluster.CreateRole(ctx, e.owner, "LOGIN REPLICATION NOSUPERUSER"); err != nil {
+	// The owner logs in with a password, which only the worker's pgpass file (PGPASSFILE)
+	// holds: the move's sessions and pg_dump must find it there.
+	if err := pgtest.CreateLoginRole(ctx, e.NodeCluster, e.owner, "REPLICATION NOSUPERUSER"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -136,6 +136,18 @@ func TestOnlineMoveUnderWrites(t *testing.T) {
 		Scan(&super, &repl); err != nil || super || !repl {
 		t.Fatalf("the owner: superuser %v, replication %v (%v); want a non-superuser with REPLICATION", super, repl, err)
 	}
+	// The owner needs its password, which only the pgpass file holds.
+	cfg, err := pgx.ParseConfig(e.NodeCluster.DSN(e.src, e.owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Password = ""
+	if conn, err := pgx.ConnectConfig(ctx, cfg); err == nil {
+		conn.Close(ctx)
+		t.Fatal("the owner logged in without its password: the test would not show that the move finds it in pgpass")
+	} else if !strings.Contains(err.Error(), "password") {
+		t.Fatalf("the owner's login without a password: %v", err)
+	}
 	w := &writer{conn: e.NodeConn(e.src, e.owner), orders: map[int64]string{}, events: map[int64]bool{}}
 	{
 		rows, _ := w.conn.Query(ctx, `SELECT id, doc::text FROM app.orders`)

@@ -23,13 +23,14 @@ var logical struct {
 // LogicalCluster returns a cluster with wal_level=logical, for tests that replicate between
 // nodes (the shared cluster runs wal_level=replica, and changing it needs a restart). All the
 // tests of a binary share it, each in databases of its own (see Database): they must not stop,
-// kill or reconfigure it.
+// kill or reconfigure it. Every role but the superuser logs in with a password, from the
+// test's pgpass file: create roles with pgtest.CreateLoginRole.
 func LogicalCluster(t testing.TB) *pgcluster.Cluster {
 	t.Helper()
 	logical.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		logical.c, logical.err = pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{
+		logical.c, logical.err = pgcluster.Start(ctx, pgcluster.Options{PasswordAuth: true, Settings: map[string]string{
 			"wal_level":                         "logical",
 			"max_replication_slots":             "64",
 			"max_wal_senders":                   "64",
