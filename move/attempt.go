@@ -266,7 +266,12 @@ func (mv *move) cutOver(ctx context.Context, st *structure, waitFor func(context
 	if sleep == nil {
 		sleep = sleepCtx
 	}
-	co := &cutOver{src: mv.srcConn, dst: mv.dstConn, pl: pl, st: st, budget: p.maxWriteBlock(), refusal: refusalFn,
+	flusher, release, err := mv.session(mv.src.owner)(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	co := &cutOver{src: mv.srcConn, dst: mv.dstConn, flusher: flusher, pl: pl, st: st, budget: p.maxWriteBlock(), refusal: refusalFn,
 		message: "pg_catalog.format('relation %I.%I moved to group %s by job %s: write to it there', TG_TABLE_SCHEMA, TG_TABLE_NAME, " +
 			literal(p.To) + ", " + literal(strconv.FormatInt(mv.t.JobID, 10)) + ")",
 		waitFor: waitFor, log: c.Log().Info, sleep: sleep}

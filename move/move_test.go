@@ -129,6 +129,17 @@ func (w *writer) someOrder(rng *rand.Rand) int64 {
 // for longer than --max-write-block; a write to the old location fails loudly; the source
 // stays while a reader uses it and is dropped once it ends. The owner is not a superuser.
 func TestOnlineMoveUnderWrites(t *testing.T) {
+	// 2s, the default; 300ms, shorter than the catch-up under the locks often takes here, so
+	// that the cut-over rolls back and tries again until it fits.
+	for _, budget := range []time.Duration{2 * time.Second, 300 * time.Millisecond} {
+		t.Run(budget.String(), func(t *testing.T) {
+			t.Parallel()
+			onlineMoveUnderWrites(t, budget)
+		})
+	}
+}
+
+func onlineMoveUnderWrites(t *testing.T, budget time.Duration) {
 	e := newMoveEnv(t)
 	e.asOwner(e.src, appSchema)
 	var super, repl bool
@@ -171,7 +182,6 @@ func TestOnlineMoveUnderWrites(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); w.run(stop, 5*time.Millisecond) }()
 	time.Sleep(300 * time.Millisecond) // writes before the move starts
-	const budget = 2 * time.Second
 	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2", MaxWriteBlock: budget})
 	job := e.Wait(id, 2*time.Minute)
 	if job.State != deckhandtype.JobFinished {
@@ -203,9 +213,10 @@ func TestOnlineMoveUnderWrites(t *testing.T) {
 		t.Fatalf("move progress: %+v %v %v", progress, ok, err)
 	}
 	t.Logf("move: writes blocked %dms, step %s, %d rows copied", *progress.LongestWriteBlockMS, progress.Step, progress.RowsCopied)
-	// The margin covers a round trip and the scheduling of a shared test machine: the block
-	// itself is bounded by the move (lock request to commit), which reports it.
-	if margin := 500 * time.Millisecond; w.longest > budget+margin || time.Duration(*progress.LongestWriteBlockMS)*time.Millisecond > budget {
+	// The block itself is bounded by the move, from its lock request to its commit, and it
+	// reports it: that must be within the budget. The writer's own measure adds its round trip
+	// and the scheduling of a loaded 2-CPU test machine: 400ms of margin.
+	if margin := 400 * time.Millisecond; w.longest > budget+margin || time.Duration(*progress.LongestWriteBlockMS)*time.Millisecond > budget {
 		t.Errorf("writes were blocked for %s (move: %dms), more than --max-write-block %s + %s", w.longest, *progress.LongestWriteBlockMS, budget, margin)
 	}
 
