@@ -196,6 +196,36 @@ func TestCancelAndRetry(t *testing.T) {
 	}
 }
 
+func TestPauseAndResume(t *testing.T) {
+	h := newHarness(t)
+	h.AddNode("n1", 2)
+	id := h.submit(sqlJob("waits", "n1", "SELECT 1"))
+	var sc api.StateChange
+	r := h.do("POST", fmt.Sprintf("/api/jobs/%d/pause?now=true", id), "")
+	if r.json(t, &sc); r.code != http.StatusOK || sc.State != deckhandtype.JobPaused {
+		t.Fatalf("pause: %d %s", r.code, r.body)
+	}
+	if r := h.do("POST", fmt.Sprintf("/api/jobs/%d/pause?now=maybe", id), ""); r.code != http.StatusBadRequest {
+		t.Errorf("pause?now=maybe: %d %s", r.code, r.body)
+	}
+	r = h.do("POST", fmt.Sprintf("/api/jobs/%d/resume", id), "")
+	if r.json(t, &sc); r.code != http.StatusOK || sc.State != deckhandtype.JobScheduled {
+		t.Fatalf("resume: %d %s", r.code, r.body)
+	}
+	if r := h.do("POST", fmt.Sprintf("/api/jobs/%d/resume", id), ""); r.code != http.StatusConflict || !strings.Contains(r.body, "only a paused") {
+		t.Errorf("resume a job that is not paused: %d %s", r.code, r.body)
+	}
+	h.worker()
+	if j := h.Wait(id, 20*time.Second); j.State != deckhandtype.JobFinished {
+		t.Fatalf("after resume: %s", j.State)
+	}
+	for _, action := range []string{"pause", "resume"} {
+		if r := h.do("POST", "/api/jobs/424242/"+action, ""); r.code != http.StatusNotFound {
+			t.Errorf("%s a missing job: %d %s", action, r.code, r.body)
+		}
+	}
+}
+
 func TestEventsHintAtChanges(t *testing.T) {
 	h := newHarness(t)
 	s := h.events()
@@ -430,14 +460,17 @@ func TestMetaDescribesEveryState(t *testing.T) {
 	var jobs []string
 	for _, s := range meta.States.Jobs {
 		jobs = append(jobs, string(s.Name))
+		paused := s.Name == deckhandtype.JobPausing || s.Name == deckhandtype.JobPaused
 		want := api.JobState{Name: s.Name, Ended: s.Name.Terminal(),
 			Cancel: !s.Name.Terminal() && s.Name != deckhandtype.JobCancelling,
-			Retry:  s.Name == deckhandtype.JobFailed || s.Name == deckhandtype.JobCancelled}
+			Retry:  s.Name == deckhandtype.JobFailed || s.Name == deckhandtype.JobCancelled,
+			Pause:  !s.Name.Terminal() && s.Name != deckhandtype.JobCancelling && !paused,
+			Resume: paused}
 		if s != want {
 			t.Errorf("job state %+v, want %+v", s, want)
 		}
 	}
-	if want := []string{"running", "scheduled", "failing", "cancelling", "finished", "failed", "cancelled"}; !slices.Equal(jobs, want) {
+	if want := []string{"running", "scheduled", "failing", "pausing", "paused", "cancelling", "finished", "failed", "cancelled"}; !slices.Equal(jobs, want) {
 		t.Errorf("job states in the order %q, want %q", jobs, want)
 	}
 	var tasks []string
@@ -450,7 +483,7 @@ func TestMetaDescribesEveryState(t *testing.T) {
 			t.Errorf("task state %+v: want exactly one of pending, active and ended", s)
 		}
 	}
-	if want := []string{"done", "running", "cancelling", "runnable", "blocked", "failed", "unscheduled", "cancelled"}; !slices.Equal(tasks, want) {
+	if want := []string{"done", "running", "cancelling", "runnable", "paused", "blocked", "failed", "unscheduled", "cancelled"}; !slices.Equal(tasks, want) {
 		t.Errorf("task states in the order %q, want %q", tasks, want)
 	}
 	for _, c := range []struct {
@@ -459,6 +492,7 @@ func TestMetaDescribesEveryState(t *testing.T) {
 	}{
 		{deckhandtype.TaskBlocked, api.TaskState{Pending: true}},
 		{deckhandtype.TaskRunnable, api.TaskState{Pending: true, Claimable: true}},
+		{deckhandtype.TaskPaused, api.TaskState{Pending: true}},
 		{deckhandtype.TaskRunning, api.TaskState{Active: true}},
 		{deckhandtype.TaskCancelling, api.TaskState{Active: true}},
 		{deckhandtype.TaskDone, api.TaskState{Succeeded: true, Ended: true}},

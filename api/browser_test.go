@@ -165,7 +165,7 @@ func (b *browser) signIn(base string, u user) {
 const jobCounts = `[...document.querySelectorAll('.counts .count')].map(e => e.dataset.state).join(',')`
 
 // The dashboard, driven like a person would: sign in as a catalog role, watch a job finish
-// live, open a running job and cancel it with its button, sign out.
+// live, open a running job, pause and resume it, cancel it with its button, sign out.
 func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	b := newBrowser(t, 1440, 900)
 	h := newHarness(t)
@@ -190,6 +190,13 @@ func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	b.waitJS("the job is shown running", `document.querySelector('#job-state[data-state="running"]') !== null`, 20*time.Second)
 	b.waitJS("the graph shows the running task", `document.querySelector('svg.dag g.node[data-state="running"]') !== null`, 10*time.Second)
 	b.waitJS("the timeline shows the running attempt", `document.querySelector('svg.gantt rect[data-outcome="running"]') !== null`, 10*time.Second)
+
+	b.do("click Pause", chromedp.Click(chromedp.CSS(`button[data-action="pause"]`)))
+	b.waitJS("the job is shown pausing, with Resume instead of Pause", `document.querySelector('#job-state[data-state="pausing"]') !== null &&
+		document.querySelector('button[data-action="resume"]') !== null && !document.querySelector('button[data-action="pause"]')`, 20*time.Second)
+	b.do("click Resume", chromedp.Click(chromedp.CSS(`button[data-action="resume"]`)))
+	b.waitJS("the job is shown running again", `document.querySelector('#job-state[data-state="running"]') !== null &&
+		document.querySelector('button[data-action="pause"]') !== null`, 20*time.Second)
 
 	b.do("click Cancel", chromedp.Click(chromedp.CSS(`button[data-action="cancel"]`)))
 	b.waitJS("the job is shown cancelled", `document.querySelector('#job-state[data-state="cancelled"]') !== null`, 20*time.Second)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -153,6 +154,9 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case err == nil:
+	case errors.Is(err, engine.ErrDuplicateKey):
+		writeDuplicate(w, err)
+		return
 	case refusedByCatalog(err):
 		s.serverError(w, r, err)
 		return
@@ -181,6 +185,38 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	state, err := CallerClient(r).Cancel(r.Context(), id)
 	if err != nil {
 		s.controlError(w, r, id, "cancel", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, StateChange{ID: id, State: state})
+}
+
+// pauseJob pauses a job; ?now=1 (or true) also stops its running tasks.
+func (s *Server) pauseJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	now, err := strconv.ParseBool(cmp.Or(r.URL.Query().Get("now"), "false"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("now must be true or false, got %q", r.URL.Query().Get("now")))
+		return
+	}
+	state, err := CallerClient(r).Pause(r.Context(), id, now)
+	if err != nil {
+		s.controlError(w, r, id, "pause", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, StateChange{ID: id, State: state})
+}
+
+func (s *Server) resumeJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	state, err := CallerClient(r).Resume(r.Context(), id)
+	if err != nil {
+		s.controlError(w, r, id, "resume", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, StateChange{ID: id, State: state})
@@ -215,6 +251,10 @@ func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, 
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
+	if errors.Is(err, engine.ErrDuplicateKey) {
+		writeDuplicate(w, err)
+		return
+	}
 	job, rerr := CallerClient(r).JobRow(r.Context(), id)
 	switch {
 	case errors.Is(rerr, catalog.ErrNotFound):
@@ -228,6 +268,17 @@ func (s *Server) controlError(w http.ResponseWriter, r *http.Request, id int64, 
 	default:
 		s.serverError(w, r, err)
 	}
+}
+
+// writeDuplicate answers a job refused for its key: 409 with the id of the unfinished job that
+// holds the key ("id" is absent when the caller may not see that job).
+func writeDuplicate(w http.ResponseWriter, err error) {
+	body := map[string]any{"error": spec.OneLine(err.Error())}
+	var dup *engine.DuplicateKeyError
+	if errors.As(err, &dup) && dup.JobID > 0 {
+		body["id"] = dup.JobID
+	}
+	writeJSON(w, http.StatusConflict, body)
 }
 
 func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
@@ -321,6 +372,8 @@ type JobState struct {
 	Ended  bool                  `json:"ended"`  // the job will not change again on its own
 	Cancel bool                  `json:"cancel"` // the dashboard offers Cancel: not ended, and no cancel requested yet
 	Retry  bool                  `json:"retry"`  // POST /api/jobs/{id}/retry accepts a job in this state
+	Pause  bool                  `json:"pause"`  // POST /api/jobs/{id}/pause accepts a job in this state
+	Resume bool                  `json:"resume"` // POST /api/jobs/{id}/resume accepts a job in this state
 }
 
 // TaskState is one task state as the dashboard shows it.
@@ -337,10 +390,10 @@ type TaskState struct {
 // a job's tasks with what is done first, as its progress bar reads. Every state appears
 // once (TestMetaStatesCoverTheCatalog).
 var (
-	dashboardJobOrder = []deckhandtype.JobState{deckhandtype.JobRunning, deckhandtype.JobScheduled, deckhandtype.JobFailing, deckhandtype.JobCancelling,
-		deckhandtype.JobFinished, deckhandtype.JobFailed, deckhandtype.JobCancelled}
+	dashboardJobOrder = []deckhandtype.JobState{deckhandtype.JobRunning, deckhandtype.JobScheduled, deckhandtype.JobFailing, deckhandtype.JobPausing,
+		deckhandtype.JobPaused, deckhandtype.JobCancelling, deckhandtype.JobFinished, deckhandtype.JobFailed, deckhandtype.JobCancelled}
 	dashboardTaskOrder = []deckhandtype.TaskState{deckhandtype.TaskDone, deckhandtype.TaskRunning, deckhandtype.TaskCancelling, deckhandtype.TaskRunnable,
-		deckhandtype.TaskBlocked, deckhandtype.TaskFailed, deckhandtype.TaskUnscheduled, deckhandtype.TaskCancelled}
+		deckhandtype.TaskPaused, deckhandtype.TaskBlocked, deckhandtype.TaskFailed, deckhandtype.TaskUnscheduled, deckhandtype.TaskCancelled}
 )
 
 // retryable reports whether a job in state s can be retried.
@@ -353,12 +406,14 @@ var states = func() States {
 	var out States
 	for _, s := range dashboardJobOrder {
 		ended := s.Terminal()
+		paused := s == deckhandtype.JobPausing || s == deckhandtype.JobPaused
 		out.Jobs = append(out.Jobs, JobState{Name: s, Ended: ended,
-			Cancel: !ended && s != deckhandtype.JobCancelling, Retry: retryable(s)})
+			Cancel: !ended && s != deckhandtype.JobCancelling, Retry: retryable(s),
+			Pause: !ended && s != deckhandtype.JobCancelling && !paused, Resume: paused})
 	}
 	for _, s := range dashboardTaskOrder {
 		out.Tasks = append(out.Tasks, TaskState{Name: s,
-			Pending:   s == deckhandtype.TaskBlocked || s == deckhandtype.TaskRunnable,
+			Pending:   s == deckhandtype.TaskBlocked || s == deckhandtype.TaskRunnable || s == deckhandtype.TaskPaused,
 			Claimable: s == deckhandtype.TaskRunnable,
 			Active:    s == deckhandtype.TaskRunning || s == deckhandtype.TaskCancelling,
 			Succeeded: s == deckhandtype.TaskDone,

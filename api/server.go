@@ -195,6 +195,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/jobs/{id}", s.getJob)
 	s.mux.HandleFunc("POST /api/jobs/{id}/cancel", s.cancelJob)
 	s.mux.HandleFunc("POST /api/jobs/{id}/retry", s.retryJob)
+	s.mux.HandleFunc("POST /api/jobs/{id}/pause", s.pauseJob)
+	s.mux.HandleFunc("POST /api/jobs/{id}/resume", s.resumeJob)
 	s.mux.HandleFunc("GET /api/nodes", s.listNodes)
 	s.mux.HandleFunc("GET /api/workers", s.listWorkers)
 	s.mux.HandleFunc("GET /api/summary", s.summary)

@@ -19,6 +19,14 @@ type Job struct {
 	StartedAt         *time.Time `json:"started_at" db:"started_at"`
 	FinishedAt        *time.Time `json:"finished_at" db:"finished_at"`
 	CancelRequestedAt *time.Time `json:"cancel_requested_at" db:"cancel_requested_at"`
+	// Key, when set, is held by this job while it has not ended: its submitter cannot submit
+	// another job with the same key meanwhile.
+	Key *string `json:"key" db:"key"`
+	// PausedAt is when the job was paused, while it is pausing or paused.
+	PausedAt *time.Time `json:"paused_at" db:"paused_at"`
+	// Priority orders the job's tasks' claims among other jobs' on the same nodes, higher
+	// first; each point weighs as a minute of waiting.
+	Priority int `json:"priority" db:"priority"`
 }
 
 // TaskError is what a failed attempt reported.

@@ -32,3 +32,37 @@ type Placement struct {
 	// carries the highest one.
 	Version int64 `json:"version" db:"version"`
 }
+
+// RebalanceMove is one move of a rebalance's job.
+type RebalanceMove struct {
+	TaskID     int64      `json:"task_id" db:"task_id"`
+	Name       string     `json:"name" db:"name"`
+	State      TaskState  `json:"state" db:"state"`
+	Schema     string     `json:"schema" db:"schema_name"`
+	From       string     `json:"from" db:"from_group"`
+	To         string     `json:"to" db:"to_group"`
+	Bytes      int64      `json:"bytes" db:"bytes"` // planned
+	StartedAt  *time.Time `json:"started_at" db:"started_at"`
+	FinishedAt *time.Time `json:"finished_at" db:"finished_at"`
+	LastError  *string    `json:"last_error" db:"last_error"`
+}
+
+// MoveCount is a number of moves and the bytes they were planned to move.
+type MoveCount struct {
+	Moves int   `json:"moves"`
+	Bytes int64 `json:"bytes"`
+}
+
+// RebalanceStatus is a rebalance's job and where its moves are.
+type RebalanceStatus struct {
+	JobID       int64           `json:"job_id"`
+	State       JobState        `json:"state"`
+	Description string          `json:"description"`
+	CreatedAt   time.Time       `json:"created_at"`
+	FinishedAt  *time.Time      `json:"finished_at"`
+	Done        MoveCount       `json:"done"`
+	Running     MoveCount       `json:"running"`
+	Left        MoveCount       `json:"left"`   // not started yet: blocked, runnable or held
+	Failed      MoveCount       `json:"failed"` // failed, cancelled or never to run (unscheduled)
+	Moves       []RebalanceMove `json:"moves"`
+}

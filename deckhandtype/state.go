@@ -16,10 +16,11 @@ const (
 	TaskFailed      TaskState = "failed"      // a permanent error, or its attempts ran out
 	TaskUnscheduled TaskState = "unscheduled" // a prerequisite failed: it will not run
 	TaskCancelled   TaskState = "cancelled"   // its job was cancelled before it finished
+	TaskPaused      TaskState = "paused"      // its job is paused: it is not claimed until the job is resumed
 )
 
 // TaskStates lists every task state in lifecycle order.
-var TaskStates = []TaskState{TaskBlocked, TaskRunnable, TaskRunning, TaskCancelling, TaskDone, TaskFailed, TaskUnscheduled, TaskCancelled}
+var TaskStates = []TaskState{TaskBlocked, TaskRunnable, TaskPaused, TaskRunning, TaskCancelling, TaskDone, TaskFailed, TaskUnscheduled, TaskCancelled}
 
 // Terminal reports whether a task in state s will not run again on its own.
 func (s TaskState) Terminal() bool {
@@ -37,10 +38,12 @@ const (
 	JobFailed     JobState = "failed"     // ended with a failed or unscheduled task
 	JobCancelling JobState = "cancelling" // cancel requested; running tasks are being stopped
 	JobCancelled  JobState = "cancelled"  // ended after a cancel
+	JobPausing    JobState = "pausing"    // paused: nothing more is claimed; tasks running at the pause still run
+	JobPaused     JobState = "paused"     // paused, and nothing of it runs
 )
 
 // JobStates lists every job state in lifecycle order.
-var JobStates = []JobState{JobScheduled, JobRunning, JobFailing, JobCancelling, JobFinished, JobFailed, JobCancelled}
+var JobStates = []JobState{JobScheduled, JobRunning, JobFailing, JobPausing, JobPaused, JobCancelling, JobFinished, JobFailed, JobCancelled}
 
 // Terminal reports whether a job in state s will not change again on its own.
 func (s JobState) Terminal() bool {

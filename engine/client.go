@@ -68,9 +68,18 @@ func IsInvalid(err error) bool {
 	return errors.As(err, &specErr) || errors.Is(err, catalog.ErrInvalid) || errors.Is(err, catalog.ErrForbidden)
 }
 
+// ErrDuplicateKey marks a submission or retry refused because an unfinished job of the same
+// submitter holds its key; the error is a *DuplicateKeyError, which names that job.
+var ErrDuplicateKey = catalog.ErrDuplicateKey
+
+// DuplicateKeyError is the refusal of a job whose key an unfinished job holds: JobID is that
+// job (0 when the caller may not see it).
+type DuplicateKeyError = catalog.DuplicateKeyError
+
 // Submit validates a job and writes it to the catalog; workers start on it at once. Nothing
 // is written when the spec is invalid, names an unknown node, or names an owner the
-// submitter (the catalog session user) may not act as.
+// submitter (the catalog session user) may not act as. A job whose key an unfinished job of
+// the submitter holds is refused with a *DuplicateKeyError.
 func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
 	if err := job.Validate(c.kinds.submittable()); err != nil {
 		return 0, err
@@ -91,6 +100,8 @@ func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
 		Kind:        job.Kind,
 		SearchPath:  searchPath,
 		Settings:    job.Settings,
+		Key:         job.Key,
+		Priority:    job.Priority,
 	}
 	if nj.Kind == "" {
 		nj.Kind = job.Tasks[0].Kind
@@ -198,18 +209,36 @@ func connectToCheck(ctx context.Context, dsn string) (*pgx.Conn, error) {
 
 // Run submits a one-task SQL job.
 func (c *Client) Run(ctx context.Context, node, owner, sql string, inTransaction bool) (int64, error) {
-	return c.Submit(ctx, &spec.Job{
+	return c.Submit(ctx, RunSpec(node, owner, sql, inTransaction))
+}
+
+// RunSpec is the spec of the one-task SQL job that Run submits, for callers that set more of
+// it (a key, a priority) before submitting it.
+func RunSpec(node, owner, sql string, inTransaction bool) *spec.Job {
+	return &spec.Job{
 		Description: "run on " + node,
 		Tasks: []spec.Task{{
 			Name: "sql", Kind: spec.KindSQL, Node: node, Owner: owner, SQL: sql, Transaction: &inTransaction,
 		}},
-	})
+	}
 }
 
 // Cancel cancels a job: tasks not yet started are cancelled at once, running ones have their
 // backend cancelled on the node. It returns the job's state after the request.
 func (c *Client) Cancel(ctx context.Context, id int64) (deckhandtype.JobState, error) {
 	return c.cat.CancelJob(ctx, id)
+}
+
+// Pause stops new claims of a job's tasks; its running tasks finish, or with now are
+// cancelled on their nodes and released without charging an attempt. The job is pausing
+// while tasks of it still run, then paused. It returns the job's state after the request.
+func (c *Client) Pause(ctx context.Context, id int64, now bool) (deckhandtype.JobState, error) {
+	return c.cat.PauseJob(ctx, id, now)
+}
+
+// Resume makes a paused or pausing job's tasks claimable again.
+func (c *Client) Resume(ctx context.Context, id int64) (deckhandtype.JobState, error) {
+	return c.cat.ResumeJob(ctx, id)
 }
 
 // Retry re-runs the failed, unscheduled and cancelled tasks of a failed or cancelled job.

@@ -185,6 +185,8 @@ func TestCancelAndRetryNeedTheRightToActOnTheJob(t *testing.T) {
 	for name, call := range map[string]func() (deckhandtype.JobState, error){
 		"cancel": func() (deckhandtype.JobState, error) { return e.client.Cancel(ctx, long) },
 		"retry":  func() (deckhandtype.JobState, error) { return e.client.Retry(ctx, failing) },
+		"pause":  func() (deckhandtype.JobState, error) { return e.client.Pause(ctx, long, true) },
+		"resume": func() (deckhandtype.JobState, error) { return e.client.Resume(ctx, long) },
 	} {
 		_, err := call()
 		if !errors.Is(err, catalog.ErrForbidden) || !engine.IsInvalid(err) || !strings.Contains(err.Error(), "may not "+name) {
@@ -194,8 +196,8 @@ func TestCancelAndRetryNeedTheRightToActOnTheJob(t *testing.T) {
 	if d := detail(t, e.Env, failing); d.State != deckhandtype.JobFailed || d.Tasks[0].Attempts != 1 {
 		t.Errorf("after the refused retry the admin's job is %s with %d attempts", d.State, d.Tasks[0].Attempts)
 	}
-	if d := detail(t, e.Env, long); d.CancelRequestedAt != nil {
-		t.Errorf("the refused cancel was recorded")
+	if d := detail(t, e.Env, long); d.CancelRequestedAt != nil || d.PausedAt != nil {
+		t.Errorf("the refused cancel or pause was recorded")
 	}
 
 	// A member of every owner may: app's job, cancelled by someone else who is a member of app.
@@ -203,6 +205,9 @@ func TestCancelAndRetryNeedTheRightToActOnTheJob(t *testing.T) {
 	appJob, err := e.client.Submit(ctx, &spec.Job{Tasks: []spec.Task{{Name: "sleeps", Node: "n1", Owner: e.app, SQL: "SELECT pg_sleep(60)"}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := peer.Pause(ctx, appJob, false); err != nil {
+		t.Errorf("a member of app pausing app's job: %v", err)
 	}
 	if _, err := peer.Cancel(ctx, appJob); err != nil {
 		t.Errorf("a member of app cancelling app's job: %v", err)

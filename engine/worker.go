@@ -21,6 +21,7 @@ import (
 // Reasons a running task's context is cancelled by the worker itself.
 var (
 	errJobCancelled = errors.New("job cancelled")
+	errJobPaused    = errors.New("job paused")
 	errShutdown     = errors.New("worker shutting down")
 	errLeaseLost    = errors.New("worker lease lost")
 )
@@ -345,6 +346,9 @@ func (w *Worker) result(t *deckhandtype.ClaimedTask, err, cause error) catalog.R
 	case errors.Is(cause, errShutdown):
 		r.Outcome = deckhandtype.OutcomeReleased
 		r.Err = &deckhandtype.TaskError{Message: "released: the worker shut down while the task ran"}
+	case errors.Is(cause, errJobPaused):
+		r.Outcome = deckhandtype.OutcomeReleased
+		r.Err = &deckhandtype.TaskError{Message: "released: the job was paused while the task ran"}
 	case taskerr.Retryable(err):
 		r.Outcome = deckhandtype.OutcomeRetry
 		r.Err = taskerr.Describe(err)
@@ -497,16 +501,23 @@ func (w *Worker) runsAny() bool {
 	return len(w.running) > 0
 }
 
-// cancelMarked cancels the worker's tasks that the catalog marks cancelling.
+// cancelMarked stops the worker's tasks that the catalog marks cancelling, or whose job was
+// paused at once.
 func (w *Worker) cancelMarked(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
 	defer cancel()
-	ids, err := w.cat.CancellingTasks(ctx, w.ID())
+	stops, err := w.cat.StoppingTasks(ctx, w.ID())
 	if err != nil {
 		w.log.Warn("could not read cancelled tasks", "err", err)
 		return
 	}
-	w.cancelTasks(ids, errJobCancelled)
+	w.stop(stops)
+}
+
+// stop cancels the tasks that must stop, each with the cause its result will tell.
+func (w *Worker) stop(stops catalog.Stops) {
+	w.cancelTasks(stops.Cancel, errJobCancelled)
+	w.cancelTasks(stops.Release, errJobPaused)
 }
 
 func (w *Worker) cancelTasks(ids []int64, cause error) {
@@ -537,7 +548,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		case <-next.C:
 		}
 		hctx, cancel := context.WithTimeout(ctx, min(w.cfg.CatalogTimeout, w.cfg.HeartbeatInterval))
-		cancelling, err := w.cat.Heartbeat(hctx, w.ID(), w.cfg.LeaseTTL)
+		stops, err := w.cat.Heartbeat(hctx, w.ID(), w.cfg.LeaseTTL)
 		cancel()
 		wait := w.cfg.HeartbeatInterval
 		switch {
@@ -556,7 +567,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 				w.log.Info("heartbeat recorded again", "after_failures", failures)
 				failures = 0
 			}
-			w.cancelTasks(cancelling, errJobCancelled)
+			w.stop(stops)
 		}
 		next.Reset(wait)
 	}

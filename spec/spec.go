@@ -30,8 +30,22 @@ type Job struct {
 	SearchPath string `json:"search_path,omitempty"`
 	// Settings are GUCs applied to every SQL task's session, e.g. {"work_mem": "64MB"}.
 	Settings map[string]string `json:"settings,omitempty"`
-	Tasks    []Task            `json:"tasks"`
+	// Key, when set, makes the submission unique: while an unfinished job of the same
+	// submitter holds the key, another submission with it is refused and told that job's id.
+	Key string `json:"key,omitempty"`
+	// Priority orders claims among runnable tasks on the same node, higher first, from
+	// MinPriority to MaxPriority (0 when unset). Waiting counts too: each point weighs as a
+	// minute of waiting, so a job never waits behind higher priorities for longer than the
+	// difference in minutes.
+	Priority int    `json:"priority,omitempty"`
+	Tasks    []Task `json:"tasks"`
 }
+
+// Bounds of Job.Priority.
+const (
+	MinPriority = -100
+	MaxPriority = 100
+)
 
 // Task is one unit of work inside a Job.
 type Task struct {

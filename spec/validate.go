@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // MaxNameLen is the longest task name, in bytes (PostgreSQL's identifier limit).
@@ -117,6 +118,12 @@ func (j *Job) Validate(kinds Kinds) error {
 	}
 	if strings.ContainsRune(j.SearchPath, 0) {
 		return Invalidf("search_path contains a NUL byte")
+	}
+	if err := CheckKey(j.Key); err != nil {
+		return err
+	}
+	if j.Priority < MinPriority || j.Priority > MaxPriority {
+		return Invalidf("priority must be a whole number between %d and %d, got %d", MinPriority, MaxPriority, j.Priority)
 	}
 	for _, name := range slices.Sorted(maps.Keys(j.Settings)) {
 		if !gucNameRE.MatchString(name) {
@@ -337,4 +344,19 @@ func (h *intHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// MaxKeyLen is the longest job key, in characters.
+const MaxKeyLen = 200
+
+// CheckKey refuses a job key the catalog would refuse (deckhand.key_problem): empty is no key.
+func CheckKey(key string) error {
+	if key == "" {
+		return nil
+	}
+	if !utf8.ValidString(key) || utf8.RuneCountInString(key) > MaxKeyLen || strings.TrimSpace(key) != key ||
+		strings.ContainsFunc(key, unicode.IsControl) {
+		return Invalidf("key must be 1 to %d characters, without control characters or surrounding spaces", MaxKeyLen)
+	}
+	return nil
 }

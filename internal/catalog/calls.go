@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,6 +15,19 @@ var (
 	// ErrForbidden marks something the caller's role may not do (SQLSTATE 42501).
 	ErrForbidden = errors.New("permission denied")
 )
+
+// ErrDuplicateKey marks a submission (or retry) refused because an unfinished job of the same
+// submitter holds its key; the error is a *DuplicateKeyError.
+var ErrDuplicateKey = errors.New("job key is held by an unfinished job")
+
+// DuplicateKeyError is the refusal of a job whose key an unfinished job holds.
+type DuplicateKeyError struct {
+	JobID int64 // the job that holds the key; 0 when the caller may not see it
+	msg   string
+}
+
+func (e *DuplicateKeyError) Error() string        { return e.msg }
+func (e *DuplicateKeyError) Is(target error) bool { return target == ErrDuplicateKey }
 
 // refusal is a catalog function's refusal: its message is meant for the user as it stands,
 // one line, and Is reports what kind of refusal it is.
@@ -43,6 +57,11 @@ func callError(err error) error {
 		return &refusal{pgErr.Message, ErrNotFound}
 	case "55000": // object_not_in_prerequisite_state
 		return &refusal{pgErr.Message, ErrJobTerminal}
+	case "23505": // unique_violation
+		if pgErr.ConstraintName == "job_key_idx" {
+			holder, _ := strconv.ParseInt(pgErr.Detail, 10, 64) // empty when the caller may not see the holder
+			return &DuplicateKeyError{JobID: holder, msg: pgErr.Message}
+		}
 	}
 	return err
 }

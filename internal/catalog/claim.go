@@ -85,21 +85,26 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 // index then serves both the filter and the order, and the plan a claim runs (generic, made
 // once from whatever statistics there were) reads what it returns, whatever the planner
 // believed about how many rows would match.
+//
+// The runnable sets' indexes lead with claim_key (after the node or group): a job's submission
+// time moved earlier by a minute per point of its priority (0011_job_control.sql). Claims take
+// tasks in that order, ids breaking ties: higher priorities first, and the longer a task's job
+// has waited, the earlier its place.
 const lockNodesSQL = `
 WITH locked AS (
 	SELECT n.name, n.max_tasks FROM deckhand.node n
 	CROSS JOIN LATERAL (
 		(SELECT t.id FROM deckhand.task t
 		 WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind <> 'export'
-		 ORDER BY t.id LIMIT 1)
+		 ORDER BY t.claim_key, t.id LIMIT 1)
 		UNION ALL
 		(SELECT t.id FROM deckhand.task t
 		 WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
-		 ORDER BY t.id LIMIT 1)
+		 ORDER BY t.claim_key, t.id LIMIT 1)
 		UNION ALL
 		(SELECT t.id FROM deckhand.task t
 		 WHERE t.node_group = n.node_group AND t.state = 'runnable' AND t.node_group IS NOT NULL
-		 ORDER BY t.id LIMIT 1)
+		 ORDER BY t.claim_key, t.id LIMIT 1)
 		LIMIT 1) w
 	ORDER BY n.name FOR UPDATE OF n SKIP LOCKED
 ), inputs AS (
@@ -149,19 +154,19 @@ WITH inputs AS (
 ), anywhere AS (
 	SELECT id FROM deckhand.task
 	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce(@now, now())
-	ORDER BY id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
+	ORDER BY claim_key, id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
 ), node_tasks AS (
 	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
 		SELECT t.id FROM deckhand.task t
 		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
 		  AND t.kind <> 'export'
-		ORDER BY t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
+		ORDER BY t.claim_key, t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
 ), node_coordinators AS (
 	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
 		SELECT t.id FROM deckhand.task t
 		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
 		  AND t.kind = 'export'
-		ORDER BY t.id LIMIT cap.coordinators FOR UPDATE SKIP LOCKED) p
+		ORDER BY t.claim_key, t.id LIMIT cap.coordinators FOR UPDATE SKIP LOCKED) p
 ), on_nodes AS (
 	SELECT id, node, false AS coordinator FROM node_tasks
 	UNION ALL SELECT id, node, true FROM node_coordinators
@@ -169,12 +174,12 @@ WITH inputs AS (
 
 const claimGroups = `), group_tasks AS (
 	-- Each group's first tasks, as many as the claim may take.
-	SELECT t.id, g.node_group, t.min_lsn, row_number() OVER (PARTITION BY g.node_group ORDER BY t.id) AS rn
+	SELECT t.id, g.node_group, t.min_lsn, row_number() OVER (PARTITION BY g.node_group ORDER BY t.claim_key, t.id) AS rn
 	FROM (SELECT DISTINCT n.node_group FROM inputs, deckhand.node n WHERE n.name = ANY (inputs.nodes)) g
 	CROSS JOIN LATERAL (
-		SELECT t.id, t.min_lsn FROM deckhand.task t
+		SELECT t.id, t.min_lsn, t.claim_key FROM deckhand.task t
 		WHERE t.state = 'runnable' AND t.node_group = g.node_group AND t.not_before <= coalesce(@now, now())
-		ORDER BY t.id LIMIT (SELECT n FROM budget)) t
+		ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget)) t
 ), group_slots AS (
 	-- Each member's free slots, as many as its group has tasks to deal (none, mostly).
 	SELECT n.name AS node, n.node_group, row_number() OVER (PARTITION BY n.node_group ORDER BY s, n.name) AS rn

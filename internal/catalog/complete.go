@@ -146,7 +146,7 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	JOIN deckhand.task t ON t.id = i.id AND t.attempt_token = i.token
 	-- Written as a negation so the planner probes the primary key instead of scanning the
 	-- partial index of active tasks, which carries dead entries until vacuum.
-	WHERE t.state <> ALL ('{blocked,runnable,done,failed,unscheduled,cancelled}')
+	WHERE t.state <> ALL ('{blocked,runnable,paused,done,failed,unscheduled,cancelled}')
 	ORDER BY t.id FOR UPDATE OF t
 ), decided AS MATERIALIZED (
 	SELECT l.id, l.token, l.worker_id, l.outcome, l.old_state,
@@ -161,8 +161,10 @@ WITH RECURSIVE locked AS MATERIALIZED (
 		     ELSE 'failed' END AS new_state
 	FROM locked l
 ), moved AS (
+	-- A task of a paused job that would be runnable again is paused instead (t is the row as
+	-- locked: a pause that committed meanwhile is seen).
 	UPDATE deckhand.task t SET
-		state = d.new_state,
+		state = CASE WHEN d.new_state = 'runnable' AND t.pause IS NOT NULL THEN 'paused' ELSE d.new_state END,
 		attempts = CASE WHEN d.outcome = 'released' AND d.new_state = 'runnable' THEN t.attempts - 1 ELSE t.attempts END,
 		not_before = CASE WHEN d.new_state = 'runnable' THEN d.not_before ELSE t.not_before END,
 		finished_at = CASE WHEN d.new_state = 'runnable' THEN NULL ELSE d.finished_at END,
@@ -171,7 +173,8 @@ WITH RECURSIVE locked AS MATERIALIZED (
 		-- a group task back in the queue may run on another member next time
 		node = CASE WHEN t.node_group IS NOT NULL AND d.new_state = 'runnable' THEN NULL ELSE t.node END
 	FROM decided d WHERE t.id = d.id
-	RETURNING t.id, t.job_id, t.runs, t.started_at, t.not_before, d.token, d.worker_id, d.outcome, d.new_state, d.err, d.finished_at
+	RETURNING t.id, t.job_id, t.runs, t.started_at, t.not_before, d.token, d.worker_id, d.outcome, d.new_state, d.err, d.finished_at,
+		t.state
 ), recorded AS (
 	INSERT INTO deckhand.task_attempt (task_id, token, attempt, worker_id, outcome, started_at, finished_at,
 		sqlstate, message, detail, hint)
@@ -208,29 +211,32 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	ORDER BY t.id FOR UPDATE OF t
 ), followed AS (
 	UPDATE deckhand.task t SET
-		state = CASE WHEN d.doomed THEN 'unscheduled' WHEN t.pending_deps - d.n <= 0 THEN 'runnable' ELSE 'blocked' END,
+		state = CASE WHEN d.doomed THEN 'unscheduled' WHEN t.pending_deps - d.n > 0 THEN 'blocked'
+			WHEN t.pause IS NOT NULL THEN 'paused' ELSE 'runnable' END,
 		pending_deps = CASE WHEN d.doomed THEN t.pending_deps ELSE t.pending_deps - d.n END,
 		finished_at = CASE WHEN d.doomed THEN coalesce(@now, now()) END
 	FROM dependents d WHERE t.id = d.id
 	RETURNING t.id, t.job_id, t.state
 ), delta AS (
 	SELECT job_id, sum(done)::int AS done, sum(failed)::int AS failed, sum(cancelled)::int AS cancelled,
-		sum(unscheduled)::int AS unscheduled
+		sum(unscheduled)::int AS unscheduled, sum(stopped)::int AS stopped
 	FROM (
 		SELECT job_id, (new_state = 'done')::int AS done, (new_state = 'failed')::int AS failed,
-			(new_state = 'cancelled')::int AS cancelled, 0 AS unscheduled
+			(new_state = 'cancelled')::int AS cancelled, 0 AS unscheduled, 1 AS stopped
 		FROM moved
 		UNION ALL
-		SELECT job_id, 0, 0, 0, (state = 'unscheduled')::int FROM followed
+		SELECT job_id, 0, 0, 0, (state = 'unscheduled')::int, 0 FROM followed
 	) x GROUP BY job_id
 ), counted AS (
+	-- A pausing job counts down the tasks it waits for (every moved task has stopped running).
 	UPDATE deckhand.job j SET tasks_done = j.tasks_done + d.done, tasks_failed = j.tasks_failed + d.failed,
-		tasks_cancelled = j.tasks_cancelled + d.cancelled, tasks_unscheduled = j.tasks_unscheduled + d.unscheduled
-	FROM delta d WHERE j.id = d.job_id AND (d.done + d.failed + d.cancelled + d.unscheduled) > 0
+		tasks_cancelled = j.tasks_cancelled + d.cancelled, tasks_unscheduled = j.tasks_unscheduled + d.unscheduled,
+		pause_waits_for = greatest(j.pause_waits_for - d.stopped, 0)
+	FROM delta d WHERE j.id = d.job_id AND ((d.done + d.failed + d.cancelled + d.unscheduled) > 0 OR j.pause_waits_for > 0)
 	RETURNING j.id
 ), woken AS (
 	SELECT (SELECT count(*) FROM followed WHERE state = 'runnable')
-	     + (SELECT count(*) FROM moved WHERE new_state = 'runnable') AS n
+	     + (SELECT count(*) FROM moved WHERE state = 'runnable') AS n
 )
 SELECT (SELECT count(*) FROM moved)::int, w.n::int
 FROM woken w, LATERAL (SELECT CASE WHEN w.n > 0 THEN pg_notify('deckhand_runnable', @released_by::text) END) notify,

@@ -185,7 +185,7 @@ func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 		err = tx.QueryRow(ctx, `
 			WITH target AS (
 				SELECT id FROM deckhand.task
-				WHERE job_id = $1 AND added_by = $2 AND state IN ('blocked', 'runnable', 'running')
+				WHERE job_id = $1 AND added_by = $2 AND state IN ('blocked', 'runnable', 'running', 'paused')
 				ORDER BY id FOR UPDATE
 			), moved AS (
 				UPDATE deckhand.task t

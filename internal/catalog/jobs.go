@@ -20,7 +20,13 @@ type NewJob struct {
 	Kind        string
 	SearchPath  string
 	Settings    map[string]string
-	Tasks       []NewTask
+	// Key, when not empty, is held by the job until it ends: a submission with a key that an
+	// unfinished job of the same submitter holds is refused with a *DuplicateKeyError.
+	Key string
+	// Priority orders claims among runnable tasks on a node, higher first (-100 to 100); each
+	// point weighs as a minute of waiting (see claim.go).
+	Priority int
+	Tasks    []NewTask
 }
 
 // NewTask is one task of a NewJob.
@@ -105,9 +111,16 @@ func submitSpec(j NewJob) ([]byte, error) {
 	if settings == nil {
 		settings = map[string]string{}
 	}
-	return json.Marshal(map[string]any{
+	spec := map[string]any{
 		"description": j.Description, "kind": j.Kind, "search_path": j.SearchPath, "settings": settings, "tasks": tasks,
-	})
+	}
+	if j.Key != "" {
+		spec["key"] = j.Key
+	}
+	if j.Priority != 0 {
+		spec["priority"] = j.Priority
+	}
+	return json.Marshal(spec)
 }
 
 // insertTasks adds tasks to job jobID on behalf of addedBy, a task of the job that is running,
@@ -117,8 +130,18 @@ func submitSpec(j NewJob) ([]byte, error) {
 // the task table once per dependency.
 func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []NewTask) ([]int64, error) {
 	n := len(tasks)
+	// A paused job's new tasks are paused. The job row stays locked until the transaction
+	// ends, so a pause or resume that commits meanwhile waits and then sees these tasks. The
+	// tasks take their place in the claim order from the job (see claim.go).
+	var pause *string
+	var claimKey time.Time
+	err := tx.QueryRow(ctx, `SELECT pause, created_at - make_interval(mins => priority) FROM deckhand.job WHERE id = $1 FOR NO KEY UPDATE`,
+		jobID).Scan(&pause, &claimKey)
+	if err != nil {
+		return nil, err
+	}
 	var ids []int64
-	err := tx.QueryRow(ctx, `SELECT ARRAY(SELECT nextval('deckhand.task_id_seq') FROM generate_series(1, $1) ORDER BY 1)`, n).Scan(&ids)
+	err = tx.QueryRow(ctx, `SELECT ARRAY(SELECT nextval('deckhand.task_id_seq') FROM generate_series(1, $1) ORDER BY 1)`, n).Scan(&ids)
 	if err != nil {
 		return nil, err
 	}
@@ -190,10 +213,11 @@ func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []N
 	}
 	_, err = tx.Exec(ctx, `
 		INSERT INTO deckhand.task (id, job_id, name, kind, node, node_group, min_lsn, owner, sql, payload,
-			in_transaction, max_attempts, timeout, state, pending_deps, added_by, has_dependents)
+			in_transaction, max_attempts, timeout, state, pending_deps, added_by, has_dependents, pause, claim_key)
 		SELECT id, @job, name, kind, node, node_group, min_lsn::pg_lsn, owner, sql, payload, in_tx, max_attempts,
-			make_interval(secs => timeout), CASE WHEN pending > 0 THEN 'blocked' ELSE 'runnable' END, pending,
-			@added_by, has_dependents
+			make_interval(secs => timeout),
+			CASE WHEN pending > 0 THEN 'blocked' WHEN @pause::text IS NOT NULL THEN 'paused' ELSE 'runnable' END, pending,
+			@added_by, has_dependents, @pause, @claim_key
 		FROM unnest(@ids::bigint[], @names::text[], @kinds::text[], @nodes::text[], @groups::text[], @min_lsns::text[],
 			@owners::text[], @sqls::text[], @payloads::jsonb[], @in_tx::bool[], @max_attempts::int[], @timeouts::float8[],
 			@pending::int[], @has_dependents::bool[])
@@ -201,7 +225,8 @@ func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []N
 			     has_dependents)`,
 		pgx.StrictNamedArgs{"job": jobID, "added_by": addedBy, "ids": ids, "names": names, "kinds": kinds, "nodes": nodes,
 			"groups": groups, "min_lsns": minLSNs, "owners": owners, "sqls": sqls, "payloads": payloads, "in_tx": inTx,
-			"max_attempts": maxAttempts, "timeouts": timeouts, "pending": pending, "has_dependents": hasDependents})
+			"max_attempts": maxAttempts, "timeouts": timeouts, "pending": pending, "has_dependents": hasDependents,
+			"pause": pause, "claim_key": claimKey})
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +250,8 @@ func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []N
 	// for the prerequisites that have not.
 	_, err = tx.Exec(ctx, `
 		UPDATE deckhand.task t SET
-			pending_deps = p.n, state = CASE WHEN p.n > 0 THEN 'blocked' ELSE 'runnable' END
+			pending_deps = p.n,
+			state = CASE WHEN p.n > 0 THEN 'blocked' WHEN t.pause IS NOT NULL THEN 'paused' ELSE 'runnable' END
 		FROM (SELECT id, (SELECT count(*) FROM deckhand.task_dep d JOIN deckhand.task q ON q.id = d.depends_on
 		                  WHERE d.task_id = u.id AND q.state <> 'done') AS n
 		      FROM unnest($1::bigint[]) AS u(id)) p
@@ -258,7 +284,7 @@ func nonEmpty(s string) *string {
 }
 
 const jobColumns = `id, description, kind, submitted_by, state, tasks_total, tasks_done, tasks_failed,
-	tasks_cancelled, tasks_unscheduled, tasks_pending, created_at, started_at, finished_at, cancel_requested_at`
+	tasks_cancelled, tasks_unscheduled, tasks_pending, created_at, started_at, finished_at, cancel_requested_at, key, paused_at, priority`
 
 // JobNotifyKey is the key by which the job's state changes are notified on ChannelJob
 // ("<key>:<state>"): a job may be waited for only by those who may see it.
@@ -336,6 +362,27 @@ var ErrJobTerminal = errors.New("job has ended")
 func (c *Catalog) CancelJob(ctx context.Context, id int64) (deckhandtype.JobState, error) {
 	var state deckhandtype.JobState
 	if err := c.Pool.QueryRow(ctx, `SELECT deckhand.cancel($1)`, id).Scan(&state); err != nil {
+		return "", callError(err)
+	}
+	return state, nil
+}
+
+// PauseJob stops new claims of a job's tasks: those that would be claimable are paused. With
+// now, its running tasks are cancelled on their nodes and released without charging an
+// attempt; otherwise they finish. It returns the job's state: pausing while tasks of it still
+// run, then paused. The caller must be allowed to act on the job, as for CancelJob.
+func (c *Catalog) PauseJob(ctx context.Context, id int64, now bool) (deckhandtype.JobState, error) {
+	var state deckhandtype.JobState
+	if err := c.Pool.QueryRow(ctx, `SELECT deckhand.pause($1, $2)`, id, now).Scan(&state); err != nil {
+		return "", callError(err)
+	}
+	return state, nil
+}
+
+// ResumeJob makes a paused or pausing job's tasks claimable again and returns its state.
+func (c *Catalog) ResumeJob(ctx context.Context, id int64) (deckhandtype.JobState, error) {
+	var state deckhandtype.JobState
+	if err := c.Pool.QueryRow(ctx, `SELECT deckhand.resume($1)`, id).Scan(&state); err != nil {
 		return "", callError(err)
 	}
 	return state, nil

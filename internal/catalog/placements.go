@@ -13,7 +13,7 @@ import (
 // Placements record which node group holds each tenant schema (or a table of it) and which job
 // is moving it. A move calls, in order: BeginMove when it starts (it marks what it moves, one
 // job at a time per object), SwitchPlacement at cut-over (the objects now live on the target),
-// and EndMove if it fails or is cancelled before the switch. Every change is announced on
+// and EndMove with its objects if it fails before the switch. Every change is announced on
 // ChannelPlacement with the highest placement version as payload (never a name: any role that
 // can connect to the catalog's database can LISTEN); listeners then read deckhand.placements.
 //
@@ -29,8 +29,6 @@ var (
 	ErrAlreadyMoving = errors.New("already being moved")
 	// ErrPlacedElsewhere: a move's source is not where the catalog places the object.
 	ErrPlacedElsewhere = errors.New("placed elsewhere")
-	// ErrNotMoving: SwitchPlacement for an object the job has not marked with BeginMove.
-	ErrNotMoving = errors.New("not being moved by this job")
 )
 
 // AlreadyMovingError names the object and the job that is moving it.
@@ -179,11 +177,12 @@ func (c *Catalog) BeginMove(ctx context.Context, jobID int64, objects []deckhand
 	return nil
 }
 
-// SwitchPlacement places objects on group to, since now, by job jobID, and clears the job's
-// marks on them, in one transaction (a whole schema takes its tables' own rows with it). The
-// job must have marked them with BeginMove (else the error wraps ErrNotMoving, or
-// ErrAlreadyMoving when another live job holds them). Calling it again once it succeeded
-// changes nothing.
+// SwitchPlacement places objects on group to, since now, by job jobID, and clears the marks on
+// them, in one transaction (a whole schema takes its tables' own rows with it). It records
+// what happened — the data is on to — so it does not insist on the job's marks: an object
+// with no live mark (its mark was cleared, or BeginMove never ran) is placed all the same. It
+// refuses, wrapping ErrAlreadyMoving, only when another job that has not ended moves one of
+// the objects (or its schema, or a table of it). Calling it again changes nothing.
 func (c *Catalog) SwitchPlacement(ctx context.Context, jobID int64, objects []deckhandtype.PlacedObject, to string) error {
 	if err := checkObjects(objects); err != nil {
 		return fmt.Errorf("switch placement of job %d: %w", jobID, err)
@@ -196,38 +195,30 @@ func (c *Catalog) SwitchPlacement(ctx context.Context, jobID int64, objects []de
 			return err
 		}
 		for _, o := range objects {
-			tag, err := tx.Exec(ctx, `
-				UPDATE deckhand.placement SET node_group = $3, since = coalesce($5, now()), job_id = $4,
-					moving_job_id = NULL, moving_to = NULL, version = nextval('deckhand.placement_version_seq')
-				WHERE schema_name = $1 AND table_name IS NOT DISTINCT FROM $2 AND moving_job_id = $4`,
-				o.Schema, tableArg(o), to, jobID, c.now())
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 1 {
-				if o.Table == "" {
-					if _, err := tx.Exec(ctx, `DELETE FROM deckhand.placement WHERE schema_name = $1 AND table_name IS NOT NULL`, o.Schema); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			var done bool
-			err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM deckhand.placement WHERE schema_name = $1 AND table_name IS NOT DISTINCT FROM $2
-				AND node_group = $3 AND job_id = $4 AND moving_job_id IS NULL)`, o.Schema, tableArg(o), to, jobID).Scan(&done)
-			if err != nil {
-				return err
-			}
-			if done {
-				continue
-			}
 			if conflict, err := otherMover(ctx, tx, jobID, o); err != nil || conflict != nil {
 				if conflict != nil {
 					return conflict
 				}
 				return err
 			}
-			return fmt.Errorf("%w: %s (begin the move first)", ErrNotMoving, o)
+			_, err := tx.Exec(ctx, `
+				INSERT INTO deckhand.placement AS p (schema_name, table_name, node_group, since, job_id)
+				VALUES ($1, $2, $3, coalesce($5, now()), $4)
+				ON CONFLICT ON CONSTRAINT placement_schema_name_table_name_key DO UPDATE
+				SET node_group = excluded.node_group, since = excluded.since, job_id = excluded.job_id,
+				    moving_job_id = NULL, moving_to = NULL, version = nextval('deckhand.placement_version_seq')
+				WHERE p.node_group IS DISTINCT FROM excluded.node_group OR p.job_id IS DISTINCT FROM excluded.job_id
+				   OR p.moving_job_id IS NOT NULL`,
+				o.Schema, tableArg(o), to, jobID, c.now())
+			if err != nil {
+				return err
+			}
+			if o.Table == "" {
+				// The schema took its tables with it.
+				if _, err := tx.Exec(ctx, `DELETE FROM deckhand.placement WHERE schema_name = $1 AND table_name IS NOT NULL`, o.Schema); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
@@ -238,11 +229,19 @@ func (c *Catalog) SwitchPlacement(ctx context.Context, jobID int64, objects []de
 }
 
 // EndMove clears the marks of job jobID (a move that failed or was cancelled before its
-// switch): its objects stay where they are, free for other moves.
-func (c *Catalog) EndMove(ctx context.Context, jobID int64) error {
+// switch): on objects, or on everything the job marks when none are given. Its objects stay
+// where they are, free for other moves. A job of several moves (a rebalance) passes each
+// move's objects, so that one move's failure frees nothing its siblings still move.
+func (c *Catalog) EndMove(ctx context.Context, jobID int64, objects ...deckhandtype.PlacedObject) error {
+	var schemas, tables []string // tables: "" for a whole schema
+	for _, o := range objects {
+		schemas, tables = append(schemas, o.Schema), append(tables, o.Table)
+	}
 	_, err := c.Pool.Exec(ctx, `
 		UPDATE deckhand.placement SET moving_job_id = NULL, moving_to = NULL, version = nextval('deckhand.placement_version_seq')
-		WHERE moving_job_id = $1`, jobID)
+		WHERE moving_job_id = $1
+		  AND ($2::text[] IS NULL OR (schema_name, coalesce(table_name, '')) IN (SELECT * FROM unnest($2::text[], $3::text[])))`,
+		jobID, schemas, tables)
 	if err != nil {
 		return fmt.Errorf("end move of job %d: %w", jobID, err)
 	}

@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -171,11 +172,22 @@ func TestBeginMoveRefusesAnotherJobAndIsIdempotent(t *testing.T) {
 	if err := w.SwitchPlacement(ctx, a, objs(schemaObj("t3")), "g2"); !errors.Is(err, catalog.ErrAlreadyMoving) {
 		t.Errorf("switching t3, which job %d moves: %v", b, err)
 	}
-	if err := w.SwitchPlacement(ctx, a, objs(schemaObj("never")), "g2"); !errors.Is(err, catalog.ErrNotMoving) {
+	// A switch records what happened: a schema nobody marks is placed all the same.
+	if err := w.SwitchPlacement(ctx, a, objs(schemaObj("unmarked")), "g2"); err != nil {
 		t.Errorf("switching an unmarked schema: %v", err)
 	}
+	if got := placementsOf(t, p.submitter)["unmarked."]; got.Group != "g2" || deref(got.JobID) != a {
+		t.Errorf("unmarked schema after its switch: %+v", got)
+	}
 
-	// EndMove frees b's objects where they are.
+	// EndMove with objects frees those only (a rebalance's failed move leaves its siblings'
+	// marks); without, all of the job's. The objects stay where they are.
+	if err := w.EndMove(ctx, b, tableObj("t2", "items")); err != nil {
+		t.Fatal(err)
+	}
+	if got := placementsOf(t, p.submitter); got["t2.items"].MovingJobID != nil || deref(got["t3."].MovingJobID) != b {
+		t.Errorf("after EndMove of t2.items: t2.items %+v, t3 %+v", got["t2.items"], got["t3."])
+	}
 	if err := w.EndMove(ctx, b); err != nil {
 		t.Fatal(err)
 	}
@@ -307,5 +319,80 @@ func TestPlacementsAreWrittenOnlyByWorkers(t *testing.T) {
 	conn := pgtest.Connect(t, cl.DSN(db, outsider))
 	if _, err := conn.Exec(ctx, `SELECT * FROM deckhand.placements`); err == nil {
 		t.Error("a role without catalog access read deckhand.placements")
+	}
+}
+
+// Moves that begin at the same moment see one another: of ten jobs marking the same schema
+// at once, exactly one succeeds and the others are refused naming it.
+func TestConcurrentBeginMovesOneWins(t *testing.T) {
+	p := newPlacementCatalog(t)
+	jobs := make([]int64, 10)
+	for i := range jobs {
+		jobs[i] = p.job(t, JobRunning)
+	}
+	errs := make(chan error, len(jobs))
+	start := make(chan struct{})
+	for _, j := range jobs {
+		go func() {
+			<-start
+			errs <- p.worker.BeginMove(ctx, j, objs(schemaObj("contested")), "g1", "g2")
+		}()
+	}
+	close(start)
+	won := 0
+	for range jobs {
+		if err := <-errs; err == nil {
+			won++
+		} else if !errors.Is(err, catalog.ErrAlreadyMoving) {
+			t.Errorf("a concurrent BeginMove: %v", err)
+		}
+	}
+	got := placementsOf(t, p.submitter)["contested."]
+	if won != 1 || got.MovingJobID == nil {
+		t.Errorf("%d of %d concurrent BeginMoves succeeded; placement %+v", won, len(jobs), got)
+	}
+}
+
+// deckhand.rebalance_moves shows a rebalance's moves with their planned bytes to those who may
+// act on its job, and nothing to others; a payload whose bytes are not a count reads as 0
+// rather than failing every reader.
+func TestRebalanceMovesView(t *testing.T) {
+	p := newPlacementCatalog(t)
+	var jobID int64
+	err := p.admin.Pool.QueryRow(ctx, `INSERT INTO deckhand.job (kind, owners, tasks_total, tasks_done, started_at)
+		VALUES ('rebalance', '{app}', 4, 1, now()) RETURNING id`).Scan(&jobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range []struct{ state, payload string }{
+		{"done", `{"schema": "a", "from": "g1", "to": "g2", "bytes": 1000}`},
+		{"running", `{"schema": "b", "from": "g1", "to": "g3", "bytes": 300}`},
+		{"blocked", `{"schema": "c", "from": "g2", "to": "g3", "bytes": "lots"}`},
+		{"runnable", `[1, 2]`},
+	} {
+		_, err := p.admin.Pool.Exec(ctx, `INSERT INTO deckhand.task (job_id, name, kind, owner, payload, max_attempts, timeout, state)
+			VALUES ($1, $2, 'move', 'app', $3, 3, '1 hour', $4)`, jobID, fmt.Sprintf("move-%d", i+1), m.payload, m.state)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := struct{ ID int64 }{jobID}
+	s, err := p.worker.LatestRebalance(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.JobID != job.ID || len(s.Moves) != 4 || s.Done != (MoveCount{Moves: 1, Bytes: 1000}) || s.Running != (MoveCount{Moves: 1, Bytes: 300}) ||
+		s.Left != (MoveCount{Moves: 2}) || s.Moves[0].Schema != "a" || s.Moves[1].To != "g3" || s.Moves[3].Schema != "" {
+		t.Errorf("status: %+v", s)
+	}
+	if id, err := p.worker.UnfinishedRebalance(ctx); err != nil || id != job.ID {
+		t.Errorf("unfinished rebalance: %d, %v", id, err)
+	}
+	// The submitter neither submitted the job nor is a member of its owners ({app}).
+	if _, err := p.submitter.LatestRebalance(ctx); !errors.Is(err, catalog.ErrNotFound) {
+		t.Errorf("another submitter's status: %v", err)
+	}
+	if id, err := p.submitter.UnfinishedRebalance(ctx); err != nil || id != 0 {
+		t.Errorf("another submitter's unfinished rebalance: %d, %v", id, err)
 	}
 }

@@ -22,6 +22,20 @@ import . "github.com/deckhandhq/deckhand/deckhandtype" //nolint:revive // the st
 //	                 cancel: running ─▶ cancelling    ▼
 //	                        (backend cancelled)     failed ─▶ dependents: unscheduled
 //
+// Pause and resume (deckhand.pause, deckhand.resume):
+//
+//	            pause                      a paused job's task that would become runnable
+//	runnable ◀──────────▶ paused ◀──────── (its last prerequisite done; retry, lost with attempts
+//	            resume      │               left, or released — a pause "now" releases it) is
+//	                        │ cancel        paused instead
+//	                        ▼
+//	                    cancelled
+//
+// A pause marks every task of the job that can still run (task.pause, the mode), so that the
+// statements that would make it runnable make it paused instead; running tasks are not moved
+// by a pause: they finish, or with "now" their workers cancel and release them, uncharged.
+// Paused tasks are not in the runnable sets, so claims skip them through the same indexes.
+//
 // blocked and runnable tasks are cancelled at once; running ones pass through cancelling while
 // their backend is cancelled on the target. A task that completes successfully while
 // cancelling is recorded as done: it did its work. An export's coordinator that plans a new
@@ -36,11 +50,17 @@ var TaskTransitions = []Transition[TaskState]{
 	{TaskBlocked, TaskUnscheduled, "Complete", "a prerequisite failed"},
 	{TaskBlocked, TaskCancelled, "CancelJob", "deckhand.cancel"},
 	{TaskBlocked, TaskCancelled, "PlanExport", "a part of an earlier epoch"},
+	{TaskBlocked, TaskPaused, "Complete", "its last prerequisite is done while its job is paused"},
 	{TaskRunnable, TaskRunning, "Claim", ""},
 	{TaskRunnable, TaskCancelled, "CancelJob", "deckhand.cancel"},
 	{TaskRunnable, TaskCancelled, "PlanExport", "a part of an earlier epoch"},
+	{TaskRunnable, TaskPaused, "PauseJob", "deckhand.pause"},
+	{TaskPaused, TaskRunnable, "ResumeJob", "deckhand.resume"},
+	{TaskPaused, TaskCancelled, "CancelJob", "deckhand.cancel"},
+	{TaskPaused, TaskCancelled, "PlanExport", "a part of an earlier epoch"},
 	{TaskRunning, TaskDone, "Complete", "done"},
 	{TaskRunning, TaskRunnable, "Complete", "retry or lost with attempts left, or released"},
+	{TaskRunning, TaskPaused, "Complete", "retry or lost with attempts left, or released, while its job is paused"},
 	{TaskRunning, TaskFailed, "Complete", "failed, or retry or lost with no attempt left"},
 	{TaskRunning, TaskCancelled, "Complete", "cancelled (superseded work)"},
 	{TaskRunning, TaskCancelling, "CancelJob", "deckhand.cancel"},
@@ -60,6 +80,15 @@ var TaskTransitions = []Transition[TaskState]{
 //	                 │
 //	                 ├──▶ failing ──▶ failed       (a task failed; others still run)
 //	                 └──▶ cancelling ──▶ cancelled (cancel requested; backends cancelled)
+//
+//	scheduled, running, failing ──pause──▶ pausing ──▶ paused   (tasks running at the pause still
+//	              ▲                           │          │       run, or are released with "now")
+//	              └──────────resume───────────┴──────────┘
+//
+// A job is pausing while tasks it had running at the pause still run (job.pause_waits_for
+// counts them down), and paused once none does; a pausing job whose last tasks end finishes
+// or fails. Resuming gives back the state its counters say. Cancelling a paused or pausing job
+// ends the pause.
 //
 // A scheduled job has nothing running: cancelling it cancels it at once. A failed job that
 // is retried runs again (it had started: a task failed); a cancelled one runs again, or is
@@ -81,6 +110,21 @@ var JobTransitions = []Transition[JobState]{
 	{JobCancelled, JobRunning, "RetryJob", "deckhand.retry"},
 	{JobCancelled, JobScheduled, "RetryJob", "deckhand.retry: none of its tasks ever started"},
 	{JobCancelled, JobFinished, "RetryJob", "deckhand.retry: every task had finished, nothing to run again"},
+	{JobScheduled, JobPaused, "PauseJob", "deckhand.pause"},
+	{JobRunning, JobPausing, "PauseJob", "deckhand.pause: tasks still run"},
+	{JobRunning, JobPaused, "PauseJob", "deckhand.pause: nothing was running"},
+	{JobFailing, JobPausing, "PauseJob", "deckhand.pause: tasks still run"},
+	{JobFailing, JobPaused, "PauseJob", "deckhand.pause: nothing was running"},
+	{JobPausing, JobPaused, "Complete", "the last task it waited for stopped"},
+	{JobPausing, JobFinished, "Complete", "its last task is done"},
+	{JobPausing, JobFailed, "Complete", "its last task ended, and one failed"},
+	{JobPausing, JobRunning, "ResumeJob", "deckhand.resume"},
+	{JobPausing, JobFailing, "ResumeJob", "deckhand.resume: a task had failed"},
+	{JobPaused, JobScheduled, "ResumeJob", "deckhand.resume: none of its tasks ever started"},
+	{JobPaused, JobRunning, "ResumeJob", "deckhand.resume"},
+	{JobPaused, JobFailing, "ResumeJob", "deckhand.resume: a task had failed"},
+	{JobPausing, JobCancelling, "CancelJob", "deckhand.cancel"},
+	{JobPaused, JobCancelled, "CancelJob", "deckhand.cancel: nothing was running"},
 }
 
 // Operation states. An operation is the scope cleanup records belong to: one attempt of a task,

@@ -24,11 +24,17 @@ func TestExportStatementsFollowTheStateMachines(t *testing.T) {
 func (m *machines) planExport(t *testing.T) {
 	s := m.statement(t, "PlanExport")
 	end := int64(10)
+	parts := []TaskState{TaskBlocked, TaskRunnable, TaskRunning, TaskDone, TaskFailed, TaskCancelling, TaskCancelled}
 	for _, st := range exportStates {
-		for _, coordinator := range []TaskState{TaskRunning, TaskRunnable} {
+		for _, coordinator := range []TaskState{TaskRunning, TaskRunnable, "running, its job paused"} {
 			s.run(string(st)+", coordinator "+string(coordinator), func(c *step) {
-				e := ct.Export(ctx, t, m.db, &ct.ExportOpts{State: st, Coordinator: coordinator,
-					Parts: []TaskState{TaskBlocked, TaskRunnable, TaskRunning, TaskDone, TaskFailed, TaskCancelling, TaskCancelled}})
+				opts := &ct.ExportOpts{State: st, Coordinator: coordinator, Parts: parts}
+				if coordinator != TaskRunning && coordinator != TaskRunnable {
+					// The job was paused after its coordinator started: its earlier parts are paused.
+					coordinator = TaskRunning
+					opts.Coordinator, opts.Parts = coordinator, []TaskState{TaskPaused, TaskBlocked, TaskRunning, TaskDone}
+				}
+				e := ct.Export(ctx, t, m.db, opts)
 				co := e.Coordinator()
 				if coordinator != TaskRunning {
 					co.Token = e.Job.Tasks[1].Token + 1000 // an attempt that is over

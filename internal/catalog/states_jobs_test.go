@@ -15,6 +15,7 @@ import (
 func TestTaskAndJobStatementsFollowTheStateMachines(t *testing.T) {
 	m := newMachines(t)
 	t.Run("Claim", m.claim)
+	t.Run("CompleteWhilePaused", m.completeWhilePaused) // before Complete, which holds it to every edge
 	t.Run("Complete", m.complete)
 	t.Run("CancelJob", m.cancelJob)
 	t.Run("RetryJob", m.retryJob)

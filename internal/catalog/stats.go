@@ -13,12 +13,12 @@ import (
 
 // Stats counts jobs and tasks by state without reading deckhand.task beyond its partial
 // indexes: ended tasks are summed from the job counters (one pass over deckhand.job, which
-// has one row per job instead of one per task), runnable and running tasks come from their
+// has one row per job instead of one per task), runnable, paused and running tasks come from their
 // partial indexes, and blocked tasks are what the counters leave pending minus those.
 func (c *Catalog) Stats(ctx context.Context) (deckhandtype.Stats, error) {
 	start := time.Now()
 	var byState []byte
-	var runnable, running, cancelling, workers, cleanupPending, cleanupDue, exportRows, exportBytes int64
+	var runnable, paused, running, cancelling, workers, cleanupPending, cleanupDue, exportRows, exportBytes int64
 	var leader *int64
 	var readAt time.Time
 	err := c.Pool.QueryRow(ctx, `
@@ -34,6 +34,7 @@ func (c *Catalog) Stats(ctx context.Context) (deckhandtype.Stats, error) {
 			+ (SELECT count(*) FROM deckhand.task WHERE state = 'runnable' AND node_group IS NULL AND node IS NOT NULL AND kind <> 'export')
 			+ (SELECT count(*) FROM deckhand.task WHERE state = 'runnable' AND node_group IS NULL AND kind = 'export')
 			+ (SELECT count(*) FROM deckhand.task WHERE state = 'runnable' AND node_group IS NOT NULL),
+			(SELECT count(*) FROM deckhand.task WHERE state = 'paused'),
 			(SELECT count(*) FROM deckhand.task WHERE state = 'running'),
 			(SELECT count(*) FROM deckhand.task WHERE state = 'cancelling'),
 			(SELECT count(*) FROM deckhand.worker WHERE stopped_at IS NULL AND lease_expires_at > coalesce($1, now())),
@@ -45,7 +46,7 @@ func (c *Catalog) Stats(ctx context.Context) (deckhandtype.Stats, error) {
 			  WHERE p.epoch = e.epoch AND p.finished_at IS NOT NULL AND e.state <> 'superseded'),
 			(SELECT coalesce(sum(p.bytes), 0) FROM deckhand.export_part p JOIN deckhand.export e ON e.id = p.export_id
 			  WHERE p.epoch = e.epoch AND p.finished_at IS NOT NULL AND e.state <> 'superseded')`,
-		c.now()).Scan(&byState, &runnable, &running, &cancelling, &workers, &leader, &readAt,
+		c.now()).Scan(&byState, &runnable, &paused, &running, &cancelling, &workers, &leader, &readAt,
 		&cleanupPending, &cleanupDue, &exportRows, &exportBytes)
 	if err != nil {
 		return deckhandtype.Stats{}, fmt.Errorf("read catalog stats: %w", err)
@@ -73,10 +74,11 @@ func (c *Catalog) Stats(ctx context.Context) (deckhandtype.Stats, error) {
 		pending += a[5]
 	}
 	s.Tasks[deckhandtype.TaskRunnable] = runnable
+	s.Tasks[deckhandtype.TaskPaused] = paused
 	s.Tasks[deckhandtype.TaskRunning] = running
 	s.Tasks[deckhandtype.TaskCancelling] = cancelling
 	// Never negative, should a writer ever let a counter drift from the task rows.
-	s.Tasks[deckhandtype.TaskBlocked] = max(0, pending-runnable-running-cancelling)
+	s.Tasks[deckhandtype.TaskBlocked] = max(0, pending-runnable-paused-running-cancelling)
 	if leader != nil {
 		s.LeaderID = *leader
 	}

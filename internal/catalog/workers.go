@@ -27,31 +27,42 @@ func (c *Catalog) RegisterWorker(ctx context.Context, name string, concurrency i
 	return id, nil
 }
 
-// Heartbeat extends the worker's lease and returns the ids of its tasks that are being cancelled.
-func (c *Catalog) Heartbeat(ctx context.Context, workerID int64, ttl time.Duration) ([]int64, error) {
-	var cancelling []int64
+// Stops are the tasks a worker runs that must stop: Cancel, whose job is being cancelled (their
+// attempts end cancelled); Release, whose job was paused at once (their attempts are released,
+// uncharged, and the tasks paused).
+type Stops struct {
+	Cancel  []int64
+	Release []int64
+}
+
+// stopsSQL reads a worker's Stops ($1), through the index of active tasks by worker.
+const stopsSQL = `ARRAY(SELECT id FROM deckhand.task WHERE worker_id = $1 AND state = 'cancelling'),
+	ARRAY(SELECT id FROM deckhand.task WHERE worker_id = $1 AND state = 'running' AND pause = 'now')`
+
+// Heartbeat extends the worker's lease and returns its tasks that must stop.
+func (c *Catalog) Heartbeat(ctx context.Context, workerID int64, ttl time.Duration) (Stops, error) {
+	var stops Stops
 	err := c.Pool.QueryRow(ctx, `
 		UPDATE deckhand.worker SET heartbeat_at = coalesce($3, now()), lease_expires_at = coalesce($3, now()) + $2::interval
 		WHERE id = $1 AND stopped_at IS NULL
-		RETURNING ARRAY(SELECT id FROM deckhand.task WHERE worker_id = $1 AND state = 'cancelling')`,
-		workerID, ttl, c.now()).Scan(&cancelling)
+		RETURNING `+stopsSQL, workerID, ttl, c.now()).Scan(&stops.Cancel, &stops.Release)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrLeaseLost
+		return Stops{}, ErrLeaseLost
 	}
 	if err != nil {
-		return nil, fmt.Errorf("heartbeat: %w", err)
+		return Stops{}, fmt.Errorf("heartbeat: %w", err)
 	}
-	return cancelling, nil
+	return stops, nil
 }
 
-// CancellingTasks returns the ids of the worker's tasks whose job is being cancelled.
-func (c *Catalog) CancellingTasks(ctx context.Context, workerID int64) ([]int64, error) {
-	rows, _ := c.Pool.Query(ctx, `SELECT id FROM deckhand.task WHERE worker_id = $1 AND state = 'cancelling'`, workerID)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("read cancelling tasks: %w", err)
+// StoppingTasks returns the worker's tasks that must stop, because their job is being
+// cancelled or was paused at once.
+func (c *Catalog) StoppingTasks(ctx context.Context, workerID int64) (Stops, error) {
+	var stops Stops
+	if err := c.Pool.QueryRow(ctx, `SELECT `+stopsSQL, workerID).Scan(&stops.Cancel, &stops.Release); err != nil {
+		return Stops{}, fmt.Errorf("read the tasks to stop: %w", err)
 	}
-	return ids, nil
+	return stops, nil
 }
 
 // HeldAttempt is an attempt the catalog has a worker running: its task and fencing token.

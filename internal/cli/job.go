@@ -19,13 +19,16 @@ import (
 
 func (a *app) jobCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "job", Short: "Submit, watch and control jobs"}
-	cmd.AddCommand(a.jobSubmit(), a.jobRun(), a.jobList(), a.jobShow(), a.jobCancel(), a.jobRetry(), a.jobWait())
+	cmd.AddCommand(a.jobSubmit(), a.jobRun(), a.jobList(), a.jobShow(), a.jobCancel(), a.jobRetry(), a.jobPause(),
+		a.jobResume(), a.jobWait())
 	return cmd
 }
 
 func (a *app) jobSubmit() *cobra.Command {
-	return &cobra.Command{
-		Use:   "submit FILE|-",
+	var key string
+	var priority int
+	cmd := &cobra.Command{
+		Use:   "submit FILE|- [--key K] [--priority P]",
 		Short: "Submit a job spec (JSON or YAML); prints the job id",
 		Args:  exactArgs(1, "a spec FILE or - for standard input"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -43,48 +46,72 @@ func (a *app) jobSubmit() *cobra.Command {
 			if err != nil {
 				return Usage("%v", err)
 			}
-			if err := job.Validate(engine.SubmittableKinds(features()...)); err != nil {
-				return Usage("%v", err)
+			if cmd.Flags().Changed("key") {
+				job.Key = key
 			}
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
+			if cmd.Flags().Changed("priority") {
+				job.Priority = priority
 			}
-			defer c.Close()
-			id, err := c.Submit(cmd.Context(), job)
-			if err != nil {
-				return classify(err)
-			}
-			fmt.Fprintln(a.stdout, id)
-			return nil
+			return a.submit(cmd.Context(), job)
 		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", keyUsage+" (instead of the spec's key)")
+	cmd.Flags().IntVar(&priority, "priority", 0, priorityUsage+" (instead of the spec's priority)")
+	return cmd
+}
+
+const (
+	keyUsage      = "refuse the job (exit 4, the unfinished job's id on stdout) while a job of yours with this key has not ended"
+	priorityUsage = "claim order on shared nodes, -100 to 100, higher first; each point weighs as a minute of waiting"
+)
+
+// submit submits job and prints its id; a job refused for its key prints the id of the job
+// that holds the key instead, and exits 4.
+func (a *app) submit(ctx context.Context, job *spec.Job) error {
+	if err := job.Validate(engine.SubmittableKinds(features()...)); err != nil {
+		return Usage("%v", err)
+	}
+	c, err := a.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id, err := c.Submit(ctx, job)
+	if err != nil {
+		a.printHolder(err)
+		return classify(err)
+	}
+	fmt.Fprintln(a.stdout, id)
+	return nil
+}
+
+// printHolder prints, for a refusal of a duplicate key, the id of the job that holds the key.
+func (a *app) printHolder(err error) {
+	var dup *engine.DuplicateKeyError
+	if errors.As(err, &dup) && dup.JobID > 0 {
+		fmt.Fprintln(a.stdout, dup.JobID)
 	}
 }
 
 func (a *app) jobRun() *cobra.Command {
-	var node, owner string
+	var node, owner, key string
 	var noTx bool
+	var priority int
 	cmd := &cobra.Command{
-		Use:   "run --node N [--owner R] [--no-transaction] SQL",
+		Use:   "run --node N [--owner R] [--no-transaction] [--key K] [--priority P] SQL",
 		Short: "Submit a one-task SQL job; prints the job id",
 		Args:  exactArgs(1, "the SQL text"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if node == "" {
 				return Usage("--node is required")
 			}
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			id, err := c.Run(cmd.Context(), node, owner, args[0], !noTx)
-			if err != nil {
-				return classify(err)
-			}
-			fmt.Fprintln(a.stdout, id)
-			return nil
+			job := engine.RunSpec(node, owner, args[0], !noTx)
+			job.Key, job.Priority = key, priority
+			return a.submit(cmd.Context(), job)
 		},
 	}
+	cmd.Flags().StringVar(&key, "key", "", keyUsage)
+	cmd.Flags().IntVar(&priority, "priority", 0, priorityUsage)
 	cmd.Flags().StringVar(&node, "node", "", "node to run on")
 	cmd.Flags().StringVar(&owner, "owner", "", "role to run as (default: you)")
 	cmd.Flags().BoolVar(&noTx, "no-transaction", false, "run outside a transaction block (VACUUM, CREATE INDEX CONCURRENTLY)")
@@ -96,9 +123,9 @@ func (a *app) jobList() *cobra.Command {
 	var state string
 	cmd := listCommand(a, "list", "List jobs, newest first",
 		func(c *engine.Client, ctx context.Context) ([]deckhandtype.Job, error) { return c.Jobs(ctx, f) },
-		[]string{"id", "state", "tasks", "submitted_by", "created", "duration", "description"},
+		[]string{"id", "state", "tasks", "priority", "submitted_by", "created", "duration", "description"},
 		eachRow(func(j deckhandtype.Job) []string {
-			return []string{strconv.FormatInt(j.ID, 10), string(j.State), progressText(j),
+			return []string{strconv.FormatInt(j.ID, 10), string(j.State), progressText(j), strconv.Itoa(j.Priority),
 				j.SubmittedBy, j.CreatedAt.Local().Format(time.DateTime), durationText(j), j.Description}
 		}))
 	cmd.PreRunE = func(*cobra.Command, []string) error {
@@ -168,6 +195,12 @@ func (a *app) jobShow() *cobra.Command {
 			if d.Description != "" {
 				fmt.Fprintf(a.stdout, "  %s\n", d.Description)
 			}
+			if d.Key != nil {
+				fmt.Fprintf(a.stdout, "  key: %s\n", *d.Key)
+			}
+			if d.Priority != 0 {
+				fmt.Fprintf(a.stdout, "  priority: %d\n", d.Priority)
+			}
 			fmt.Fprintln(a.stdout)
 			rows := make([][]string, 0, len(d.Tasks))
 			for _, t := range d.Tasks {
@@ -233,6 +266,34 @@ func (a *app) jobRetry() *cobra.Command {
 	}
 }
 
+func (a *app) jobPause() *cobra.Command {
+	var now bool
+	cmd := &cobra.Command{
+		Use:   "pause ID [--now]",
+		Short: "Pause a job: none of its tasks starts until it is resumed; running ones finish (or stop, with --now)",
+		Args:  exactArgs(1, "a job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if now {
+				return a.control(cmd.Context(), args[0], "pause now")
+			}
+			return a.control(cmd.Context(), args[0], "pause")
+		},
+	}
+	cmd.Flags().BoolVar(&now, "now", false, "also cancel the running tasks on their nodes and release them, without charging an attempt")
+	return cmd
+}
+
+func (a *app) jobResume() *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume ID",
+		Short: "Resume a paused job",
+		Args:  exactArgs(1, "a job ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.control(cmd.Context(), args[0], "resume")
+		},
+	}
+}
+
 func (a *app) control(ctx context.Context, arg, action string) error {
 	id, err := jobID(arg)
 	if err != nil {
@@ -244,12 +305,18 @@ func (a *app) control(ctx context.Context, arg, action string) error {
 	}
 	defer c.Close()
 	var state deckhandtype.JobState
-	if action == "cancel" {
+	switch action {
+	case "cancel":
 		state, err = c.Cancel(ctx, id)
-	} else {
+	case "pause", "pause now":
+		state, err = c.Pause(ctx, id, action == "pause now")
+	case "resume":
+		state, err = c.Resume(ctx, id)
+	default:
 		state, err = c.Retry(ctx, id)
 	}
 	if err != nil {
+		a.printHolder(err)
 		return classify(err)
 	}
 	if a.json() {

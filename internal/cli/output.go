@@ -140,6 +140,9 @@ const (
 	ExitFailed  = 1 // the operation failed
 	ExitUsage   = 2 // bad usage or input
 	ExitTimeout = 3 // gave up waiting
+	// ExitDuplicate: refused because an unfinished job holds the key; that job's id is on
+	// standard output (when the caller may see it) so that a script can wait for it.
+	ExitDuplicate = 4
 )
 
 // ExitError is an error that decides the process exit code.

@@ -71,7 +71,7 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 		a.demoCommand(), a.benchCommand())
 	root.AddCommand(a.exportCommand())
 	root.AddCommand(a.cleanupCommand(), a.dropCommand(), a.settingCommand())
-	root.AddCommand(a.placementsCommand(), a.moveCommand())
+	root.AddCommand(a.placementsCommand(), a.moveCommand(), a.rebalanceCommand())
 	groupCommands(root)
 	return root
 }
@@ -134,6 +134,8 @@ func classify(err error) error {
 		return err
 	case engine.IsInvalid(err), errors.Is(err, catalog.ErrNotFound):
 		return &ExitError{Code: ExitUsage, Err: err}
+	case errors.Is(err, catalog.ErrDuplicateKey):
+		return &ExitError{Code: ExitDuplicate, Err: err}
 	case errors.Is(err, catalog.ErrJobTerminal):
 		return &ExitError{Code: ExitFailed, Err: err}
 	default:

@@ -5,21 +5,30 @@ import { dur, now, ts } from './format.js';
 import { jobState, taskStates } from './meta.js';
 import { refreshSoon } from './refresh.js';
 
+const done = { cancel: 'cancel requested', retry: 'retried', pause: 'paused', resume: 'resumed' };
+
 async function controlJob(id, action) {
   try {
     const r = await api(`/api/jobs/${id}/${action}`, { method: 'POST' });
-    toast(`Job #${id} ${action === 'cancel' ? 'cancel requested' : 'retried'}: ${r.state}`);
+    toast(`Job #${id} ${done[action]}: ${r.state}`);
     refreshSoon();
   } catch (e) {
     toast(e.message, true);
   }
 }
 
-// actionButtons are Cancel and Retry, as the job's state allows.
+// actionButtons are Pause or Resume, Cancel and Retry, as the job's state allows.
 export function actionButtons(job, small) {
   const cls = small ? ' btn-sm' : '';
   const st = jobState(job.state);
   const out = [];
+  for (const action of ['pause', 'resume']) {
+    if (!st[action]) continue;
+    out.push(h('button', {
+      class: 'btn' + cls, 'data-action': action, 'data-job': job.id, text: action === 'pause' ? 'Pause' : 'Resume',
+      onclick: (e) => { e.stopPropagation(); e.currentTarget.disabled = true; controlJob(job.id, action); },
+    }));
+  }
   if (st.cancel) {
     out.push(h('button', {
       class: 'btn btn-danger' + cls, 'data-action': 'cancel', 'data-job': job.id, text: 'Cancel',

@@ -79,6 +79,9 @@ type JobOpts struct {
 	Started         bool
 	CancelRequested bool
 	Kind            string // sql when empty
+	// Pause is the job's pause mode, wait or now: its tasks that can still run carry it. A
+	// job with a paused task is paused (wait) when Pause is empty.
+	Pause string
 }
 
 // TaskOpts describes a task of a job.
@@ -134,6 +137,8 @@ var jobShapes = map[deckhandtype.JobState]JobOpts{
 	deckhandtype.JobFinished:   {Tasks: []TaskOpts{{State: deckhandtype.TaskDone}}},
 	deckhandtype.JobFailed:     {Tasks: []TaskOpts{{State: deckhandtype.TaskFailed}}},
 	deckhandtype.JobCancelled:  {CancelRequested: true, Tasks: []TaskOpts{{State: deckhandtype.TaskCancelled}}},
+	deckhandtype.JobPausing:    {Pause: "wait", Tasks: []TaskOpts{{State: deckhandtype.TaskRunning}, {State: deckhandtype.TaskPaused}}},
+	deckhandtype.JobPaused:     {Pause: "wait", Tasks: []TaskOpts{{State: deckhandtype.TaskDone}, {State: deckhandtype.TaskPaused}}},
 }
 
 // ran reports whether a task in state s has had an attempt.
@@ -152,6 +157,9 @@ func Job(ctx context.Context, tb testing.TB, db DB, opts *JobOpts) JobRow {
 			tb.Fatalf("catalogtest: a job without tasks in state %q", o.State)
 		}
 		o.Tasks, o.CancelRequested = shape.Tasks, o.CancelRequested || shape.CancelRequested
+		if o.Pause == "" {
+			o.Pause = shape.Pause
+		}
 	}
 	o.Tasks = append([]TaskOpts(nil), o.Tasks...) // defaults are filled in below
 	if o.Kind == "" {
@@ -166,16 +174,25 @@ func Job(ctx context.Context, tb testing.TB, db DB, opts *JobOpts) JobRow {
 		count[o.Tasks[i].State]++
 		started = started || ran(o.Tasks[i].State)
 	}
+	if o.Pause == "" && count[deckhandtype.TaskPaused] > 0 {
+		o.Pause = "wait"
+	}
+	waitsFor := 0
+	if o.Pause != "" {
+		waitsFor = count[deckhandtype.TaskRunning]
+	}
 	job := JobRow{Tasks: make([]TaskRow, len(o.Tasks))}
 	err := db.QueryRow(ctx, `
 		INSERT INTO deckhand.job (kind, owners, tasks_total, tasks_done, tasks_failed, tasks_cancelled, tasks_unscheduled,
-			started_at, cancel_requested_at)
+			started_at, cancel_requested_at, pause, paused_at, pause_waits_for)
 		VALUES (@kind, '{app}', @total, @done, @failed, @cancelled, @unscheduled,
-			CASE WHEN @started THEN now() END, CASE WHEN @cancel THEN now() END)
+			CASE WHEN @started THEN now() END, CASE WHEN @cancel THEN now() END,
+			nullif(@pause, ''), CASE WHEN @pause <> '' THEN now() END, @waits_for)
 		RETURNING id`,
 		pgx.StrictNamedArgs{"kind": o.Kind, "total": len(o.Tasks), "done": count[deckhandtype.TaskDone],
 			"failed": count[deckhandtype.TaskFailed], "cancelled": count[deckhandtype.TaskCancelled],
-			"unscheduled": count[deckhandtype.TaskUnscheduled], "started": started, "cancel": o.CancelRequested},
+			"unscheduled": count[deckhandtype.TaskUnscheduled], "started": started, "cancel": o.CancelRequested,
+			"pause": o.Pause, "waits_for": waitsFor},
 	).Scan(&job.ID)
 	if err != nil {
 		tb.Fatalf("catalogtest: insert job: %v", err)
@@ -186,7 +203,7 @@ func Job(ctx context.Context, tb testing.TB, db DB, opts *JobOpts) JobRow {
 		if t.Name == "" {
 			t.Name = "t" + strconv.Itoa(i+1)
 		}
-		job.Tasks[i] = insertTask(ctx, tb, db, job.ID, t, ids, states)
+		job.Tasks[i] = insertTask(ctx, tb, db, job.ID, o.Pause, t, ids, states)
 		ids[t.Name], states[t.Name] = job.Tasks[i].ID, t.State
 	}
 	if err := db.QueryRow(ctx, `SELECT state FROM deckhand.job WHERE id = $1`, job.ID).Scan(&job.State); err != nil {
@@ -198,7 +215,7 @@ func Job(ctx context.Context, tb testing.TB, db DB, opts *JobOpts) JobRow {
 	return job
 }
 
-func insertTask(ctx context.Context, tb testing.TB, db DB, jobID int64, t TaskOpts, ids map[string]int64,
+func insertTask(ctx context.Context, tb testing.TB, db DB, jobID int64, pause string, t TaskOpts, ids map[string]int64,
 	states map[string]deckhandtype.TaskState) TaskRow {
 	tb.Helper()
 	row := TaskRow{JobID: jobID, Name: t.Name, State: t.State}
@@ -238,16 +255,17 @@ func insertTask(ctx context.Context, tb testing.TB, db DB, jobID int64, t TaskOp
 	var token *int64
 	err := db.QueryRow(ctx, `
 		INSERT INTO deckhand.task (job_id, name, kind, node, owner, max_attempts, timeout, state, pending_deps,
-			attempts, runs, not_before, attempt_token, worker_id, started_at, finished_at, added_by)
+			attempts, runs, not_before, attempt_token, worker_id, started_at, finished_at, added_by, pause)
 		VALUES (@job, @name, @kind, nullif(@node, ''), 'app', @max_attempts, '1 hour', @state, @pending,
 			@attempts, @attempts, coalesce(@not_before::timestamptz, '-infinity'),
 			CASE WHEN @ran THEN nextval('deckhand.attempt_token_seq') END, nullif(@worker::bigint, 0),
 			CASE WHEN @ran THEN now() END,
-			CASE WHEN @state IN ('done', 'failed', 'unscheduled', 'cancelled') THEN now() END, @added_by)
+			CASE WHEN @state IN ('done', 'failed', 'unscheduled', 'cancelled') THEN now() END, @added_by,
+			CASE WHEN @state IN ('blocked', 'running', 'paused') THEN nullif(@pause, '') END)
 		RETURNING id, attempt_token`,
 		pgx.StrictNamedArgs{"job": jobID, "name": t.Name, "kind": t.Kind, "node": t.Node, "max_attempts": t.MaxAttempts,
 			"state": t.State, "pending": pending, "attempts": t.Attempts, "not_before": notBefore, "ran": ran(t.State),
-			"worker": row.WorkerID, "added_by": addedBy},
+			"worker": row.WorkerID, "added_by": addedBy, "pause": pause},
 	).Scan(&row.ID, &token)
 	if err != nil {
 		tb.Fatalf("catalogtest: insert task %s: %v", t.Name, err)

@@ -62,3 +62,21 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON deckhand.placement TO deckhand_worker;
 GRANT USAGE, SELECT, UPDATE ON SEQUENCE deckhand.placement_version_seq, deckhand.placement_id_seq TO deckhand_worker;
 GRANT EXECUTE ON FUNCTION deckhand.notify_placement() TO deckhand_worker;
 GRANT SELECT ON deckhand.placements TO deckhand_submitter, deckhand_worker;
+
+-- The moves of rebalances (jobs of kind rebalance, whose tasks are moves), with the bytes each
+-- was planned to move, for `deckhand rebalance status`: to each role the jobs it may act on,
+-- as deckhand.tasks shows them. The payload is the submitter's: a bytes field that is not a
+-- plain count reads as 0 rather than failing everyone's reads.
+CREATE VIEW deckhand.rebalance_moves WITH (security_barrier) AS
+    SELECT t.job_id, t.id AS task_id, t.name, t.state,
+           t.payload ->> 'schema' AS schema_name, t.payload ->> 'from' AS from_group, t.payload ->> 'to' AS to_group,
+           CASE WHEN jsonb_typeof(t.payload -> 'bytes') = 'number' AND (t.payload ->> 'bytes') ~ '^[0-9]{1,18}$'
+                THEN (t.payload ->> 'bytes')::bigint ELSE 0 END AS bytes,
+           t.started_at, t.finished_at, t.last_error ->> 'message' AS last_error
+    FROM deckhand.task t JOIN deckhand.job j ON j.id = t.job_id
+    WHERE j.kind = 'rebalance' AND t.kind = 'move'
+      AND ((SELECT deckhand.sees_all()) OR deckhand.may_act_on(j.submitted_by, j.owners));
+-- The latest rebalance is found without reading the jobs before it.
+CREATE INDEX job_rebalance_idx ON deckhand.job (id) WHERE kind = 'rebalance';
+REVOKE ALL ON deckhand.rebalance_moves FROM PUBLIC;
+GRANT SELECT ON deckhand.rebalance_moves TO deckhand_submitter, deckhand_worker;

@@ -1,0 +1,179 @@
+package engine_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+// jobState reads a job's state.
+func jobState(t *testing.T, e *testenv.Env, id int64) deckhandtype.JobState {
+	t.Helper()
+	return detail(t, e, id).State
+}
+
+// task reads a job's task by name.
+func task(t *testing.T, e *testenv.Env, id int64, name string) deckhandtype.Task {
+	t.Helper()
+	for _, tk := range detail(t, e, id).Tasks {
+		if tk.Name == name {
+			return tk
+		}
+	}
+	t.Fatalf("job %d has no task %s", id, name)
+	return deckhandtype.Task{}
+}
+
+// waitState waits until the job is in state want.
+func waitState(t *testing.T, e *testenv.Env, id int64, want deckhandtype.JobState) {
+	t.Helper()
+	testenv.Eventually(t, 20*time.Second, func() bool { return jobState(t, e, id) == want }, "job is "+string(want))
+}
+
+// sleepsFirstTime is SQL that sleeps for a long time the first time it runs and returns at
+// once afterwards: the sequence counts runs whatever becomes of their transactions.
+const sleepsFirstTime = `SELECT pg_sleep(CASE WHEN nextval('runs') = 1 THEN 30 ELSE 0 END)`
+
+// A pause lets the running task finish; its dependent, released meanwhile, waits paused
+// until the job is resumed.
+func TestPauseLetsRunningTasksFinish(t *testing.T) {
+	t.Parallel()
+	e := testenv.New(t)
+	db := e.AddNode("n1", 4)
+	e.Exec(db, `CREATE TABLE log (task text)`)
+	e.Worker(engine.Config{Concurrency: 4})
+	id := submit(t, e, &spec.Job{Tasks: []spec.Task{
+		{Name: "a", Node: "n1", SQL: `SELECT pg_sleep(0.5); INSERT INTO log VALUES ('a')`},
+		{Name: "b", Node: "n1", SQL: `INSERT INTO log VALUES ('b')`, DependsOn: []string{"a"}},
+	}})
+	testenv.Eventually(t, 10*time.Second, func() bool { return task(t, e, id, "a").State == deckhandtype.TaskRunning }, "a runs")
+	state, err := e.Client.Pause(ctx, id, false)
+	if err != nil || state != deckhandtype.JobPausing {
+		t.Fatalf("pause: %s, %v; want pausing", state, err)
+	}
+	waitState(t, e, id, deckhandtype.JobPaused)
+	if a, b := task(t, e, id, "a"), task(t, e, id, "b"); a.State != deckhandtype.TaskDone || b.State != deckhandtype.TaskPaused {
+		t.Fatalf("paused job: a %s, b %s; want done and paused", a.State, b.State)
+	}
+	time.Sleep(300 * time.Millisecond) // a worker that claimed b would have run it by now
+	var logged int
+	if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM log WHERE task = 'b'`).Scan(&logged); err != nil || logged != 0 {
+		t.Fatalf("b ran %d times while its job was paused (%v)", logged, err)
+	}
+	if _, err := e.Client.Pause(ctx, id, false); err != nil {
+		t.Errorf("pausing a paused job again: %v", err)
+	}
+	if state, err := e.Client.Resume(ctx, id); err != nil || state != deckhandtype.JobRunning {
+		t.Fatalf("resume: %s, %v; want running", state, err)
+	}
+	if job := e.Wait(id, 20*time.Second); job.State != deckhandtype.JobFinished {
+		t.Fatalf("after resume: %s%s", job.State, explain(detail(t, e, id)))
+	}
+	if _, err := e.Client.Resume(ctx, id); err == nil {
+		t.Error("a finished job was resumed")
+	}
+}
+
+// A pause now cancels the running task on its node and releases it without charging an
+// attempt (it has one only); resumed, it runs again and succeeds.
+func TestPauseNowReleasesRunningTasksUncharged(t *testing.T) {
+	t.Parallel()
+	e := testenv.New(t)
+	db := e.AddNode("n1", 4)
+	e.Exec(db, `CREATE SEQUENCE runs`)
+	e.Worker(engine.Config{Concurrency: 4})
+	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "slow", Node: "n1", SQL: sleepsFirstTime, MaxAttempts: 1}}})
+	sleeping := func() bool {
+		var n int
+		err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(CASE%' AND pid <> pg_backend_pid()`).Scan(&n)
+		return err == nil && n > 0
+	}
+	testenv.Eventually(t, 10*time.Second, sleeping, "the task sleeps on its node")
+	start := time.Now()
+	if _, err := e.Client.Pause(ctx, id, true); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, e, id, deckhandtype.JobPaused)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("pause --now took %s", took)
+	}
+	if sleeping() {
+		t.Error("the paused task's backend still runs on the node")
+	}
+	d := detail(t, e, id)
+	if tk := d.Tasks[0]; tk.State != deckhandtype.TaskPaused || tk.Attempts != 0 {
+		t.Fatalf("task after pause --now: %s with %d attempts charged; want paused with 0", tk.State, tk.Attempts)
+	}
+	if len(d.Attempts) != 1 || d.Attempts[0].Outcome != deckhandtype.OutcomeReleased {
+		t.Fatalf("attempts after pause --now:%s; want one, released", explain(d))
+	}
+	if _, err := e.Client.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if job := e.Wait(id, 20*time.Second); job.State != deckhandtype.JobFinished {
+		t.Fatalf("after resume: %s%s", job.State, explain(detail(t, e, id)))
+	}
+}
+
+// A job paused while its worker shuts down stays paused: the released task is paused, not
+// runnable, and the next worker does not claim it until the job is resumed.
+func TestPauseOutlivesAWorkerRestart(t *testing.T) {
+	t.Parallel()
+	e := testenv.New(t)
+	db := e.AddNode("n1", 4)
+	e.Exec(db, `CREATE SEQUENCE runs`)
+	_, stop := e.Worker(engine.Config{Concurrency: 4, ShutdownGrace: 100 * time.Millisecond})
+	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "slow", Node: "n1", SQL: sleepsFirstTime, MaxAttempts: 1}}})
+	testenv.Eventually(t, 10*time.Second, func() bool { return task(t, e, id, "slow").State == deckhandtype.TaskRunning }, "the task runs")
+	if state, err := e.Client.Pause(ctx, id, false); err != nil || state != deckhandtype.JobPausing {
+		t.Fatalf("pause: %s, %v; want pausing", state, err)
+	}
+	stop() // the running task is released on shutdown
+	waitState(t, e, id, deckhandtype.JobPaused)
+	e.Worker(engine.Config{Concurrency: 4})
+	time.Sleep(500 * time.Millisecond) // more than the new worker's poll
+	if tk := task(t, e, id, "slow"); tk.State != deckhandtype.TaskPaused || tk.Attempts != 0 || tk.Runs != 1 {
+		t.Fatalf("after the restart: %s, %d attempts, %d runs; want paused, 0, 1", tk.State, tk.Attempts, tk.Runs)
+	}
+	if _, err := e.Client.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if job := e.Wait(id, 20*time.Second); job.State != deckhandtype.JobFinished {
+		t.Fatalf("after resume: %s%s", job.State, explain(detail(t, e, id)))
+	}
+}
+
+// A paused job holds no slot of its node: on a node that runs one task at a time, a job
+// submitted after it runs while the paused one's task is never claimed; then cancelling the
+// paused job cancels it at once.
+func TestPausedJobLeavesItsNodeToOthers(t *testing.T) {
+	t.Parallel()
+	e := testenv.New(t)
+	e.AddNode("n1", 1)
+	paused := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "first", Node: "n1", SQL: "SELECT 1"}}})
+	if state, err := e.Client.Pause(ctx, paused, false); err != nil || state != deckhandtype.JobPaused {
+		t.Fatalf("pause of a scheduled job: %s, %v; want paused", state, err)
+	}
+	other := submit(t, e, &spec.Job{Tasks: []spec.Task{
+		{Name: "x", Node: "n1", SQL: "SELECT pg_sleep(0.1)"}, {Name: "y", Node: "n1", SQL: "SELECT pg_sleep(0.1)"}}})
+	e.Worker(engine.Config{Concurrency: 4})
+	if job := e.Wait(other, 20*time.Second); job.State != deckhandtype.JobFinished {
+		t.Fatalf("the other job: %s", job.State)
+	}
+	if tk := task(t, e, paused, "first"); tk.State != deckhandtype.TaskPaused || tk.Runs != 0 {
+		t.Fatalf("the paused job's task: %s after %d runs; want paused, never run", tk.State, tk.Runs)
+	}
+	if state, err := e.Client.Cancel(ctx, paused); err != nil || state != deckhandtype.JobCancelled {
+		t.Fatalf("cancel of a paused job: %s, %v; want cancelled", state, err)
+	}
+	if state, err := e.Client.Retry(ctx, paused); err != nil || state != deckhandtype.JobScheduled {
+		t.Fatalf("retry of the cancelled job: %s, %v; want scheduled", state, err)
+	}
+	if job := e.Wait(paused, 20*time.Second); job.State != deckhandtype.JobFinished {
+		t.Fatalf("the retried job: %s", job.State)
+	}
+}
