@@ -39,7 +39,7 @@ var roleSeq atomic.Int64
 
 func newMoveEnv(t *testing.T) *moveEnv {
 	t.Helper()
-	e := &moveEnv{Proxied: testenv.NewProxied(t, testenv.LogicalCluster(t), move.Feature())}
+	e := &moveEnv{Proxied: testenv.NewProxied(t, testenv.LogicalPasswordCluster(t), move.Feature())}
 	e.src = testenv.Database(t, e.NodeCluster, "src")
 	e.dst = testenv.Database(t, e.NodeCluster, "dst")
 	for _, n := range []struct{ name, db, group string }{{"src", e.src, "g1"}, {"dst", e.dst, "g2"}} {
