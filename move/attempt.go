@@ -18,6 +18,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/logicalapply"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
 // move is one attempt's state.
@@ -204,13 +205,12 @@ func (mv *move) catchUp(ctx context.Context, repl *pgconn.PgConn, start pglogrep
 	})
 	actx, cancel := context.WithCancel(ctx)
 	applied := make(chan error, 1)
-	go func() { applied <- applier.Run(actx, start) }()
+	go func() { applied <- mv.apply(actx, applier, releaseApply, start) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			cancel()
 			<-applied
-			releaseApply()
 		})
 	}
 	var runErr error
@@ -238,6 +238,53 @@ func (mv *move) catchUp(ctx context.Context, repl *pgconn.PgConn, start pglogrep
 		return nil, nil, err
 	}
 	return waitFor, stop, nil
+}
+
+// maxApplyRuns bounds the runs of the applier in one attempt: each lost connection costs one.
+const maxApplyRuns = 10
+
+// apply runs the applier until ctx ends, and after a lost connection (source or target)
+// resumes with new ones from the position the target itself recorded, exactly once: a blip
+// during a long catch-up costs neither the copy nor the attempt. It returns the applier's
+// error when that is permanent (a change the target refuses) or after maxApplyRuns runs.
+func (mv *move) apply(ctx context.Context, a *logicalapply.Applier, release func(), start pglogrepl.LSN) error {
+	var own *pgconn.PgConn // a replication connection of a resumed run (the first is the attempt's)
+	defer func() {
+		release()
+		if own != nil {
+			own.Close(context.Background()) //nolint:errcheck
+		}
+	}()
+	backoff := 100 * time.Millisecond
+	for run := 1; ; run++ {
+		err := a.Run(ctx, start)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !taskerr.Retryable(err) || run >= maxApplyRuns {
+			return err
+		}
+		mv.Cleaner.Log().Warn("move: the catch-up lost a connection; resuming where the target stands", "job", mv.t.JobID, "run", run, "err", err)
+		if err := sleepCtx(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, 5*time.Second)
+		newRepl, err := replicationConn(ctx, mv.src.owner, mv.t)
+		if err != nil {
+			continue // counts as a run: Run fails at once on the closed connections
+		}
+		newTarget, newRelease, err := mv.session(mv.dst.owner)(ctx)
+		if err != nil {
+			newRepl.Close(context.Background()) //nolint:errcheck
+			continue
+		}
+		if own != nil {
+			own.Close(context.Background()) //nolint:errcheck
+		}
+		release()
+		own, release = newRepl, newRelease
+		a.Use(newRepl, newTarget)
+	}
 }
 
 // cutOver registers what the cut-over changes on the source — the refusal of writes, removed

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
 )
@@ -131,16 +133,34 @@ func (w *writer) someOrder(rng *rand.Rand) int64 {
 func TestOnlineMoveUnderWrites(t *testing.T) {
 	// 2s, the default; 300ms, shorter than the catch-up under the locks often takes here, so
 	// that the cut-over rolls back and tries again until it fits.
-	for _, budget := range []time.Duration{2 * time.Second, 300 * time.Millisecond} {
-		t.Run(budget.String(), func(t *testing.T) {
+	// And 2s with the catch-up's connections lost — its replication connection as it starts,
+	// its target session in the middle of applying — which it resumes, in the same attempt.
+	for _, tc := range []struct {
+		budget time.Duration
+		lossy  bool
+	}{{2 * time.Second, false}, {300 * time.Millisecond, false}, {2 * time.Second, true}} {
+		name := tc.budget.String()
+		if tc.lossy {
+			name += "/lost-connections"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			onlineMoveUnderWrites(t, budget)
+			onlineMoveUnderWrites(t, tc.budget, tc.lossy)
 		})
 	}
 }
 
-func onlineMoveUnderWrites(t *testing.T, budget time.Duration) {
+func onlineMoveUnderWrites(t *testing.T, budget time.Duration, lossy bool) {
 	e := newMoveEnv(t)
+	if lossy {
+		e.Proxy.AddRule(pgtest.Rule{Name: "repl", Match: regexp.MustCompile(`^START_REPLICATION`), Action: pgtest.ActionDrop, Times: 1})
+		e.Proxy.AddRule(pgtest.Rule{Name: "apply", Match: regexp.MustCompile(`^INSERT INTO "app"\."orders"`), Action: pgtest.ActionDrop, Times: 1})
+		defer func() {
+			if e.Proxy.Hits("repl") != 1 || e.Proxy.Hits("apply") != 1 {
+				t.Errorf("connections lost: replication %d, applier %d; want 1 each", e.Proxy.Hits("repl"), e.Proxy.Hits("apply"))
+			}
+		}()
+	}
 	e.asOwner(e.src, appSchema)
 	var super, repl bool
 	if err := e.NodeConn(e.src, pgcluster.Superuser).QueryRow(ctx, `SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = $1`, e.owner).
