@@ -24,8 +24,8 @@ type Config struct {
 	// (publish_via_partition_root = true).
 	Publication string
 	// Target is a session on the target as the owner; Run applies its transactions on it, with
-	// statements it prepares there. It must use the extended protocol (not
-	// QueryExecModeSimpleProtocol).
+	// statements it prepares there, and sets its search_path to pg_catalog, pg_temp. It must
+	// use the extended protocol (not QueryExecModeSimpleProtocol).
 	Target *pgx.Conn
 	// ProgressTable is a table on the target ("schema"."table", created by
 	// EnsureProgressTable) where Run writes the source commit LSN in the same target

@@ -104,7 +104,7 @@ func text(c *pglogrepl.TupleDataColumn) any {
 }
 
 func (r *run) tupleError(op string, rel *relation, lsn pglogrepl.LSN, format string, args ...any) error {
-	return targetError(&ApplyError{Op: op, Relation: rel.display, LSN: lsn, CommitLSN: r.commitLSN, Err: fmt.Errorf(format, args...)})
+	return targetError(&ApplyError{Op: op, Relation: rel.display, LSN: lsn, CommitLSN: r.commitLSN, Err: refused(format, args...)})
 }
 
 func (r *run) insert(ctx context.Context, lsn pglogrepl.LSN, rel *relation, m *pglogrepl.InsertMessage) error {

@@ -42,13 +42,32 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // context; anything else is an ApplyError marked permanent.
 func targetError(e *ApplyError) error {
 	if transient(e.Err) {
-		return fmt.Errorf("logicalapply: target: %s %s at %s: %w", e.Op, e.Relation, e.LSN, e.Err)
+		where := e.Op
+		if e.Relation != "" {
+			where += " " + e.Relation
+		}
+		if e.LSN != 0 {
+			where += " at " + e.LSN.String()
+		}
+		return fmt.Errorf("logicalapply: target: %s: %w", where, e.Err)
 	}
 	return taskerr.Permanent(e)
 }
 
+// refusal is a change the target cannot take as it stands (no such table or column, no key):
+// running again does not help.
+type refusal struct{ msg string }
+
+func (e *refusal) Error() string { return e.msg }
+
+func refused(format string, args ...any) error { return &refusal{fmt.Sprintf(format, args...)} }
+
 // transient reports whether err is worth a new run with new connections.
 func transient(err error) bool {
+	var r *refusal
+	if errors.As(err, &r) {
+		return false
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		if pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC" {

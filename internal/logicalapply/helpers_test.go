@@ -82,6 +82,7 @@ CREATE TABLE app.blobs (id int PRIMARY KEY, big text NOT NULL, counter int NOT N
 ALTER TABLE app.blobs ALTER big SET STORAGE EXTERNAL;
 CREATE TABLE app."Keyed Table" ("K" text PRIMARY KEY, v int NOT NULL);
 CREATE TABLE app.scratch (id int PRIMARY KEY, v text);
+CREATE TABLE app.bench (id bigint PRIMARY KEY, note text NOT NULL, amount numeric(12,2), at timestamptz);
 `
 
 // tables are compared between source and target, each ordered by its key; the partitions
@@ -89,7 +90,7 @@ CREATE TABLE app.scratch (id int PRIMARY KEY, v text);
 var tables = []struct{ name, key string }{
 	{"app.customers", "id"}, {"app.orders", "id"}, {"app.docs", "id"},
 	{"app.events", "id, day"}, {"app.events_a", "id, day"}, {"app.events_b", "id, day"}, {"app.events_rest", "id, day"},
-	{"app.blobs", "id"}, {`app."Keyed Table"`, `"K"`}, {"app.scratch", "id"},
+	{"app.blobs", "id"}, {`app."Keyed Table"`, `"K"`}, {"app.scratch", "id"}, {"app.bench", "id"},
 }
 
 const seedRows = `
@@ -121,9 +122,10 @@ func newEnv(t testing.TB) *env {
 	for _, db := range []string{e.src, e.dst} {
 		e.superExec(db, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+pgx.Identifier{e.owner}.Sanitize())
 	}
-	e.ownerExec(e.src, schemaDDL+seedRows)
+	// The source sends whole old rows of app.docs: the key is taken from them.
+	e.ownerExec(e.src, schemaDDL+seedRows+`ALTER TABLE app.docs REPLICA IDENTITY FULL;`)
 	e.ownerExec(e.src, `CREATE PUBLICATION "moving tables" FOR TABLE app.customers, app.orders, app.docs, app.events,
-		app.blobs, app."Keyed Table", app.scratch WITH (publish_via_partition_root = true)`)
+		app.blobs, app."Keyed Table", app.scratch, app.bench WITH (publish_via_partition_root = true)`)
 	e.ownerExec(e.dst, schemaDDL)
 
 	// The slot exports a snapshot; the rows as of that snapshot are copied to the target,
@@ -145,7 +147,7 @@ func newEnv(t testing.TB) *env {
 	if _, err := src.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+res.SnapshotName+"'"); err != nil {
 		t.Fatal(err)
 	}
-	for _, tb := range []string{"app.customers", "app.orders", "app.docs", "app.events", "app.blobs", `app."Keyed Table"`, "app.scratch"} {
+	for _, tb := range []string{"app.customers", "app.orders", "app.docs", "app.events", "app.blobs", `app."Keyed Table"`, "app.scratch", "app.bench"} {
 		var buf bytes.Buffer
 		if _, err := src.PgConn().CopyTo(ctx, &buf, "COPY (SELECT * FROM "+tb+") TO STDOUT"); err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package logicalapply
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -59,7 +58,7 @@ func (r *relation) resolve(ctx context.Context, conn *pgx.Conn) error {
 		  AND c.relname OPERATOR(pg_catalog.=) $2::pg_catalog.text::pg_catalog.name`,
 		r.name[0], r.name[1]).Scan(&oid, &relkind)
 	if err == pgx.ErrNoRows {
-		return fmt.Errorf("table %s does not exist on the target", r.display)
+		return refused("table %s does not exist on the target", r.display)
 	}
 	if err != nil {
 		return err
@@ -72,7 +71,7 @@ func (r *relation) resolve(ctx context.Context, conn *pgx.Conn) error {
 		// A partitioned table takes its rows through its partitions.
 		r.quoted = r.name.Sanitize()
 	default:
-		return fmt.Errorf("%s is not a table on the target (relkind %s)", r.display, relkind)
+		return refused("%s is not a table on the target (relkind %s)", r.display, relkind)
 	}
 
 	types := map[string]string{}
@@ -97,7 +96,7 @@ func (r *relation) resolve(ctx context.Context, conn *pgx.Conn) error {
 	for i, c := range r.cols {
 		t, ok := types[c]
 		if !ok {
-			return fmt.Errorf("column %q of %s does not exist on the target", c, r.display)
+			return refused("column %q of %s does not exist on the target", c, r.display)
 		}
 		r.types[i] = t
 		pos[c] = i
@@ -130,11 +129,11 @@ func (r *relation) resolve(ctx context.Context, conn *pgx.Conn) error {
 			return err
 		}
 		if !operatorName.MatchString(op) {
-			return fmt.Errorf("key column %q of %s: unexpected equality operator %q", col, r.display, op)
+			return refused("key column %q of %s: unexpected equality operator %q", col, r.display, op)
 		}
 		i, ok := pos[col]
 		if !ok {
-			return fmt.Errorf("key column %q of %s on the target is not sent by the source", col, r.display)
+			return refused("key column %q of %s on the target is not sent by the source", col, r.display)
 		}
 		r.key = append(r.key, i)
 		r.keyOps = append(r.keyOps, "OPERATOR("+pgx.Identifier{nsp}.Sanitize()+"."+op+")")

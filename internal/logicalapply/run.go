@@ -74,7 +74,11 @@ func (a *Applier) Run(ctx context.Context, start pglogrepl.LSN) error {
 	}
 	r := &run{a: a, src: cfg.Source, dst: cfg.Target, stmts: newProgressStatements(cfg.ProgressTable),
 		rels: map[uint32]*relation{}, named: map[string]string{}}
-	return r.run(ctx, start)
+	err := r.run(ctx, start)
+	if ctx.Err() != nil {
+		return ctx.Err() // whatever the cancellation interrupted
+	}
+	return err
 }
 
 func (r *run) run(ctx context.Context, start pglogrepl.LSN) error {
@@ -85,6 +89,11 @@ func (r *run) run(ctx context.Context, start pglogrepl.LSN) error {
 			return err
 		}
 		return taskerr.Permanent(err)
+	}
+	// Type names are resolved (format_type) and used under this search_path: nothing another
+	// role creates in a schema on the caller's path can stand in for what the applier names.
+	if _, err := r.dst.Exec(ctx, `SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)`); err != nil {
+		return err
 	}
 	r.progress = progress
 	if progress > 0 {
