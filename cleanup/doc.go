@@ -63,7 +63,7 @@ records with RemoveDue — can run at once, and one that dies frees the record a
 	if _, err := op.Register(ctx, cleanup.Table(node, "public", "orders_old"), cleanup.DeferredOnSuccess); err != nil { return err }
 	return op.Succeed(ctx)                                      // the commit point
 
-MoveTable (kind move_table) is a complete example: a table moved to another node through
-logical replication, in seven steps, each registering what it creates first.
+Package move (kind move) is a complete example: a schema moved to another node group online,
+each step registering what it creates first, with every policy in use.
 */
 package cleanup

@@ -62,7 +62,7 @@ type RebalanceStatus struct {
 	FinishedAt  *time.Time      `json:"finished_at"`
 	Done        MoveCount       `json:"done"`
 	Running     MoveCount       `json:"running"`
-	Left        MoveCount       `json:"left"`   // not started yet: blocked or runnable
+	Left        MoveCount       `json:"left"`   // not started yet: blocked, runnable or held
 	Failed      MoveCount       `json:"failed"` // failed, cancelled or never to run (unscheduled)
 	Moves       []RebalanceMove `json:"moves"`
 }

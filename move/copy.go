@@ -81,6 +81,12 @@ func copyTables(ctx context.Context, src, dst sessionFunc, snapshot string, tabl
 			}
 			defer srcTx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
 			if _, err := srcTx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == "22023" {
+					// The replication connection that exported it is gone: a new attempt
+					// makes a new slot. Not wrapped, so that it is retried.
+					return fmt.Errorf("the slot's snapshot is gone with its replication connection: %v", err)
+				}
 				return err
 			}
 			for {

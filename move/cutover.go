@@ -29,6 +29,7 @@ const maxCutOverTries = 30
 // writers go on, and it is tried again later.
 type cutOver struct {
 	src, dst   *pgx.Conn // the attempt's main sessions
+	flusher    *pgx.Conn // another session on the source, outside the locking transaction
 	pl         *plan
 	st         *structure
 	budget     time.Duration
@@ -99,6 +100,7 @@ func (c *cutOver) try(ctx context.Context) (time.Duration, error) {
 		}
 		return 0, err
 	}
+	locked := time.Since(start)
 	// Every write committed before the locks is before this position.
 	var lsn string
 	if err := tx.QueryRow(ctx, `SELECT pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text`).Scan(&lsn); err != nil {
@@ -108,10 +110,17 @@ func (c *cutOver) try(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Commits made with synchronous_commit off may sit in WAL buffers up to wal_writer_delay;
+	// the slot sends nothing before it is flushed. A commit of our own (txid_current assigns a
+	// transaction id, so its commit is logged and flushed) flushes everything before it now.
+	if _, err := c.flusher.Exec(tctx, `SELECT pg_catalog.txid_current()`); err != nil {
+		return 0, err
+	}
 	// Leave a quarter of the budget for what follows the catch-up.
 	wctx, wcancel := context.WithDeadline(ctx, deadline.Add(-c.budget/4))
 	err = c.waitFor(wctx, pos)
 	wcancel()
+	caughtUp := time.Since(start)
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			return 0, fmt.Errorf("%w: the target did not catch up with %s in time", errRetryCutOver, lsn)
@@ -123,13 +132,15 @@ func (c *cutOver) try(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	defer dtx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	finished := time.Now()
 	if err := c.finish(tctx, tx, dtx); err != nil {
 		if ctx.Err() == nil && tctx.Err() != nil {
 			return 0, fmt.Errorf("%w: the checks and changes took too long (%v)", errRetryCutOver, err)
 		}
 		return 0, err
 	}
-	if time.Now().After(deadline) {
+	// The two commits take a round trip each: leave them room.
+	if time.Now().After(deadline.Add(-min(c.budget/10, 20*time.Millisecond))) {
 		return 0, fmt.Errorf("%w: done after %s", errRetryCutOver, time.Since(start).Round(time.Millisecond))
 	}
 	// The target first: if the source's commit fails, the move fails and the target is dropped.
@@ -139,7 +150,10 @@ func (c *cutOver) try(ctx context.Context) (time.Duration, error) {
 	if err := tx.Commit(ctx); err != nil {
 		return 0, err
 	}
-	return time.Since(start), nil
+	blocked := time.Since(start)
+	c.log("move: cut-over timings", "locked_after", locked, "caught_up_after", caughtUp,
+		"checks_and_changes", time.Since(finished), "blocked", blocked)
+	return blocked, nil
 }
 
 // finish does, under the locks, what the cut-over changes: sequences, counts, the target's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,30 +152,48 @@ func TestMoveFailureAtEachStep(t *testing.T) {
 }
 
 // A worker killed (kill -9) after any step: the task is rescued and a new attempt completes
-// the move, after removing what the dead one left.
+// the move, after removing what the dead one left; with no attempt left, the job fails and
+// `deckhand cleanup run` leaves both nodes exactly as before (after the switch: moved).
 func TestMoveWorkerKilledAtEachStep(t *testing.T) {
 	bin := testenv.FaultBinary(t)
 	for _, step := range failureSteps {
-		t.Run(step, func(t *testing.T) {
-			t.Parallel()
-			e := newFailureEnv(t)
-			id := e.submitMove(3)
-			p := e.ServeBinary(bin, []string{"DECKHAND_FAULT=kill-after-move-step:" + step}, "--lease", "1s", "--concurrency", "1")
-			done := make(chan error, 1)
-			go func() { done <- p.Cmd.Wait() }()
-			select {
-			case err := <-done:
-				if err == nil || !strings.Contains(err.Error(), "killed") {
-					t.Fatalf("the faulty worker exited with %v, want killed after %s:\n%s", err, step, p.Output())
+		for _, attempts := range []int{3, 1} {
+			t.Run(fmt.Sprintf("%s/attempts=%d", step, attempts), func(t *testing.T) {
+				t.Parallel()
+				e := newFailureEnv(t)
+				id := e.submitMove(attempts)
+				p := e.ServeBinary(bin, []string{"DECKHAND_FAULT=kill-after-move-step:" + step}, "--lease", "1s", "--concurrency", "1")
+				done := make(chan error, 1)
+				go func() { done <- p.Cmd.Wait() }()
+				select {
+				case err := <-done:
+					if err == nil || !strings.Contains(err.Error(), "killed") {
+						t.Fatalf("the faulty worker exited with %v, want killed after %s:\n%s", err, step, p.Output())
+					}
+				case <-time.After(60 * time.Second):
+					d, _ := e.Client.Job(ctx, id)
+					p.Cmd.Process.Signal(syscall.SIGQUIT) //nolint:errcheck // its goroutines, in its output
+					time.Sleep(time.Second)
+					t.Fatalf("the faulty worker never reached %s: %+v %s\n%s", step, d.Tasks, e.lastError(id), p.Output())
 				}
-			case <-time.After(90 * time.Second):
-				t.Fatalf("the faulty worker never reached %s: %s\n%s", step, e.lastError(id), p.Output())
-			}
-			e.worker(move.Mover{})
-			if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
-				t.Fatalf("job %s after the worker was killed after %s: %s", job.State, step, e.lastError(id))
-			}
-			e.moved(id)
-		})
+				e.worker(move.Mover{LeaveToCleaner: attempts == 1})
+				job := e.Wait(id, 2*time.Minute)
+				switch {
+				case attempts > 1:
+					if job.State != deckhandtype.JobFinished {
+						t.Fatalf("job %s after the worker was killed after %s: %s", job.State, step, e.lastError(id))
+					}
+					e.moved(id)
+				case step == move.StepSwitch:
+					// The switch was made: the move is complete even though its task failed.
+					e.moved(id)
+				default:
+					if job.State != deckhandtype.JobFailed {
+						t.Fatalf("job %s, want failed (its only attempt was killed)", job.State)
+					}
+					e.asBefore()
+				}
+			})
+		}
 	}
 }

@@ -39,7 +39,7 @@ var roleSeq atomic.Int64
 
 func newMoveEnv(t *testing.T) *moveEnv {
 	t.Helper()
-	e := &moveEnv{Proxied: testenv.NewProxied(t, testenv.LogicalCluster(t), move.Feature())}
+	e := &moveEnv{Proxied: testenv.NewProxied(t, testenv.LogicalPasswordCluster(t), move.Feature())}
 	e.src = testenv.Database(t, e.NodeCluster, "src")
 	e.dst = testenv.Database(t, e.NodeCluster, "dst")
 	for _, n := range []struct{ name, db, group string }{{"src", e.src, "g1"}, {"dst", e.dst, "g2"}} {
@@ -49,7 +49,9 @@ func newMoveEnv(t *testing.T) *moveEnv {
 		}
 	}
 	e.owner = fmt.Sprintf("mover_%d_%d", os.Getpid(), roleSeq.Add(1))
-	if err := e.NodeCluster.CreateRole(ctx, e.owner, "LOGIN REPLICATION NOSUPERUSER"); err != nil {
+	// The owner logs in with a password, which only the worker's pgpass file (PGPASSFILE)
+	// holds: the move's sessions and pg_dump must find it there.
+	if err := pgtest.CreateLoginRole(ctx, e.NodeCluster, e.owner, "REPLICATION NOSUPERUSER"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

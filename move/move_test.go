@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
 )
@@ -129,8 +131,54 @@ func (w *writer) someOrder(rng *rand.Rand) int64 {
 // for longer than --max-write-block; a write to the old location fails loudly; the source
 // stays while a reader uses it and is dropped once it ends. The owner is not a superuser.
 func TestOnlineMoveUnderWrites(t *testing.T) {
+	// 2s, the default; 300ms, shorter than the catch-up under the locks often takes here, so
+	// that the cut-over rolls back and tries again until it fits.
+	// And 2s with the catch-up's connections lost — its replication connection as it starts,
+	// its target session in the middle of applying — which it resumes, in the same attempt.
+	for _, tc := range []struct {
+		budget time.Duration
+		lossy  bool
+	}{{2 * time.Second, false}, {300 * time.Millisecond, false}, {2 * time.Second, true}} {
+		name := tc.budget.String()
+		if tc.lossy {
+			name += "/lost-connections"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			onlineMoveUnderWrites(t, tc.budget, tc.lossy)
+		})
+	}
+}
+
+func onlineMoveUnderWrites(t *testing.T, budget time.Duration, lossy bool) {
 	e := newMoveEnv(t)
+	if lossy {
+		e.Proxy.AddRule(pgtest.Rule{Name: "repl", Match: regexp.MustCompile(`^START_REPLICATION`), Action: pgtest.ActionDrop, Times: 1})
+		e.Proxy.AddRule(pgtest.Rule{Name: "apply", Match: regexp.MustCompile(`^INSERT INTO "app"\."orders"`), Action: pgtest.ActionDrop, Times: 1})
+		defer func() {
+			if e.Proxy.Hits("repl") != 1 || e.Proxy.Hits("apply") != 1 {
+				t.Errorf("connections lost: replication %d, applier %d; want 1 each", e.Proxy.Hits("repl"), e.Proxy.Hits("apply"))
+			}
+		}()
+	}
 	e.asOwner(e.src, appSchema)
+	var super, repl bool
+	if err := e.NodeConn(e.src, pgcluster.Superuser).QueryRow(ctx, `SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = $1`, e.owner).
+		Scan(&super, &repl); err != nil || super || !repl {
+		t.Fatalf("the owner: superuser %v, replication %v (%v); want a non-superuser with REPLICATION", super, repl, err)
+	}
+	// The owner needs its password, which only the pgpass file holds.
+	cfg, err := pgx.ParseConfig(e.NodeCluster.DSN(e.src, e.owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Password = ""
+	if conn, err := pgx.ConnectConfig(ctx, cfg); err == nil {
+		conn.Close(ctx)
+		t.Fatal("the owner logged in without its password: the test would not show that the move finds it in pgpass")
+	} else if !strings.Contains(err.Error(), "password") {
+		t.Fatalf("the owner's login without a password: %v", err)
+	}
 	w := &writer{conn: e.NodeConn(e.src, e.owner), orders: map[int64]string{}, events: map[int64]bool{}}
 	{
 		rows, _ := w.conn.Query(ctx, `SELECT id, doc::text FROM app.orders`)
@@ -154,7 +202,6 @@ func TestOnlineMoveUnderWrites(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); w.run(stop, 5*time.Millisecond) }()
 	time.Sleep(300 * time.Millisecond) // writes before the move starts
-	const budget = 2 * time.Second
 	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2", MaxWriteBlock: budget})
 	job := e.Wait(id, 2*time.Minute)
 	if job.State != deckhandtype.JobFinished {
@@ -186,9 +233,10 @@ func TestOnlineMoveUnderWrites(t *testing.T) {
 		t.Fatalf("move progress: %+v %v %v", progress, ok, err)
 	}
 	t.Logf("move: writes blocked %dms, step %s, %d rows copied", *progress.LongestWriteBlockMS, progress.Step, progress.RowsCopied)
-	// The margin covers a round trip and the scheduling of a shared test machine: the block
-	// itself is bounded by the move (lock request to commit), which reports it.
-	if margin := 500 * time.Millisecond; w.longest > budget+margin || time.Duration(*progress.LongestWriteBlockMS)*time.Millisecond > budget {
+	// The block itself is bounded by the move, from its lock request to its commit, and it
+	// reports it: that must be within the budget. The writer's own measure adds its round trip
+	// and the scheduling of a loaded 2-CPU test machine: 400ms of margin.
+	if margin := 400 * time.Millisecond; w.longest > budget+margin || time.Duration(*progress.LongestWriteBlockMS)*time.Millisecond > budget {
 		t.Errorf("writes were blocked for %s (move: %dms), more than --max-write-block %s + %s", w.longest, *progress.LongestWriteBlockMS, budget, margin)
 	}
 
@@ -284,4 +332,50 @@ func noReplicationLeft(t *testing.T, e *moveEnv) {
 	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM pg_replication_slots WHERE database = current_database())`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("%d publications and slots left on the source (%v)", n, err)
 	}
+}
+
+// A move of some tables: a partitioned one with its partitions and a plain one go, the rest
+// of their schema stays; the target gets the schema it lacked.
+func TestMoveTables(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	moved := []string{"app.events", "app.notes"}
+	sums := e.checksums(e.src, moved...)
+	e.worker(move.Mover{})
+	// A table without a schema is in public, where there is none: the task refuses it.
+	id, err := move.Start(ctx, e.Client, move.Request{Tables: []string{"app.events", "notes"}, From: "g1", To: "g2", Owner: e.owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job := e.Wait(id, time.Minute); job.State != deckhandtype.JobFailed || !strings.Contains(e.lastError(id), "table public.notes does not exist on the source") {
+		t.Fatalf("move of a missing table: %s: %s", job.State, e.lastError(id))
+	}
+	id, err = move.Start(ctx, e.Client, move.Request{Tables: []string{"app.events", "app.notes"}, From: "g1", To: "g2", Owner: e.owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("move %s: %s", job.State, e.lastError(id))
+	}
+	got := e.checksums(e.dst, moved...)
+	for _, tbl := range moved {
+		if got[tbl] != sums[tbl] {
+			t.Errorf("%s differs on the target", tbl)
+		}
+	}
+	e.cleanupRun()
+	for _, tbl := range moved {
+		if e.TableExists(e.src, tbl) {
+			t.Errorf("%s is still on the source", tbl)
+		}
+	}
+	for _, tbl := range []string{"app.orders", "app.customers", "app.counters"} {
+		if !e.TableExists(e.src, tbl) || e.TableExists(e.dst, tbl) {
+			t.Errorf("%s moved, or left the source", tbl)
+		}
+	}
+	if !e.TableExists(e.dst, "app.events_high") {
+		t.Error("the partitions did not move with their table")
+	}
+	noReplicationLeft(t, e)
 }

@@ -1,6 +1,8 @@
 package move_test
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/internal/testenv/clitest"
 	"github.com/deckhandhq/deckhand/move"
 )
 
@@ -99,5 +102,56 @@ func TestMoveRefusals(t *testing.T) {
 	}
 	if d := testenv.Diff(preDst, e.Snapshot(e.dst)); d != "" {
 		t.Errorf("the refused moves changed the target:\n%s", d)
+	}
+}
+
+// A move whose submitter was forged in the catalog (see testenv.Env.ForgeSubmitter) is
+// refused on the node, before anything is created or registered: the worker checks that the
+// submitter is a member of the owner in every session it opens.
+func TestForgedMoveIsRefused(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	outsider := e.owner + "_outsider"
+	if err := e.NodeCluster.CreateRole(ctx, outsider, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.NodeCluster.Exec(ctx, "postgres", "DROP ROLE IF EXISTS "+outsider) })
+	preSrc, preDst := e.Snapshot(e.src, appTables...), e.Snapshot(e.dst)
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	e.ForgeSubmitter(id, outsider)
+	e.worker(move.Mover{})
+	e.FailedWith(id, fmt.Sprintf("submitter %q is not a member of role %q", outsider, e.owner))
+	if recs := e.Records(id); len(recs) != 0 {
+		t.Errorf("the refused move registered resources: %+v", recs)
+	}
+	if d := testenv.Diff(preSrc, e.Snapshot(e.src, appTables...)); d != "" {
+		t.Errorf("the refused move changed the source:\n%s", d)
+	}
+	if d := testenv.Diff(preDst, e.Snapshot(e.dst)); d != "" {
+		t.Errorf("the refused move changed the target:\n%s", d)
+	}
+}
+
+// `deckhand move` prints the job id alone; bad input is refused with exit code 2 and one line.
+func TestMoveCommand(t *testing.T) {
+	e := newMoveEnv(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"move", "--schema", "app", "--from", "g1"}, "--to is required"},
+		{[]string{"move", "--schema", "app", "--from", "g1", "--to", "g1"}, "--from and --to are both group g1"},
+		{[]string{"move", "--schema", "app", "--table", "t", "--from", "g1", "--to", "g2"}, "not both"},
+		{[]string{"move", "--schema", "app", "--from", "g1", "--to", "nowhere"}, `node group "nowhere" has no nodes`},
+		{[]string{"move", "--schema", "app", "--from", "g1", "--to", "g2", "--max-write-block", "1us"}, "--max-write-block must be at least"},
+	} {
+		code, stdout, stderr := clitest.Deckhand(t, e.DSN, tc.args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, tc.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("deckhand %s: exit %d, stdout %q, stderr %q; want 2 and one line with %q", strings.Join(tc.args, " "), code, stdout, stderr, tc.want)
+		}
+	}
+	out := clitest.Run(t, e.DSN, "move", "--schema", "app", "--from", "g1", "--to", "g2", "--owner", e.owner)
+	if id, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64); err != nil || id <= 0 {
+		t.Errorf("deckhand move printed %q, want a job id", out)
 	}
 }

@@ -71,8 +71,9 @@ func dumpStructure(ctx context.Context, d dumpProgram, pl *plan, p Payload) (*st
 	if p.Schema != "" {
 		selection = append(selection, "--schema="+pgx.Identifier{p.Schema}.Sanitize())
 	} else {
-		for _, t := range p.Tables {
-			selection = append(selection, "--table="+pgx.Identifier{t[0], t[1]}.Sanitize())
+		// Partitions too: --table names only the tables it matches.
+		for _, r := range pl.tables {
+			selection = append(selection, "--table="+r.ident())
 		}
 	}
 	files := map[string]string{}

@@ -52,14 +52,14 @@ func (c *Catalog) LatestRebalance(ctx context.Context) (*deckhandtype.RebalanceS
 		return nil, fmt.Errorf("read the moves of rebalance %d: %w", s.JobID, err)
 	}
 	for _, m := range s.Moves {
-		count := &s.Failed
+		count := &s.Left // blocked, runnable, or held (a paused job's)
 		switch m.State {
 		case deckhandtype.TaskDone:
 			count = &s.Done
 		case deckhandtype.TaskRunning, deckhandtype.TaskCancelling:
 			count = &s.Running
-		case deckhandtype.TaskBlocked, deckhandtype.TaskRunnable:
-			count = &s.Left
+		case deckhandtype.TaskFailed, deckhandtype.TaskCancelled, deckhandtype.TaskUnscheduled:
+			count = &s.Failed
 		}
 		count.Moves++
 		count.Bytes += m.Bytes

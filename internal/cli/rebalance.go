@@ -49,7 +49,7 @@ the plan on standard error and submit one job of moves, which prints its id. Mov
 group run before moves into it; each primary takes part in at most its max_tasks moves at once.
 One rebalance of yours runs at a time: a second is refused (exit 4, the first one's id on
 standard output). With --dry-run nothing is submitted; -o json prints the plan as JSON.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.rebalance(cmd.Context(), f) },
 	}
 	cmd.Flags().StringSliceVar(&f.groups, "groups", nil, "node groups to balance, at least two (comma-separated)")
@@ -59,6 +59,15 @@ standard output). With --dry-run nothing is submitted; -o json prints the plan a
 	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "print the plan only")
 	cmd.AddCommand(a.rebalanceStatusCommand())
 	return cmd
+}
+
+// noArgs refuses arguments as bad usage (exit 2), naming the first: for a command with
+// subcommands, a misspelt one.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return Usage("unknown command or argument %q for %q; see `%s --help`", args[0], cmd.CommandPath(), cmd.CommandPath())
+	}
+	return nil
 }
 
 // parseThreshold reads "10%" or "10" as 0.10.
@@ -221,7 +230,7 @@ func (a *app) rebalanceStatusCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show the current (or last) rebalance: moves done, running and left, with their sizes",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.client(cmd.Context())
 			if err != nil {

@@ -141,6 +141,8 @@ func TestRebalanceRefusesAndKeepsToTheOwner(t *testing.T) {
 	} {
 		wantUsage(t, e.run(append([]string{"rebalance", "--dry-run"}, tc.args...)...), tc.want)
 	}
+	wantUsage(t, e.run("rebalance", "statsu"), `unknown command or argument "statsu"`)
+	wantUsage(t, e.run("rebalance", "status", "7"), `unknown command or argument "7"`)
 
 	role, _ := e.Submitter("rebalancer")
 	e.Exec(e.dbs["n1"], "GRANT USAGE ON SCHEMA tenant_a, tenant_b TO "+pgx.Identifier{role}.Sanitize())

@@ -12,9 +12,9 @@ import (
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 )
 
-// logical is the cluster LogicalCluster returns: one per test binary, started on first use
-// and stopped with every other cluster by pgtest.Main.
-var logical struct {
+// logicalClusters are the clusters LogicalCluster and LogicalPasswordCluster return: one each
+// per test binary, started on first use and stopped with every other cluster by pgtest.Main.
+var logicalClusters [2]struct {
 	once sync.Once
 	c    *pgcluster.Cluster
 	err  error
@@ -23,13 +23,29 @@ var logical struct {
 // LogicalCluster returns a cluster with wal_level=logical, for tests that replicate between
 // nodes (the shared cluster runs wal_level=replica, and changing it needs a restart). All the
 // tests of a binary share it, each in databases of its own (see Database): they must not stop,
-// kill or reconfigure it.
+// kill or reconfigure it. Local connections are trusted.
 func LogicalCluster(t testing.TB) *pgcluster.Cluster {
 	t.Helper()
-	logical.once.Do(func() {
+	return logicalCluster(t, false)
+}
+
+// LogicalPasswordCluster is LogicalCluster where every role but the superuser logs in with a
+// password, from the test's pgpass file (create roles with pgtest.CreateLoginRole): for tests
+// that show a worker finds an owner's password where it should.
+func LogicalPasswordCluster(t testing.TB) *pgcluster.Cluster {
+	t.Helper()
+	return logicalCluster(t, true)
+}
+
+func logicalCluster(t testing.TB, passwords bool) *pgcluster.Cluster {
+	l := &logicalClusters[0]
+	if passwords {
+		l = &logicalClusters[1]
+	}
+	l.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		logical.c, logical.err = pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{
+		l.c, l.err = pgcluster.Start(ctx, pgcluster.Options{PasswordAuth: passwords, Settings: map[string]string{
 			"wal_level":                         "logical",
 			"max_replication_slots":             "64",
 			"max_wal_senders":                   "64",
@@ -41,10 +57,10 @@ func LogicalCluster(t testing.TB) *pgcluster.Cluster {
 			"wal_receiver_status_interval": "1s",
 		}})
 	})
-	if logical.err != nil {
-		t.Fatalf("starting the logical cluster: %v", logical.err)
+	if l.err != nil {
+		t.Fatalf("starting the logical cluster: %v", l.err)
 	}
-	return logical.c
+	return l.c
 }
 
 var dbSeq atomic.Int64
