@@ -97,7 +97,8 @@ $$;
 -- every (at least a second) is given. next_run_at is the first due time as the client
 -- computed it; NULL lets the leader compute it. `deckhand schedule add` checks the spec as
 -- `deckhand job submit` does before calling this; each firing checks it again.
-CREATE FUNCTION deckhand.schedule_add(name text, spec jsonb, cron text, timezone text, every interval,
+CREATE FUNCTION deckhand.schedule_add(name text, spec jsonb, cron text DEFAULT NULL, timezone text DEFAULT NULL,
+                                      every interval DEFAULT NULL,
                                       skip_missed boolean DEFAULT false, no_overlap boolean DEFAULT false,
                                       next_run_at timestamptz DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
