@@ -26,8 +26,7 @@ type ClaimedTask struct {
 	SearchPath    string            `db:"search_path"`
 	Settings      map[string]string `db:"settings"`
 	SubmittedBy   string            `db:"submitted_by"`
-	// HasDependents tells the worker that finishing this task may release others, so it is
-	// worth claiming in the transaction that records the result.
+	// HasDependents says whether other tasks wait on this one: finishing it may release them.
 	HasDependents bool `db:"has_dependents"`
 }
 

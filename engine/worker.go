@@ -56,7 +56,7 @@ type Worker struct {
 	claimUnsure bool
 	tasksCtx    context.Context
 	wake        chan struct{}
-	results     chan finished
+	results     chan catalog.Result
 	// tasksEnded is closed once the worker stops claiming and every task has returned (so
 	// every result has been sent); completerDone once the completer has stopped.
 	tasksEnded    chan struct{}
@@ -70,12 +70,6 @@ type Worker struct {
 	tasksWG     sync.WaitGroup
 
 	leading atomic.Bool
-}
-
-// finished is an attempt's result on its way to the catalog.
-type finished struct {
-	catalog.Result
-	releases bool // the task has dependents that its success may release
 }
 
 type runningTask struct {
@@ -103,7 +97,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		progressPools: nodeconn.NewPools(2),
 		notifier:      cfg.Notifier,
 		wake:          make(chan struct{}, 1),
-		results:       make(chan finished, 2*cfg.Concurrency),
+		results:       make(chan catalog.Result, 2*cfg.Concurrency),
 		running:       map[int64]*runningTask{},
 
 		outstanding:   map[attempt]struct{}{},
@@ -324,7 +318,7 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 				w.cfg.Metrics.Retries.WithLabelValues(t.Kind).Inc()
 			}
 			select {
-			case w.results <- finished{r, t.HasDependents}:
+			case w.results <- r:
 			case <-w.completerDone:
 				// A shutdown gave up recording: the attempt stays outstanding, and is named
 				// among those the leader will rescue.
@@ -372,32 +366,30 @@ func (w *Worker) completer(ctx context.Context) {
 	const maxBatch = 2000
 	batch := make([]catalog.Result, 0, maxBatch)
 	for {
-		var f finished
+		var r catalog.Result
 		select {
-		case f = <-w.results:
+		case r = <-w.results:
 		case <-w.tasksEnded:
 			// Every task has returned, so every result is in the channel.
 			select {
-			case f = <-w.results:
+			case r = <-w.results:
 			default:
 				return
 			}
 		case <-ctx.Done():
 			return
 		}
-		batch = append(batch[:0], f.Result)
-		releases := f.releases
+		batch = append(batch[:0], r)
 	drain:
 		for len(batch) < maxBatch {
 			select {
-			case f := <-w.results:
-				batch = append(batch, f.Result)
-				releases = releases || f.releases
+			case r := <-w.results:
+				batch = append(batch, r)
 			default:
 				break drain
 			}
 		}
-		if !w.record(ctx, batch, releases) {
+		if !w.record(ctx, batch) {
 			return
 		}
 	}
@@ -405,11 +397,13 @@ func (w *Worker) completer(ctx context.Context) {
 
 // record writes a batch, retrying with backoff until the catalog takes it: results are never
 // dropped, however long the catalog is away, until ctx ends (a shutdown giving up). It
-// reports whether the batch was recorded. When the batch may release dependents, it claims
-// work for the free slots in the same transaction, so a released dependent starts at once.
-func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bool) bool {
+// reports whether the batch was recorded. It claims work for the free slots in the same
+// transaction: a dependent the batch releases starts at once, and the slots it frees on a node
+// change hands in one catalog commit rather than two (with a node's max_tasks reached, that
+// commit is what every next task there waits for).
+func (w *Worker) record(ctx context.Context, batch []catalog.Result) bool {
 	for try := 1; ; try++ {
-		comp, err := w.recordOnce(ctx, batch, releases)
+		err := w.recordOnce(ctx, batch)
 		if err == nil {
 			w.recorded(batch)
 			if try > 1 {
@@ -420,9 +414,9 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bo
 					time.AfterFunc(r.Backoff, w.Nudge)
 				}
 			}
-			// Slots freed by this batch, and dependents there was no slot for, are claimed
-			// by the fetch loop.
-			if !releases || (comp.Runnable > 0 && w.saturated.Load()) {
+			// The batch's own claim took what fitted; when it filled every slot it asked
+			// for, more may be waiting: the fetch loop claims again.
+			if w.saturated.Load() {
 				w.Nudge()
 			}
 			return true
@@ -440,21 +434,16 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result, releases bo
 	}
 }
 
-// recordOnce makes one attempt at recording a batch, within CatalogTimeout.
-func (w *Worker) recordOnce(ctx context.Context, batch []catalog.Result, releases bool) (catalog.Completion, error) {
+// recordOnce makes one attempt at recording a batch and claiming into the free slots, within
+// CatalogTimeout.
+func (w *Worker) recordOnce(ctx context.Context, batch []catalog.Result) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
 	defer cancel()
-	if !releases {
-		return w.cat.Complete(ctx, batch)
-	}
-	var comp catalog.Completion
 	_, err := w.claimWith(ctx, "complete", func(limit int) ([]deckhandtype.ClaimedTask, error) {
-		var claimed []deckhandtype.ClaimedTask
-		var err error
-		comp, claimed, err = w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
+		_, claimed, err := w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
 		return claimed, err
 	})
-	return comp, err
+	return err
 }
 
 // injectedNow is the test clock's time, or zero to let the catalog use its own clock.
