@@ -550,7 +550,17 @@ func TestExportsAndCleanupAreListed(t *testing.T) {
 	}
 	var meta api.Meta
 	h.mustGet("/api/meta", &meta)
-	if len(meta.Pages) != 2 || meta.Pages[0].Name != "exports" || meta.Pages[1].Name != "cleanup" {
+	if len(meta.Pages) != 3 || meta.Pages[0].Name != "exports" || meta.Pages[1].Name != "cleanup" || meta.Pages[2].Name != "schedules" {
 		t.Errorf("meta pages: %+v", meta.Pages)
+	}
+	if _, err := cat.AddSchedule(ctx, catalog.NewSchedule{Name: "nightly", Cron: "0 3 * * *", Timezone: "Europe/Paris",
+		Spec: []byte(`{"description": "sweep", "tasks": [{"name": "t", "kind": "noop"}]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var schedules struct{ Items []deckhandtype.Schedule }
+	h.mustGet("/api/schedules", &schedules)
+	if len(schedules.Items) != 1 || schedules.Items[0].Name != "nightly" || schedules.Items[0].Timing != "cron 0 3 * * * Europe/Paris" ||
+		schedules.Items[0].SpecSummary != "1 task: sweep" {
+		t.Errorf("schedules: %+v", schedules)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 )
 
-// The exports and the cleanup queue are pages like any other registered with AddPage;
+// The exports, the cleanup queue and the schedules are pages like any other registered with AddPage;
 // New adds them because the catalog has them.
 
 func (s *Server) builtinPages() []Page {
@@ -52,7 +52,35 @@ func (s *Server) builtinPages() []Page {
 			},
 			List: s.listCleanup,
 		},
+		{
+			Name: "schedules", Title: "Schedules",
+			Description: "Job specs the leader submits at each due time, for the schedule's creator; each due time fires once.",
+			Columns: []Column{
+				{Key: "name", Title: "Name"},
+				{Key: "timing", Title: "Timing"},
+				{Key: "submitted_by", Title: "Submitter"},
+				{Key: "spec_summary", Title: "Spec"},
+				{Key: "next_run_at", Title: "Next run", Format: "time"},
+				{Key: "last_job_id", Title: "Last job", Format: "job"},
+				{Key: "last_job_state", Title: "Its state", Format: "state"},
+				{Key: "last_outcome", Title: "Last firing"},
+				{Key: "last_error", Title: "Last error", Format: "error"},
+			},
+			List: s.listSchedules,
+		},
 	}
+}
+
+// listSchedules answers GET /api/schedules: the schedules the caller may see, by name.
+func (s *Server) listSchedules(r *http.Request) (any, error) {
+	list, err := CallerClient(r).Catalog().Schedules(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	if list == nil {
+		list = []deckhandtype.Schedule{}
+	}
+	return list, nil
 }
 
 // ExportItem is an export with its progress rate, as GET /api/exports lists it.

@@ -133,12 +133,38 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// While it runs, its coordinator task reports the parts written of those planned.
+	var readings []deckhandtype.NamedProgress
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		ps, err := g.env.Client.Progress(ctx, e.JobID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if len(readings) == 0 || readings[len(readings)-1].TaskProgress.Done != p.Done {
+				readings = append(readings, p)
+			}
+		}
+		j, err := g.env.Client.JobRow(ctx, e.JobID)
+		return err == nil && j.State.Terminal()
+	}, "the export ends")
 	job := g.env.Wait(e.JobID, 60*time.Second)
 	if job.State != deckhandtype.JobFinished {
 		d, _ := g.env.Client.Job(ctx, e.JobID)
 		t.Fatalf("export job %s: %+v", job.State, d.Attempts)
 	}
 	m := readManifest(t, dir)
+	partial := false
+	for _, r := range readings {
+		if r.Command != "EXPORT" || r.Unit != "parts" || r.Total != int64(len(m.Files)) || r.Done > r.Total {
+			t.Errorf("export progress %+v; want EXPORT parts out of %d", r, len(m.Files))
+		}
+		partial = partial || r.Done < r.Total
+	}
+	if !partial {
+		t.Fatalf("no reading of the export's progress before its last part: %+v", readings)
+	}
+	t.Logf("%d readings of the export's progress, the first: %s: %s", len(readings), readings[0].Task, readings[0].TaskProgress)
 	if len(m.Files) < 4 {
 		t.Fatalf("%d files; want the partition split into several parts", len(m.Files))
 	}

@@ -175,3 +175,45 @@ func TestFiringOfAnInvalidSpecFails(t *testing.T) {
 		t.Fatalf("firings %+v, want one failed for the unknown node", rs)
 	}
 }
+
+// A scheduled job is written as `job submit` writes one: settings, search_path, description,
+// kind, dependencies (tasks listed in any order), timeouts and attempts; and it runs.
+func TestScheduledJobIsWrittenLikeASubmittedOne(t *testing.T) {
+	e := testenv.New(t)
+	e.AddNode("n1", 4)
+	clock := &fakeClock{}
+	s := service(t, e, clock)
+	t0 := time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC)
+	_, err := e.Client.Catalog().AddSchedule(ctx, catalog.NewSchedule{Name: "full", Every: time.Hour, NextRunAt: &t0,
+		Spec: []byte(`{"description": "two steps", "search_path": "app, public", "settings": {"work_mem": "8MB"},
+			"tasks": [{"name": "b", "node": "n1", "sql": "SELECT current_setting('work_mem')", "depends_on": ["a"]},
+			          {"name": "a", "node": "n1", "sql": "SELECT 1", "timeout": "90s", "max_attempts": 5}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Set(t0)
+	fireDue(t, s)
+	rs := runs(t, e, "full")
+	if len(rs) != 1 || rs[0].JobID == nil {
+		t.Fatalf("firings: %+v %s", rs, deref(rs[0].Error))
+	}
+	id := *rs[0].JobID
+	var desc, kind, searchPath, workMem string
+	err = e.Pool(e.DB).QueryRow(ctx, `SELECT description, kind, search_path, settings ->> 'work_mem' FROM deckhand.job WHERE id = $1`, id).
+		Scan(&desc, &kind, &searchPath, &workMem)
+	if err != nil || desc != "two steps" || kind != "sql" || searchPath != "app, public" || workMem != "8MB" {
+		t.Errorf("job %d: %q %q %q %q (%v)", id, desc, kind, searchPath, workMem, err)
+	}
+	e.Worker(engine.Config{})
+	if j := e.Wait(id, 30*time.Second); j.State != deckhandtype.JobFinished {
+		t.Fatalf("job %s", j.State)
+	}
+	d, err := e.Client.Job(ctx, id)
+	if err != nil || len(d.Tasks) != 2 || d.Tasks[0].Name != "a" || d.Tasks[0].TimeoutMS != 90000 || d.Tasks[0].MaxAttempts != 5 ||
+		d.Tasks[1].Name != "b" || len(d.Tasks[1].DependsOn) != 1 || d.Tasks[1].DependsOn[0] != "a" {
+		t.Errorf("tasks: %+v (%v)", d, err)
+	}
+	if d.Attempts[0].TaskName != "a" {
+		t.Errorf("attempts in order: %+v", d.Attempts)
+	}
+}

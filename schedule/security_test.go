@@ -104,3 +104,64 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// From psql: deckhand.schedule_add fills each task's owner with the caller and leaves the
+// first due time to the leader, which computes it from its clock; the firing then submits for
+// the caller. A caller without deckhand_submitter is refused.
+func TestScheduleAddFromSQL(t *testing.T) {
+	e := testenv.New(t)
+	sub, client := e.Submitter("sqlsub")
+	_, err := client.Catalog().Pool.Exec(ctx, `SELECT deckhand.schedule_add('fromsql',
+		'{"tasks": [{"name": "t", "kind": "noop"}]}', every => '1 minute')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{}
+	s := service(t, e, clock)
+	t0 := time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC)
+	clock.Set(t0)
+	fireDue(t, s)
+	sch, err := e.Client.Catalog().Schedule(ctx, "fromsql")
+	if err != nil || sch.NextRunAt == nil || !sch.NextRunAt.Equal(t0.Add(time.Minute)) || sch.SubmittedBy != sub ||
+		len(sch.Owners) != 1 || sch.Owners[0] != sub {
+		t.Fatalf("schedule from SQL: %+v (%v)", sch, err)
+	}
+	clock.Set(t0.Add(time.Minute))
+	fireDue(t, s)
+	rs := runs(t, e, "fromsql")
+	if len(rs) != 1 || rs[0].JobID == nil {
+		t.Fatalf("firings: %+v", rs)
+	}
+	d, err := e.Client.Job(ctx, *rs[0].JobID)
+	if err != nil || d.SubmittedBy != sub || d.Tasks[0].Owner != sub {
+		t.Errorf("job: submitter %q, owner %q (%v); want %s for both", d.SubmittedBy, d.Tasks[0].Owner, err, sub)
+	}
+
+	// A cron expression only the leader parses, and refuses: recorded, never fired.
+	if _, err := client.Catalog().Pool.Exec(ctx, `SELECT deckhand.schedule_add('badcron',
+		'{"tasks": [{"name": "t", "kind": "noop"}]}', cron => '99 * * * *')`); err != nil {
+		t.Fatal(err)
+	}
+	fireDue(t, s)
+	bad, err := e.Client.Catalog().Schedule(ctx, "badcron")
+	if err != nil || bad.NextRunAt != nil || bad.LastOutcome == nil || *bad.LastOutcome != deckhandtype.FiringFailed ||
+		bad.LastError == nil || !strings.Contains(*bad.LastError, "timing is invalid") {
+		t.Errorf("schedule with a bad cron: %+v (%v)", bad, err)
+	}
+	clock.Set(t0.Add(24 * time.Hour))
+	fireDue(t, s)
+	if rs := runs(t, e, "badcron"); len(rs) != 0 {
+		t.Errorf("a schedule with a bad cron fired: %+v", rs)
+	}
+
+	outsider := e.Role("outsider")
+	oc, err := pgx.Connect(ctx, e.RoleDSN(outsider))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oc.Close(ctx)
+	_, err = oc.Exec(ctx, `SELECT deckhand.schedule_add('x', '{"tasks": [{"name": "t", "kind": "noop"}]}', every => '1 minute')`)
+	if err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("a role without deckhand_submitter added a schedule: %v", err)
+	}
+}

@@ -176,7 +176,7 @@ func (c *Catalog) NextScheduleDue(ctx context.Context) (*time.Time, error) {
 // records why the schedule cannot fire (its timing does not parse), and next is then infinity.
 func (c *Catalog) SetScheduleStart(ctx context.Context, id int64, next time.Time, errText string) error {
 	_, err := c.Pool.Exec(ctx, `
-		UPDATE deckhand.schedule SET next_run_at = CASE WHEN $3::text IS NULL THEN $2 ELSE 'infinity' END,
+		UPDATE deckhand.schedule SET next_run_at = CASE WHEN $3::text IS NULL THEN $2::timestamptz ELSE 'infinity'::timestamptz END,
 			last_error = coalesce(deckhand.redact($3), last_error),
 			last_outcome = CASE WHEN $3::text IS NULL THEN last_outcome ELSE 'failed' END
 		WHERE id = $1 AND next_run_at IS NULL AND NOT paused`, id, next, nonEmpty(errText))

@@ -102,7 +102,7 @@ func (a *app) scheduleList() *cobra.Command {
 		},
 		[]string{"name", "timing", "submitter", "state", "next_run", "last_job", "last_outcome", "spec"},
 		eachRow(func(s deckhandtype.Schedule) []string {
-			return []string{s.Name, s.Timing + flagsText(s), s.SubmittedBy, pausedText(s), timeText(s.NextRunAt),
+			return []string{s.Name, timingText(s) + flagsText(s), s.SubmittedBy, pausedText(s), timeText(s.NextRunAt),
 				lastJobText(s), lastOutcomeText(s), s.SpecSummary}
 		}))
 }
@@ -136,7 +136,7 @@ func (a *app) scheduleShow() *cobra.Command {
 					Runs []deckhandtype.ScheduleRun `json:"runs"`
 				}{s, runs})
 			}
-			fmt.Fprintf(a.stdout, "schedule %s  %s%s  %s\n", s.Name, s.Timing, flagsText(s), pausedText(s))
+			fmt.Fprintf(a.stdout, "schedule %s  %s%s  %s\n", s.Name, timingText(s), flagsText(s), pausedText(s))
 			fmt.Fprintf(a.stdout, "  submitter %s, runs as %s\n", s.SubmittedBy, strings.Join(s.Owners, ", "))
 			fmt.Fprintf(a.stdout, "  spec: %s\n", s.SpecSummary)
 			fmt.Fprintf(a.stdout, "  next run: %s\n", timeText(s.NextRunAt))
@@ -205,6 +205,14 @@ func (a *app) scheduleControl(verb, short string) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// timingText is the schedule's timing with an interval written as Go writes durations (5m0s).
+func timingText(s deckhandtype.Schedule) string {
+	if d := s.Every(); d > 0 {
+		return "every " + d.String()
+	}
+	return s.Timing
 }
 
 func flagsText(s deckhandtype.Schedule) string {

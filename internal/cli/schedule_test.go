@@ -73,6 +73,22 @@ func TestScheduleCommands(t *testing.T) {
 		t.Errorf("job show -o json of a scheduled job: %+v", withSchedule.Schedule)
 	}
 
+	// The tables say the same.
+	r = e.run("schedule", "list")
+	want(t, r, 0)
+	if !strings.Contains(r.stdout, "every 1s (no-overlap)") || !strings.Contains(r.stdout, "cron 30 2 * * * Europe/Paris (skip-missed)") {
+		t.Errorf("schedule list:\n%s", r.stdout)
+	}
+	r = e.run("job", "show", jobIDText)
+	if want(t, r, 0); !strings.Contains(r.stdout, "submitted by schedule ping, due 20") {
+		t.Errorf("job show of a scheduled job:\n%s", r.stdout)
+	}
+	r = e.run("schedule", "show", "ping")
+	if want(t, r, 0); !strings.Contains(r.stdout, "submitted") {
+		t.Errorf("schedule show:\n%s", r.stdout)
+	}
+	t.Logf("schedule show ping:\n%s", r.stdout)
+
 	want(t, e.run("schedule", "pause", "ping"), 0)
 	if s = decode[scheduleJSON](t, e.run("schedule", "show", "ping", "-o", "json")); !s.Paused || s.NextRunAt != nil {
 		t.Errorf("paused schedule: %+v", s)

@@ -97,7 +97,8 @@ $$;
 -- every (at least a second) is given. next_run_at is the first due time as the client
 -- computed it; NULL lets the leader compute it. `deckhand schedule add` checks the spec as
 -- `deckhand job submit` does before calling this; each firing checks it again.
-CREATE FUNCTION deckhand.schedule_add(name text, spec jsonb, cron text, timezone text, every interval,
+CREATE FUNCTION deckhand.schedule_add(name text, spec jsonb, cron text DEFAULT NULL, timezone text DEFAULT NULL,
+                                      every interval DEFAULT NULL,
                                       skip_missed boolean DEFAULT false, no_overlap boolean DEFAULT false,
                                       next_run_at timestamptz DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -281,6 +282,16 @@ CREATE VIEW deckhand.task_progress WITH (security_barrier) AS
     FROM deckhand.task t JOIN deckhand.job j ON j.id = t.job_id
     WHERE t.state IN ('running', 'cancelling') AND t.progress IS NOT NULL
       AND t.progress -> 'token' = to_jsonb(t.attempt_token)
+      AND ((SELECT deckhand.sees_all()) OR deckhand.may_act_on(j.submitted_by, j.owners))
+    UNION ALL
+    -- An export's coordinator reports its parts: written of planned, and the bytes so far.
+    SELECT t.id, t.job_id, t.name, 'EXPORT',
+           format('writing parts (%s written)', pg_size_pretty(p.bytes)), p.done, e.parts_total::bigint, 'parts', now()
+    FROM deckhand.export e JOIN deckhand.job j ON j.id = e.job_id
+    JOIN deckhand.task t ON t.job_id = e.job_id AND t.kind = 'export' AND t.state IN ('running', 'cancelling')
+    CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE q.finished_at IS NOT NULL) AS done, coalesce(sum(q.bytes), 0) AS bytes
+                        FROM deckhand.export_part q WHERE q.export_id = e.id AND q.epoch = e.epoch) p
+    WHERE e.parts_total > 0 AND e.state NOT IN ('committed', 'superseded')
       AND ((SELECT deckhand.sees_all()) OR deckhand.may_act_on(j.submitted_by, j.owners));
 REVOKE ALL ON deckhand.task_progress FROM PUBLIC;
 GRANT SELECT ON deckhand.task_progress TO deckhand_submitter, deckhand_worker;
