@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -326,9 +327,13 @@ func insertScheduledJob(ctx context.Context, tx pgx.Tx, scheduleID int64, j NewJ
 	}
 	var id int64
 	err := tx.QueryRow(ctx, `
-		INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, owners, schedule_id)
-		VALUES (deckhand.redact($1), $2, $3, $4, $5, ARRAY(SELECT DISTINCT o FROM unnest($6::text[]) o ORDER BY 1), $7)
-		RETURNING id`, j.Description, j.Kind, j.SearchPath, settings, len(j.Tasks), ownerList, scheduleID).Scan(&id)
+		INSERT INTO deckhand.job (description, kind, search_path, settings, tasks_total, owners, schedule_id, key, priority)
+		VALUES (deckhand.redact($1), $2, $3, $4, $5, ARRAY(SELECT DISTINCT o FROM unnest($6::text[]) o ORDER BY 1), $7, $8, $9)
+		RETURNING id`, j.Description, j.Kind, j.SearchPath, settings, len(j.Tasks), ownerList, scheduleID, nonEmpty(j.Key), j.Priority).Scan(&id)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.ConstraintName == "job_key_idx" {
+		return 0, fmt.Errorf("key %q is held by an unfinished job of the schedule's submitter", j.Key)
+	}
 	if err != nil {
 		return 0, err
 	}
