@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/deckhandhq/deckhand/internal/logicalapply"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
@@ -130,7 +132,31 @@ func TestWaitAppliedHonoursItsContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := a.WaitApplied(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+	if err := a.WaitApplied(ctx, 0x1000); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitApplied without a run returned %v", err)
+	}
+}
+
+// An insert position just past a page header is reached at the page's start: no record
+// starts inside a header, and the source's position stops at the boundary.
+func TestPageHeaderCountsAsReached(t *testing.T) {
+	for _, c := range []struct {
+		applied, lsn pglogrepl.LSN
+		want         bool
+	}{
+		{0x3000000, 0x3000028, true},  // a segment's first page: long header
+		{0x3002000, 0x3002018, true},  // another page: short header
+		{0x3002000, 0x3002029, false}, // past any header: a record there is not applied
+		{0x3001ff0, 0x3002018, false}, // not at a page start
+		{0x3002018, 0x3002018, true},
+	} {
+		a := logicalapply.New(logicalapply.Config{})
+		a.SetAppliedForTest(c.applied)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := a.WaitApplied(ctx, c.lsn)
+		cancel()
+		if (err == nil) != c.want {
+			t.Errorf("applied %s, waiting for %s: %v", c.applied, c.lsn, err)
+		}
 	}
 }

@@ -210,6 +210,7 @@ func (r *run) handle(ctx context.Context, data []byte) error {
 		if err != nil {
 			return sourceError(err)
 		}
+		r.a.log.Debug("keepalive", "wal_end", ka.ServerWALEnd, "in_tx", r.inTx, "reply", ka.ReplyRequested, "applied", r.a.Applied())
 		if !r.inTx {
 			// Every transaction that committed before ServerWALEnd has been received: once
 			// the open target transaction commits, the target has applied up to there.

@@ -81,6 +81,7 @@ func (r *run) commit(ctx context.Context) error {
 		return err
 	}
 	r.txn = nil
+	r.a.log.Debug("target commit", "end", t.end, "txs", t.txs, "changes", t.changes)
 	r.progress = t.end
 	s := &r.a.stats
 	s.commits.Add(1)
