@@ -49,6 +49,10 @@ type Config struct {
 	// MaxBatchDelay bounds how long a target transaction gathers waiting source
 	// transactions (default 100ms).
 	MaxBatchDelay time.Duration
+	// LockTimeout bounds how long a target transaction waits for a lock (default 10s): for the
+	// progress row that a stale session of an earlier run may still hold, or for rows another
+	// writer holds. Past it, Run returns a retryable error instead of hanging.
+	LockTimeout time.Duration
 	// StatusInterval is how often the source hears the confirmed position when nothing else
 	// prompts it (default 10s; keep it under the source's wal_sender_timeout).
 	StatusInterval time.Duration
@@ -91,6 +95,9 @@ func New(cfg Config) *Applier {
 	}
 	if cfg.MaxBatchDelay <= 0 {
 		cfg.MaxBatchDelay = 100 * time.Millisecond
+	}
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = 10 * time.Second
 	}
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = 10 * time.Second

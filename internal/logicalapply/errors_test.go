@@ -160,3 +160,53 @@ func TestPageHeaderCountsAsReached(t *testing.T) {
 		}
 	}
 }
+
+// A stale session holding the progress row (a run whose backend outlived its client) makes
+// the next run fail, retryably, after the lock timeout instead of hanging; once the stale
+// session is gone, a run resumes.
+func TestStaleSessionHoldingTheProgressRow(t *testing.T) {
+	e := newEnv(t)
+	ctx := pgtest.Context(t, 2*time.Minute)
+	stale := e.ownerConn(e.dst)
+	if _, err := stale.Exec(ctx, `BEGIN; SELECT * FROM "deckhand apply".progress FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	src, dst, err := e.conns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	defer dst.Close(context.Background())
+	a := logicalapply.New(logicalapply.Config{Source: src, Slot: e.slot, Publication: e.pub, Target: dst,
+		ProgressTable: e.progress, Logger: testLogger(), LockTimeout: 300 * time.Millisecond})
+	e.ownerExec(e.src, `INSERT INTO app.scratch VALUES (1, 'one')`)
+	start := time.Now()
+	err = a.Run(ctx, e.consistent)
+	if err == nil || !taskerr.Retryable(err) || !strings.Contains(err.Error(), "lock timeout") {
+		t.Fatalf("Run returned %v, want a retryable lock timeout", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("Run took %s to give up", d)
+	}
+	if _, err := stale.Exec(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	src.Close(context.Background())
+	e.waitSlotInactive()
+	b, done := e.startRun(ctx)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	go func() {
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("the resumed run ended: %v", err)
+			cancel()
+		}
+	}()
+	if err := b.WaitApplied(waitCtx, e.sourceLSN()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := e.ownerConn(e.dst).QueryRow(ctx, `SELECT count(*) FROM app.scratch WHERE id = 1`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("after the stale session ended: %d rows (%v)", n, err)
+	}
+}

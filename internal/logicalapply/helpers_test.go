@@ -370,3 +370,16 @@ func (e *env) rowDiff(table, key string) string {
 	}
 	return b.String()
 }
+
+// waitSlotInactive waits until no walsender holds the slot: one whose connection just closed
+// exits a moment later.
+func (e *env) waitSlotInactive() {
+	e.t.Helper()
+	conn := pgtest.Connect(e.t, e.c.DSN(e.src, pgcluster.Superuser))
+	defer conn.Close(context.Background())
+	testenv.Eventually(e.t, 30*time.Second, func() bool {
+		var active bool
+		err := conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", e.slot).Scan(&active)
+		return err == nil && !active
+	}, "the slot is released")
+}
