@@ -115,9 +115,10 @@ func TestApplyCatchesUp(t *testing.T) {
 		t.Errorf("Config.Applied last heard %s, Applied() was %s", rec.lastLSN(), applied)
 	}
 
-	// An idle source: the applied position follows its WAL without any change to apply.
+	// An idle source: the applied position follows its WAL without any change to apply —
+	// here WAL written for another database, which the slot decodes but sends nothing of.
 	idle := e.sourceLSN()
-	e.superExec(e.src, "SELECT pg_catalog.pg_switch_wal()") // WAL moves, no published change
+	e.superExec("postgres", "CREATE TEMP TABLE other_db_traffic AS SELECT g FROM generate_series(1, 1000) g")
 	after := e.sourceLSN()
 	if after <= idle {
 		t.Fatalf("WAL did not move: %s then %s", idle, after)

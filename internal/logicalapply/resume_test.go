@@ -46,7 +46,8 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 	stop := e.writer(seed)
 
 	killed := map[string]int{}
-	behind := 0 // runs that started with the slot behind the target
+	behind := 0      // runs that started with the slot behind the target
+	killedMidTx := 0 // target backends terminated with a transaction open
 	const rounds = 30
 	for round := range rounds {
 		src, dst, err := e.conns(ctx)
@@ -126,6 +127,9 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 		if !ended {
 			killed[kill]++
 		}
+		if midTx {
+			killedMidTx++
+		}
 		t.Logf("round %d: %s (mid-transaction %v, ended before %v): %v; applied %s, %+v", round, kill, midTx, ended, oneLine(errString(runErr)), a.Applied(), a.Stats())
 		src.Close(context.Background())
 		dst.Close(context.Background())
@@ -185,6 +189,9 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 	}
 	if behind == 0 {
 		t.Error("no run started with the slot behind the target: resuming past what the slot resends was not exercised")
+	}
+	if killedMidTx == 0 {
+		t.Error("no target backend was terminated with a transaction open")
 	}
 	for _, k := range kills {
 		if killed[k] == 0 {
