@@ -77,7 +77,12 @@ func TestApplyCatchesUp(t *testing.T) {
 		ProgressTable: e.progress, Applied: rec.applied, Logger: testLogger()})
 	runCtx, stopRun := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx, e.consistent) }()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		runErr <- a.Run(runCtx, e.consistent)
+	}()
+	defer func() { stopRun(); <-exited }() // before the connections close
 
 	stop := e.writer(1)
 	time.Sleep(3 * time.Second)

@@ -26,9 +26,14 @@ func (e *env) startRun(ctx context.Context) (*logicalapply.Applier, <-chan error
 		ProgressTable: e.progress, Logger: testLogger()})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx, e.consistent) }()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		done <- a.Run(runCtx, e.consistent)
+	}()
 	e.t.Cleanup(func() {
 		cancel()
+		<-exited // the connections are the run's until it returns
 		src.Close(context.Background())
 		dst.Close(context.Background())
 	})

@@ -103,8 +103,16 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "terminate the walsender":
-				if _, err := superSrc.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot); err != nil {
-					t.Fatal(err)
+				// The run's walsender, once it holds the slot (it may still be starting).
+				for i := 0; i < 1000; i++ {
+					var terminated bool
+					if err := superSrc.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(active_pid)), false) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot).Scan(&terminated); err != nil {
+						t.Fatal(err)
+					}
+					if terminated {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
 			case "fail Config.Applied after a target commit":
 				rec.setFail(errInjected)
@@ -116,6 +124,8 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 		select {
 		case runErr = <-done:
 		case <-time.After(time.Minute):
+			cancel()
+			<-done
 			t.Fatalf("round %d (%s): Run did not return", round, kill)
 		}
 		cancel()
