@@ -46,7 +46,8 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 	stop := e.writer(seed)
 
 	killed := map[string]int{}
-	behind := 0 // runs that started with the slot behind the target
+	behind := 0      // runs that started with the slot behind the target
+	killedMidTx := 0 // target backends terminated with a transaction open
 	const rounds = 30
 	for round := range rounds {
 		src, dst, err := e.conns(ctx)
@@ -102,8 +103,16 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "terminate the walsender":
-				if _, err := superSrc.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot); err != nil {
-					t.Fatal(err)
+				// The run's walsender, once it holds the slot (it may still be starting).
+				for i := 0; i < 1000; i++ {
+					var terminated bool
+					if err := superSrc.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(active_pid)), false) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot).Scan(&terminated); err != nil {
+						t.Fatal(err)
+					}
+					if terminated {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
 			case "fail Config.Applied after a target commit":
 				rec.setFail(errInjected)
@@ -115,6 +124,8 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 		select {
 		case runErr = <-done:
 		case <-time.After(time.Minute):
+			cancel()
+			<-done
 			t.Fatalf("round %d (%s): Run did not return", round, kill)
 		}
 		cancel()
@@ -125,6 +136,9 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 		}
 		if !ended {
 			killed[kill]++
+		}
+		if midTx {
+			killedMidTx++
 		}
 		t.Logf("round %d: %s (mid-transaction %v, ended before %v): %v; applied %s, %+v", round, kill, midTx, ended, oneLine(errString(runErr)), a.Applied(), a.Stats())
 		src.Close(context.Background())
@@ -185,6 +199,9 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 	}
 	if behind == 0 {
 		t.Error("no run started with the slot behind the target: resuming past what the slot resends was not exercised")
+	}
+	if killedMidTx == 0 {
+		t.Error("no target backend was terminated with a transaction open")
 	}
 	for _, k := range kills {
 		if killed[k] == 0 {
