@@ -316,7 +316,7 @@ func onlineMoveUnderWrites(t *testing.T, budget time.Duration, lossy bool) {
 
 func normalizeJSON(s string) string { return strings.ReplaceAll(s, " ", "") }
 
-func mustTask(t *testing.T, e *moveEnv, jobID int64) int64 {
+func mustTask(t testing.TB, e *moveEnv, jobID int64) int64 {
 	d, err := e.Client.Job(ctx, jobID)
 	if err != nil || len(d.Tasks) == 0 {
 		t.Fatalf("job %d: %v", jobID, err)
