@@ -379,3 +379,27 @@ func TestMoveTables(t *testing.T) {
 	}
 	noReplicationLeft(t, e)
 }
+
+// The moved source schema is not dropped while a table of it is pinned (by an export reading
+// it, say): its deferred drop waits for the pin to go.
+func TestMovedSchemaWaitsForPins(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	pin, err := e.Client.Pin(ctx, deckhandtype.CleanupResource{Type: deckhandtype.ResourceTable, Node: "src", Location: "app", Name: "notes"}, "a reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.worker(move.Mover{})
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("move %s: %s", job.State, e.lastError(id))
+	}
+	e.cleanupRun()
+	if !e.schemaExists(e.src, "app") {
+		t.Fatal("the source schema was dropped although a table of it is pinned")
+	}
+	if err := e.Client.Unpin(ctx, pin); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return !e.schemaExists(e.src, "app") }, "the source schema dropped once unpinned")
+}
