@@ -28,7 +28,7 @@ A Worker runs four loops:
     attempts, releases dependents and updates the job, so a dependent is claimable the moment
     its prerequisite's result commits;
   - heartbeat: renews the worker's lease, which covers every task it runs, and learns which
-    of its tasks are being cancelled;
+    of its tasks are being cancelled, or must be released because their job was paused at once;
   - lead: stands for the leader lease; the leader declares workers with expired leases dead,
     terminates their orphaned backends on the nodes, and hands their tasks back (or fails
     them when attempts are exhausted), probes nodes, and runs the leader services: the

@@ -1,6 +1,8 @@
 package engine_test
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -175,5 +177,80 @@ func TestPausedJobLeavesItsNodeToOthers(t *testing.T) {
 	}
 	if job := e.Wait(paused, 20*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("the retried job: %s", job.State)
+	}
+}
+
+// A pause taken while a worker completes and claims a job's tasks as fast as it can: once the
+// job is paused nothing of it is runnable or runs, and nothing starts until the resume; then
+// every task runs and the job finishes, each task charged one attempt (a pause now releases
+// the tasks it stops without charging them).
+func TestPauseWhileTasksComplete(t *testing.T) {
+	t.Parallel()
+	for _, now := range []bool{false, true} {
+		t.Run("now="+strconv.FormatBool(now), func(t *testing.T) { pauseWhileTasksComplete(t, now) })
+	}
+}
+
+func pauseWhileTasksComplete(t *testing.T, now bool) {
+	nap := testenv.Kind("nap", false, engine.ExecutorFunc(func(ctx context.Context, _ *deckhandtype.ClaimedTask) error {
+		select {
+		case <-time.After(50 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	e := testenv.New(t, nap)
+	e.Worker(engine.Config{Concurrency: 16})
+	var tasks []spec.Task
+	for i := range 400 {
+		tk := spec.Task{Name: "t" + strconv.Itoa(i), Kind: "nap", MaxAttempts: 1}
+		if i >= 20 {
+			tk.DependsOn = []string{"t" + strconv.Itoa(i-20)} // 20 chains: completions release dependents
+		}
+		tasks = append(tasks, tk)
+	}
+	id := submit(t, e, &spec.Job{Tasks: tasks})
+	testenv.Eventually(t, 10*time.Second, func() bool { return detail(t, e, id).TasksDone >= 40 }, "tasks complete")
+	if _, err := e.Client.Pause(ctx, id, now); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, e, id, deckhandtype.JobPaused)
+	count := func() (runs int, states map[deckhandtype.TaskState]int) {
+		states = map[deckhandtype.TaskState]int{}
+		for _, tk := range detail(t, e, id).Tasks {
+			runs += tk.Runs
+			states[tk.State]++
+		}
+		return runs, states
+	}
+	runs, states := count()
+	if states[deckhandtype.TaskRunnable]+states[deckhandtype.TaskRunning] != 0 || states[deckhandtype.TaskDone] == 400 {
+		t.Fatalf("a paused job with tasks %v", states)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if later, _ := count(); later != runs {
+		t.Fatalf("%d tasks started while the job was paused", later-runs)
+	}
+	if _, err := e.Client.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFinished {
+		t.Fatalf("after resume: %s%s", job.State, explain(detail(t, e, id)))
+	}
+	d := detail(t, e, id)
+	for _, tk := range d.Tasks {
+		if tk.Attempts != 1 {
+			t.Errorf("task %s: %d attempts charged, want 1", tk.Name, tk.Attempts)
+		}
+	}
+	released := 0
+	for _, a := range d.Attempts {
+		if a.Outcome == deckhandtype.OutcomeReleased {
+			released++
+		}
+	}
+	if now != (released > 0) {
+		t.Errorf("pause now=%v released %d attempts", now, released)
 	}
 }

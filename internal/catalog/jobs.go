@@ -130,18 +130,8 @@ func submitSpec(j NewJob) ([]byte, error) {
 // the task table once per dependency.
 func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []NewTask) ([]int64, error) {
 	n := len(tasks)
-	// A paused job's new tasks are paused. The job row stays locked until the transaction
-	// ends, so a pause or resume that commits meanwhile waits and then sees these tasks. The
-	// tasks take their place in the claim order from the job (see claim.go).
-	var pause *string
-	var claimKey time.Time
-	err := tx.QueryRow(ctx, `SELECT pause, created_at - make_interval(mins => priority) FROM deckhand.job WHERE id = $1 FOR NO KEY UPDATE`,
-		jobID).Scan(&pause, &claimKey)
-	if err != nil {
-		return nil, err
-	}
 	var ids []int64
-	err = tx.QueryRow(ctx, `SELECT ARRAY(SELECT nextval('deckhand.task_id_seq') FROM generate_series(1, $1) ORDER BY 1)`, n).Scan(&ids)
+	err := tx.QueryRow(ctx, `SELECT ARRAY(SELECT nextval('deckhand.task_id_seq') FROM generate_series(1, $1) ORDER BY 1)`, n).Scan(&ids)
 	if err != nil {
 		return nil, err
 	}
@@ -211,6 +201,23 @@ func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []N
 		pending[i] = int32(len(t.DependsOn))
 		hasDependents[i] = needed[ids[i]]
 	}
+	// Task rows are locked before the job row, the order every writer uses.
+	if len(olderIDs) > 0 {
+		_, err = tx.Exec(ctx, `UPDATE deckhand.task SET has_dependents = true WHERE id = ANY ($1) AND NOT has_dependents`, olderIDs)
+		if err != nil {
+			return nil, err
+		}
+	}
+	// A paused job's new tasks are paused. The job row stays locked until the transaction
+	// ends, so a pause or resume that commits meanwhile waits and then sees these tasks. The
+	// tasks take their place in the claim order from the job (see claim.go).
+	var pause *string
+	var claimKey time.Time
+	err = tx.QueryRow(ctx, `SELECT pause, created_at - make_interval(mins => priority) FROM deckhand.job WHERE id = $1 FOR NO KEY UPDATE`,
+		jobID).Scan(&pause, &claimKey)
+	if err != nil {
+		return nil, err
+	}
 	_, err = tx.Exec(ctx, `
 		INSERT INTO deckhand.task (id, job_id, name, kind, node, node_group, min_lsn, owner, sql, payload,
 			in_transaction, max_attempts, timeout, state, pending_deps, added_by, has_dependents, pause, claim_key)
@@ -233,12 +240,6 @@ func insertTasks(ctx context.Context, tx pgx.Tx, jobID, addedBy int64, tasks []N
 	if len(depTask) > 0 {
 		_, err = tx.Exec(ctx, `INSERT INTO deckhand.task_dep (task_id, depends_on) SELECT * FROM unnest($1::bigint[], $2::bigint[])`,
 			depTask, depOn)
-		if err != nil {
-			return nil, err
-		}
-	}
-	if len(olderIDs) > 0 {
-		_, err = tx.Exec(ctx, `UPDATE deckhand.task SET has_dependents = true WHERE id = ANY ($1) AND NOT has_dependents`, olderIDs)
 		if err != nil {
 			return nil, err
 		}

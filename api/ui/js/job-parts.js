@@ -5,7 +5,7 @@ import { dur, now, ts } from './format.js';
 import { jobState, taskStates } from './meta.js';
 import { refreshSoon } from './refresh.js';
 
-const done = { cancel: 'cancel requested', retry: 'retried', pause: 'paused', resume: 'resumed' };
+const done = { cancel: 'cancel requested', retry: 'retried', pause: 'pause requested', resume: 'resumed' };
 
 async function controlJob(id, action) {
   try {
