@@ -49,6 +49,10 @@ type Config struct {
 	// MaxBatchDelay bounds how long a target transaction gathers waiting source
 	// transactions (default 100ms).
 	MaxBatchDelay time.Duration
+	// LockTimeout bounds how long a target transaction waits for a lock (default 10s): for the
+	// progress row that a stale session of an earlier run may still hold, or for rows another
+	// writer holds. Past it, Run returns a retryable error instead of hanging.
+	LockTimeout time.Duration
 	// StatusInterval is how often the source hears the confirmed position when nothing else
 	// prompts it (default 10s; keep it under the source's wal_sender_timeout).
 	StatusInterval time.Duration
@@ -73,6 +77,11 @@ type Applier struct {
 
 	running atomic.Bool
 
+	// streamFromSlot makes runs ask the source for everything after the slot's confirmed
+	// position, ignoring the progress row: tests use it to prove the skip of what the
+	// target already has.
+	streamFromSlot bool
+
 	mu      sync.Mutex
 	applied pglogrepl.LSN
 	changed chan struct{} // closed and replaced whenever applied advances
@@ -91,6 +100,9 @@ func New(cfg Config) *Applier {
 	}
 	if cfg.MaxBatchDelay <= 0 {
 		cfg.MaxBatchDelay = 100 * time.Millisecond
+	}
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = 10 * time.Second
 	}
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = 10 * time.Second
@@ -122,10 +134,16 @@ func (a *Applier) Applied() pglogrepl.LSN {
 // WaitApplied returns once Applied() >= lsn, or with ctx's error. While it waits, the running
 // Run asks the source for its position every few milliseconds, so an idle source is caught
 // up without waiting for a keepalive.
+//
+// To wait for everything committed on the source so far, pass pg_current_wal_insert_lsn()
+// read after the commits: pg_current_wal_lsn() is the write position, which asynchronous
+// commits (synchronous_commit = off) may lie beyond. An insert position just past a page
+// header counts as reached at the page's start, where the source's position stops when the
+// last record ends at the page boundary.
 func (a *Applier) WaitApplied(ctx context.Context, lsn pglogrepl.LSN) error {
 	for {
 		a.mu.Lock()
-		if a.applied >= lsn {
+		if reached(a.applied, lsn) {
 			a.mu.Unlock()
 			return nil
 		}
@@ -150,7 +168,21 @@ func (a *Applier) WaitApplied(ctx context.Context, lsn pglogrepl.LSN) error {
 func (a *Applier) waited() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.want > a.applied
+	return !reached(a.applied, a.want)
+}
+
+// WAL pages are 8 kB (PostgreSQL's default XLOG_BLCKSZ) and start with a header of at most 40
+// bytes (a segment's first page), where no record starts.
+const (
+	walPageSize      = 8192
+	walPageHeaderMax = 40
+)
+
+// reached reports whether applied has reached lsn: it is at or past it, or at the start of
+// the page whose header lsn points into or just past (the insert position at a page boundary
+// points past the header, the end of the last record does not).
+func reached(applied, lsn pglogrepl.LSN) bool {
+	return applied >= lsn || (applied > 0 && applied%walPageSize == 0 && lsn-applied <= walPageHeaderMax)
 }
 
 // advance moves the applied position forward (never back) and wakes the waiters.

@@ -20,6 +20,7 @@ func (r *run) apply(ctx context.Context, lsn pglogrepl.LSN, msg pglogrepl.Messag
 		// The progress position is the end of a commit record: a transaction whose commit
 		// record starts before it is on the target already.
 		r.skip = m.FinalLSN < r.a.Applied()
+		r.a.log.Debug("begin", "final", m.FinalLSN, "skip", r.skip, "xid", m.Xid)
 		if r.skip {
 			return nil
 		}
@@ -39,6 +40,7 @@ func (r *run) apply(ctx context.Context, lsn pglogrepl.LSN, msg pglogrepl.Messag
 		}
 		r.txn.end = m.TransactionEndLSN
 		r.txn.txs++
+		r.a.log.Debug("commit", "lsn", m.CommitLSN, "end", m.TransactionEndLSN, "changes", r.txn.changes)
 		if r.txn.changes >= r.a.cfg.MaxBatchChanges || r.a.now().Sub(r.txn.opened) >= r.a.cfg.MaxBatchDelay {
 			return r.commit(ctx)
 		}

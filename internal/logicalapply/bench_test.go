@@ -63,14 +63,18 @@ func benchApply(b *testing.B, rowsPerTx int) {
 	done := make(chan error, 1)
 	b.ResetTimer()
 	start := time.Now()
-	go func() { done <- a.Run(runCtx, e.consistent) }()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		done <- a.Run(runCtx, e.consistent)
+	}()
+	defer func() { stop(); <-exited }() // before the connections close
 	if err := a.WaitApplied(ctx, lsn); err != nil {
 		b.Fatalf("waiting for %s (applied %s): %v", lsn, a.Applied(), err)
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
 	stop()
-	<-done
 	st := a.Stats()
 	if st.Changes < int64(b.N) {
 		b.Fatalf("applied %d changes of %d", st.Changes, b.N)

@@ -35,7 +35,27 @@ source is applied at once.
 When no source transaction is open, the position the source reports in its keepalives counts
 as applied (everything before it has been received and committed), so Applied and WaitApplied
 move on over an idle source; WaitApplied asks the source for a keepalive every few
-milliseconds rather than waiting for wal_sender_timeout.
+milliseconds rather than waiting for wal_sender_timeout. To wait for everything committed on
+the source, wait for pg_current_wal_insert_lsn() read after the commits (pg_current_wal_lsn()
+is the write position, which asynchronous commits may lie beyond).
+
+# Failures and resuming
+
+Run returns when its context ends (ctx.Err()), or on the first failure:
+
+  - a change the target refuses (a constraint, a missing table or column, no key) is an
+    *ApplyError naming the relation, the change's LSN and its transaction's commit LSN,
+    marked permanent (taskerr.Permanent): running again would fail again;
+  - anything else — a lost connection on either side, a terminated backend, the slot still
+    held by a walsender that has not exited yet, a lock timeout (Config.LockTimeout), the
+    progress row moved by another applier, an error from Config.Applied — is retryable
+    (taskerr.Retryable): the caller closes both connections, opens new ones, calls Use and
+    Run again with max(AppliedLSN, the slot's consistent point), and the run resumes exactly
+    where the target's progress row says.
+
+The source is asked to stream from that position, so it does not send what the target has;
+a transaction that it sends all the same and that the target has applied is skipped
+(Stats.Skipped) rather than applied again.
 
 # What the source and target must look like
 

@@ -42,16 +42,30 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // context; anything else is an ApplyError marked permanent.
 func targetError(e *ApplyError) error {
 	if transient(e.Err) {
-		where := e.Op
-		if e.Relation != "" {
-			where += " " + e.Relation
-		}
-		if e.LSN != 0 {
-			where += " at " + e.LSN.String()
-		}
-		return fmt.Errorf("logicalapply: target: %s: %w", where, e.Err)
+		return retryable(e.Err, targetContext(e))
 	}
 	return taskerr.Permanent(e)
+}
+
+// retryable returns err with context, in a form taskerr.Retryable takes as retryable: an
+// error the server reports that taskerr holds permanent in general (a slot still active, a
+// FATAL ending the session) is flattened to its text.
+func retryable(err error, context string) error {
+	if taskerr.Retryable(err) {
+		return fmt.Errorf("%s: %w", context, err)
+	}
+	return fmt.Errorf("%s: %v", context, err)
+}
+
+func targetContext(e *ApplyError) string {
+	where := e.Op
+	if e.Relation != "" {
+		where += " " + e.Relation
+	}
+	if e.LSN != 0 {
+		where += " at " + e.LSN.String()
+	}
+	return "logicalapply: target: " + where
 }
 
 // refusal is a change the target cannot take as it stands (no such table or column, no key):
@@ -82,9 +96,8 @@ func transient(err error) bool {
 
 // sourceError classifies an error of the replication stream.
 func sourceError(err error) error {
-	err = fmt.Errorf("logicalapply: source: %w", err)
 	if transient(err) {
-		return err
+		return retryable(err, "logicalapply: source")
 	}
-	return taskerr.Permanent(err)
+	return taskerr.Permanent(fmt.Errorf("logicalapply: source: %w", err))
 }

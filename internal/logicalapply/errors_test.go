@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/deckhandhq/deckhand/internal/logicalapply"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
@@ -24,9 +26,14 @@ func (e *env) startRun(ctx context.Context) (*logicalapply.Applier, <-chan error
 		ProgressTable: e.progress, Logger: testLogger()})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx, e.consistent) }()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		done <- a.Run(runCtx, e.consistent)
+	}()
 	e.t.Cleanup(func() {
 		cancel()
+		<-exited // the connections are the run's until it returns
 		src.Close(context.Background())
 		dst.Close(context.Background())
 	})
@@ -130,7 +137,81 @@ func TestWaitAppliedHonoursItsContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := a.WaitApplied(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+	if err := a.WaitApplied(ctx, 0x1000); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitApplied without a run returned %v", err)
+	}
+}
+
+// An insert position just past a page header is reached at the page's start: no record
+// starts inside a header, and the source's position stops at the boundary.
+func TestPageHeaderCountsAsReached(t *testing.T) {
+	for _, c := range []struct {
+		applied, lsn pglogrepl.LSN
+		want         bool
+	}{
+		{0x3000000, 0x3000028, true},  // a segment's first page: long header
+		{0x3002000, 0x3002018, true},  // another page: short header
+		{0x3002000, 0x3002029, false}, // past any header: a record there is not applied
+		{0x3001ff0, 0x3002018, false}, // not at a page start
+		{0x3002018, 0x3002018, true},
+	} {
+		a := logicalapply.New(logicalapply.Config{})
+		a.SetAppliedForTest(c.applied)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := a.WaitApplied(ctx, c.lsn)
+		cancel()
+		if (err == nil) != c.want {
+			t.Errorf("applied %s, waiting for %s: %v", c.applied, c.lsn, err)
+		}
+	}
+}
+
+// A stale session holding the progress row (a run whose backend outlived its client) makes
+// the next run fail, retryably, after the lock timeout instead of hanging; once the stale
+// session is gone, a run resumes.
+func TestStaleSessionHoldingTheProgressRow(t *testing.T) {
+	e := newEnv(t)
+	ctx := pgtest.Context(t, 2*time.Minute)
+	stale := e.ownerConn(e.dst)
+	if _, err := stale.Exec(ctx, `BEGIN; SELECT * FROM "deckhand apply".progress FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	src, dst, err := e.conns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	defer dst.Close(context.Background())
+	a := logicalapply.New(logicalapply.Config{Source: src, Slot: e.slot, Publication: e.pub, Target: dst,
+		ProgressTable: e.progress, Logger: testLogger(), LockTimeout: 300 * time.Millisecond})
+	e.ownerExec(e.src, `INSERT INTO app.scratch VALUES (1, 'one')`)
+	start := time.Now()
+	err = a.Run(ctx, e.consistent)
+	if err == nil || !taskerr.Retryable(err) || !strings.Contains(err.Error(), "lock timeout") {
+		t.Fatalf("Run returned %v, want a retryable lock timeout", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("Run took %s to give up", d)
+	}
+	if _, err := stale.Exec(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	src.Close(context.Background())
+	e.waitSlotInactive()
+	b, done := e.startRun(ctx)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	go func() {
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("the resumed run ended: %v", err)
+			cancel()
+		}
+	}()
+	if err := b.WaitApplied(waitCtx, e.sourceLSN()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := e.ownerConn(e.dst).QueryRow(ctx, `SELECT count(*) FROM app.scratch WHERE id = 1`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("after the stale session ended: %d rows (%v)", n, err)
 	}
 }

@@ -51,6 +51,8 @@ func logicalCluster(t testing.TB) *pgcluster.Cluster {
 
 var seq atomic.Int64
 
+var lastCommits []string // the writer's last steps with the source position after them
+
 // env is a source and a target database with the same tables, owned by a role that is no
 // superuser and holds only REPLICATION and CREATE on the two databases; a publication of the
 // tables and a slot whose snapshot's rows were copied to the target.
@@ -211,13 +213,14 @@ func (e *env) conns(ctx context.Context) (*pgconn.PgConn, *pgx.Conn, error) {
 	return src, dst, nil
 }
 
-// sourceLSN is the source's current WAL position.
+// sourceLSN is the source's current WAL insert position: past every commit so far, even
+// asynchronous ones (pg_current_wal_lsn is the write position, which lags them).
 func (e *env) sourceLSN() pglogrepl.LSN {
 	e.t.Helper()
 	conn := pgtest.Connect(e.t, e.c.DSN(e.src, pgcluster.Superuser))
 	defer conn.Close(context.Background())
 	var s string
-	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.pg_current_wal_lsn()::text").Scan(&s); err != nil {
+	if err := conn.QueryRow(context.Background(), "SELECT pg_catalog.pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		e.t.Fatal(err)
 	}
 	lsn, err := pglogrepl.ParseLSN(s)
@@ -249,9 +252,14 @@ func (e *env) fingerprints(db string) map[string]string {
 func (e *env) sameContents() {
 	e.t.Helper()
 	src, dst := e.fingerprints(e.src), e.fingerprints(e.dst)
+	shown := false
 	for _, tb := range tables {
 		if src[tb.name] != dst[tb.name] {
-			e.t.Errorf("%s: source %s, target %s", tb.name, src[tb.name], dst[tb.name])
+			e.t.Errorf("%s: source %s, target %s%s", tb.name, src[tb.name], dst[tb.name], e.rowDiff(tb.name, tb.key))
+			if !shown && os.Getenv("LOGICALAPPLY_MEMLOG") != "" {
+				shown = true
+				e.t.Logf("writer's last commits: %v\napplier's log:\n%s", lastCommits, memLogTail(60))
+			}
 		} else {
 			e.t.Logf("%s: %s on both sides", tb.name, src[tb.name])
 		}
@@ -264,25 +272,28 @@ func (e *env) writer(seed uint64) (stop func() int) {
 	e.t.Helper()
 	conn := e.ownerConn(e.src)
 	w := newWorkload(seed)
-	ctx, cancel := context.WithCancel(context.Background())
+	// The transaction under way when stop is called completes: cancelling it could let its
+	// COMMIT land after the caller read the source's position.
+	var stopping atomic.Bool
 	done := make(chan struct{})
 	var n int
 	var failed error
 	go func() {
 		defer close(done)
-		for ctx.Err() == nil {
-			if err := w.step(ctx, conn); err != nil {
-				if ctx.Err() == nil {
-					failed = err
-				}
+		for !stopping.Load() {
+			if err := w.step(context.Background(), conn); err != nil {
+				failed = err
 				return
 			}
 			n++
+			var lsn string
+			_ = conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn)
+			lastCommits = append(lastCommits[max(0, len(lastCommits)-4):], fmt.Sprintf("step %d ≤ %s", w.steps, lsn))
 			time.Sleep(time.Millisecond)
 		}
 	}()
 	return func() int {
-		cancel()
+		stopping.Store(true)
 		<-done
 		if failed != nil {
 			e.t.Fatalf("writer: %v", failed)
@@ -322,3 +333,53 @@ func (r *appliedRecorder) lastLSN() pglogrepl.LSN {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// rowDiff shows a few rows that differ between source and target.
+func (e *env) rowDiff(table, key string) string {
+	rows := func(db string) map[string]string {
+		conn := pgtest.Connect(e.t, e.c.DSN(db, pgcluster.Superuser))
+		defer conn.Close(context.Background())
+		out := map[string]string{}
+		r, err := conn.Query(context.Background(), "SELECT ("+key+")::text, left(t::text, 300) FROM "+table+" t")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for r.Next() {
+			var k, v string
+			if err := r.Scan(&k, &v); err != nil {
+				e.t.Fatal(err)
+			}
+			out[k] = v
+		}
+		return out
+	}
+	src, dst := rows(e.src), rows(e.dst)
+	var b strings.Builder
+	n := 0
+	for k, v := range src {
+		if dst[k] != v && n < 5 {
+			n++
+			fmt.Fprintf(&b, "\n  source %s\n  target %s", v, dst[k])
+		}
+	}
+	for k, v := range dst {
+		if _, ok := src[k]; !ok && n < 10 {
+			n++
+			fmt.Fprintf(&b, "\n  only on the target: %s", v)
+		}
+	}
+	return b.String()
+}
+
+// waitSlotInactive waits until no walsender holds the slot: one whose connection just closed
+// exits a moment later.
+func (e *env) waitSlotInactive() {
+	e.t.Helper()
+	conn := pgtest.Connect(e.t, e.c.DSN(e.src, pgcluster.Superuser))
+	defer conn.Close(context.Background())
+	testenv.Eventually(e.t, 30*time.Second, func() bool {
+		var active bool
+		err := conn.QueryRow(context.Background(), "SELECT active FROM pg_replication_slots WHERE slot_name = $1", e.slot).Scan(&active)
+		return err == nil && !active
+	}, "the slot is released")
+}

@@ -66,6 +66,7 @@ func AppliedLSN(ctx context.Context, target *pgx.Conn, table pgx.Identifier) (pg
 // progressStatements are the statements of a target transaction around its changes.
 type progressStatements struct {
 	begin  string // BEGIN
+	limit  string // lock_timeout for the transaction: $1
 	defer_ string // SET CONSTRAINTS ALL DEFERRED
 	lock   string // the progress row, locked: what the target has applied
 	update string // the progress row set to $1 where it holds $2
@@ -76,6 +77,7 @@ func newProgressStatements(table pgx.Identifier) progressStatements {
 	q := table.Sanitize()
 	return progressStatements{
 		begin:  "BEGIN",
+		limit:  `SELECT pg_catalog.set_config('lock_timeout', $1::pg_catalog.text, true)`,
 		defer_: "SET CONSTRAINTS ALL DEFERRED",
 		lock:   `SELECT lsn::pg_catalog.text FROM ` + q + ` WHERE singleton FOR UPDATE`,
 		update: `UPDATE ` + q + ` SET lsn = $1::pg_catalog.text::pg_catalog.pg_lsn, applied_at = pg_catalog.now()

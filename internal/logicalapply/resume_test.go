@@ -46,7 +46,8 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 	stop := e.writer(seed)
 
 	killed := map[string]int{}
-	behind := 0 // runs that started with the slot behind the target
+	behind := 0      // runs that started with the slot behind the target
+	killedMidTx := 0 // target backends terminated with a transaction open
 	const rounds = 30
 	for round := range rounds {
 		src, dst, err := e.conns(ctx)
@@ -54,6 +55,9 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.Use(src, dst)
+		// Every other run asks the source for all it holds past the slot's position, so
+		// that the skip of what the target has is proven too, not only the source's.
+		a.StreamFromSlotForTest(round%2 == 1)
 		applied, err := logicalapply.AppliedLSN(ctx, dst, e.progress)
 		if err != nil {
 			t.Fatal(err)
@@ -102,8 +106,16 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "terminate the walsender":
-				if _, err := superSrc.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot); err != nil {
-					t.Fatal(err)
+				// The run's walsender, once it holds the slot (it may still be starting).
+				for i := 0; i < 1000; i++ {
+					var terminated bool
+					if err := superSrc.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(active_pid)), false) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slot).Scan(&terminated); err != nil {
+						t.Fatal(err)
+					}
+					if terminated {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
 			case "fail Config.Applied after a target commit":
 				rec.setFail(errInjected)
@@ -115,6 +127,8 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 		select {
 		case runErr = <-done:
 		case <-time.After(time.Minute):
+			cancel()
+			<-done
 			t.Fatalf("round %d (%s): Run did not return", round, kill)
 		}
 		cancel()
@@ -125,6 +139,9 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 		}
 		if !ended {
 			killed[kill]++
+		}
+		if midTx {
+			killedMidTx++
 		}
 		t.Logf("round %d: %s (mid-transaction %v, ended before %v): %v; applied %s, %+v", round, kill, midTx, ended, oneLine(errString(runErr)), a.Applied(), a.Stats())
 		src.Close(context.Background())
@@ -183,8 +200,14 @@ func TestApplyResumesExactlyAfterKills(t *testing.T) {
 	if st.MissingUpdates != 0 {
 		t.Errorf("%d updates found no row: something was applied out of order or twice", st.MissingUpdates)
 	}
+	if st.Skipped == 0 {
+		t.Error("no run skipped a transaction the target had applied: the skip was not exercised")
+	}
 	if behind == 0 {
 		t.Error("no run started with the slot behind the target: resuming past what the slot resends was not exercised")
+	}
+	if killedMidTx == 0 {
+		t.Error("no target backend was terminated with a transaction open")
 	}
 	for _, k := range kills {
 		if killed[k] == 0 {

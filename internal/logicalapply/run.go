@@ -2,6 +2,7 @@ package logicalapply
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"regexp"
@@ -106,7 +107,11 @@ func (r *run) run(ctx context.Context, start pglogrepl.LSN) error {
 
 	// The publication's name goes into a string literal holding a list of identifiers.
 	pub := strings.ReplaceAll(pgx.Identifier{a.cfg.Publication}.Sanitize(), "'", "''")
-	err = pglogrepl.StartReplication(ctx, r.src, a.cfg.Slot, from, pglogrepl.StartReplicationOptions{
+	streamAt := from
+	if a.streamFromSlot {
+		streamAt = 0 // the slot's confirmed position
+	}
+	err = pglogrepl.StartReplication(ctx, r.src, a.cfg.Slot, streamAt, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + pub + "'"},
 	})
@@ -210,6 +215,7 @@ func (r *run) handle(ctx context.Context, data []byte) error {
 		if err != nil {
 			return sourceError(err)
 		}
+		r.a.log.Debug("keepalive", "wal_end", ka.ServerWALEnd, "in_tx", r.inTx, "reply", ka.ReplyRequested, "applied", r.a.Applied())
 		if !r.inTx {
 			// Every transaction that committed before ServerWALEnd has been received: once
 			// the open target transaction commits, the target has applied up to there.
@@ -280,17 +286,36 @@ func (r *run) housekeeping() error {
 
 // status sends a standby status update with the confirmed position; with reply, the source
 // answers at once with a keepalive carrying its position.
+//
+// It writes the message to the network connection itself: the reader goroutine is inside
+// the connection's receive meanwhile, and the connection's own buffered writer is not safe
+// to use beside it (a failing receive flushes it to close the connection). A net.Conn takes
+// a write beside a read, and whole writes one after the other.
 func (r *run) status(reply bool) error {
-	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), r.src, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: r.confirmed,
-		WALFlushPosition: r.confirmed,
-		WALApplyPosition: r.confirmed,
-		ClientTime:       r.a.now(),
-		ReplyRequested:   reply,
-	})
+	_, err := r.src.Conn().Write(standbyStatus(r.confirmed, r.a.now(), reply))
 	if err != nil {
 		return fmt.Errorf("logicalapply: source: standby status: %w", err)
 	}
 	r.sent, r.sentAt = r.confirmed, r.a.now()
 	return nil
+}
+
+// pgEpoch is where PostgreSQL's timestamps count from.
+var pgEpoch = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// standbyStatus encodes a standby status update ('r') in a CopyData message: written,
+// flushed and applied positions (all lsn), the client's clock, and whether to reply now.
+func standbyStatus(lsn pglogrepl.LSN, now time.Time, reply bool) []byte {
+	b := make([]byte, 0, 1+4+34)
+	b = append(b, 'd')
+	b = binary.BigEndian.AppendUint32(b, 4+34)
+	b = append(b, pglogrepl.StandbyStatusUpdateByteID)
+	for range 3 {
+		b = binary.BigEndian.AppendUint64(b, uint64(lsn))
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(now.Sub(pgEpoch).Microseconds()))
+	if reply {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -51,15 +52,18 @@ type item struct {
 // the commit.
 func (r *run) begin(ctx context.Context) error {
 	r.txn = &txn{opened: r.a.now(), batch: &pgx.Batch{}}
+	lockTimeout := strconv.FormatInt(r.a.cfg.LockTimeout.Milliseconds(), 10) + "ms"
 	for _, q := range []struct {
-		it  item
-		sql string
+		it   item
+		sql  string
+		args []any
 	}{
-		{item{op: "BEGIN"}, r.stmts.begin},
-		{item{op: "SET CONSTRAINTS"}, r.stmts.defer_},
-		{item{op: "lock the progress row", kind: itemLock}, r.stmts.lock},
+		{item{op: "BEGIN"}, r.stmts.begin, nil},
+		{item{op: "set lock_timeout"}, r.stmts.limit, []any{lockTimeout}},
+		{item{op: "SET CONSTRAINTS"}, r.stmts.defer_, nil},
+		{item{op: "lock the progress row", kind: itemLock}, r.stmts.lock, nil},
 	} {
-		if err := r.queue(ctx, q.it, q.sql); err != nil {
+		if err := r.queue(ctx, q.it, q.sql, q.args...); err != nil {
 			return err
 		}
 	}
@@ -81,6 +85,7 @@ func (r *run) commit(ctx context.Context) error {
 		return err
 	}
 	r.txn = nil
+	r.a.log.Debug("target commit", "end", t.end, "txs", t.txs, "changes", t.changes)
 	r.progress = t.end
 	s := &r.a.stats
 	s.commits.Add(1)
