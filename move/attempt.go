@@ -261,7 +261,7 @@ func (mv *move) apply(ctx context.Context, a *logicalapply.Applier, release func
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !taskerr.Retryable(err) || run >= maxApplyRuns {
+		if !resumable(err) || run >= maxApplyRuns {
 			return err
 		}
 		mv.Cleaner.Log().Warn("move: the catch-up lost a connection; resuming where the target stands", "job", mv.t.JobID, "run", run, "err", err)
@@ -285,6 +285,22 @@ func (mv *move) apply(ctx context.Context, a *logicalapply.Applier, release func
 		own, release = newRepl, newRelease
 		a.Use(newRepl, newTarget)
 	}
+}
+
+// resumable reports whether a run of the applier that ended with err is worth another with new
+// connections: not when the target refused a change (an ApplyError, permanent), yes for a lost
+// connection, and for a slot still held by the walsender of a connection just lost (55006),
+// which exits soon.
+func resumable(err error) bool {
+	var applyErr *logicalapply.ApplyError
+	if errors.As(err, &applyErr) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+		return true
+	}
+	return taskerr.Retryable(err)
 }
 
 // cutOver registers what the cut-over changes on the source — the refusal of writes, removed

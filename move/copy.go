@@ -80,7 +80,7 @@ func copyTables(ctx context.Context, src, dst sessionFunc, snapshot string, tabl
 				return err
 			}
 			defer srcTx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-			if _, err := srcTx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshot)); err != nil {
+			if _, err := srcTx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+literal(snapshot)); err != nil {
 				var pgErr *pgconn.PgError
 				if errors.As(err, &pgErr) && pgErr.Code == "22023" {
 					// The replication connection that exported it is gone: a new attempt
@@ -143,6 +143,3 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, rel relation) (int64, er
 	}
 	return tag.RowsAffected(), dstTx.Commit(ctx)
 }
-
-// quoteLiteral quotes a string as an escape-string literal, whatever standard_conforming_strings says.
-func quoteLiteral(s string) string { return literal(s) }

@@ -37,7 +37,7 @@ type moveEnv struct {
 
 var roleSeq atomic.Int64
 
-func newMoveEnv(t *testing.T) *moveEnv {
+func newMoveEnv(t testing.TB) *moveEnv {
 	t.Helper()
 	e := &moveEnv{Proxied: testenv.NewProxied(t, testenv.LogicalPasswordCluster(t), move.Feature())}
 	e.src = testenv.Database(t, e.NodeCluster, "src")

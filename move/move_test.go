@@ -316,7 +316,7 @@ func onlineMoveUnderWrites(t *testing.T, budget time.Duration, lossy bool) {
 
 func normalizeJSON(s string) string { return strings.ReplaceAll(s, " ", "") }
 
-func mustTask(t *testing.T, e *moveEnv, jobID int64) int64 {
+func mustTask(t testing.TB, e *moveEnv, jobID int64) int64 {
 	d, err := e.Client.Job(ctx, jobID)
 	if err != nil || len(d.Tasks) == 0 {
 		t.Fatalf("job %d: %v", jobID, err)
@@ -378,4 +378,28 @@ func TestMoveTables(t *testing.T) {
 		t.Error("the partitions did not move with their table")
 	}
 	noReplicationLeft(t, e)
+}
+
+// The moved source schema is not dropped while a table of it is pinned (by an export reading
+// it, say): its deferred drop waits for the pin to go.
+func TestMovedSchemaWaitsForPins(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	pin, err := e.Client.Pin(ctx, deckhandtype.CleanupResource{Type: deckhandtype.ResourceTable, Node: "src", Location: "app", Name: "notes"}, "a reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.worker(move.Mover{})
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("move %s: %s", job.State, e.lastError(id))
+	}
+	e.cleanupRun()
+	if !e.schemaExists(e.src, "app") {
+		t.Fatal("the source schema was dropped although a table of it is pinned")
+	}
+	if err := e.Client.Unpin(ctx, pin); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return !e.schemaExists(e.src, "app") }, "the source schema dropped once unpinned")
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -182,7 +181,3 @@ func execScript(ctx context.Context, conn *pgx.Conn, script string) error {
 	_, err := conn.PgConn().Exec(ctx, script).ReadAll()
 	return err
 }
-
-// errNoDump is returned when the dump holds nothing for the move (it should never happen:
-// inspect found tables).
-var errNoDump = errors.New("pg_dump found nothing to move")

@@ -51,7 +51,8 @@ func (c *Catalog) UnpinOperation(ctx context.Context, opID int64, r deckhandtype
 			RETURNING node, location
 		), woken AS (
 			UPDATE deckhand.cleanup_record SET next_attempt_at = '-infinity'
-			WHERE state = 'due' AND wait_reason = 'pinned' AND coalesce(node, '') = coalesce(@node, '') AND location = @location
+			WHERE state = 'due' AND wait_reason = 'pinned' AND coalesce(node, '') = coalesce(@node, '')
+			  AND (location = @location OR (resource_type = 'schema_cascade' AND name IN (@location, @name)))
 			  AND EXISTS (SELECT 1 FROM unpinned)
 			RETURNING id
 		)

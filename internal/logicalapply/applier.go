@@ -77,6 +77,11 @@ type Applier struct {
 
 	running atomic.Bool
 
+	// streamFromSlot makes runs ask the source for everything after the slot's confirmed
+	// position, ignoring the progress row: tests use it to prove the skip of what the
+	// target already has.
+	streamFromSlot bool
+
 	mu      sync.Mutex
 	applied pglogrepl.LSN
 	changed chan struct{} // closed and replaced whenever applied advances

@@ -107,7 +107,11 @@ func (r *run) run(ctx context.Context, start pglogrepl.LSN) error {
 
 	// The publication's name goes into a string literal holding a list of identifiers.
 	pub := strings.ReplaceAll(pgx.Identifier{a.cfg.Publication}.Sanitize(), "'", "''")
-	err = pglogrepl.StartReplication(ctx, r.src, a.cfg.Slot, from, pglogrepl.StartReplicationOptions{
+	streamAt := from
+	if a.streamFromSlot {
+		streamAt = 0 // the slot's confirmed position
+	}
+	err = pglogrepl.StartReplication(ctx, r.src, a.cfg.Slot, streamAt, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + pub + "'"},
 	})
