@@ -247,6 +247,9 @@ func (mv *move) run(ctx context.Context) error {
 	if err := runScripts(ctx, ddl, st.preData, st.keys); err != nil {
 		return fmt.Errorf("create the structure on the target: %w", err)
 	}
+	if err := refuseOthersCode(ctx, mv.dstConn, pl); err != nil {
+		return err
+	}
 	if err := mv.at(ctx, StepStructure); err != nil {
 		return err
 	}
@@ -296,6 +299,9 @@ func (mv *move) run(ctx context.Context) error {
 	}
 	if err := runScripts(ctx, ddl, st.postData); err != nil {
 		return fmt.Errorf("create indexes and constraints on the target: %w", err)
+	}
+	if err := refuseOthersCode(ctx, mv.dstConn, pl); err != nil { // the policies came with the post-data
+		return err
 	}
 	if err := mv.at(ctx, StepIndexes); err != nil {
 		return err

@@ -377,3 +377,75 @@ func targetTaken(ctx context.Context, conn *pgx.Conn, pl *plan, p Payload, node 
 	}
 	return nil
 }
+
+// othersCodeSQL finds code that writing rows into the moved tables runs, in the writer's
+// session, and that belongs to a role that is not a member of the session's user (the move's
+// owner): functions and operators called by the tables' CHECK constraints, defaults, generated
+// columns and row-security policies, and by the constraints of the domains their columns use
+// (at any depth: domains over domains, arrays, composite and range types). Copying rows into
+// the target and applying changes there would run that code as the owner, with the owner's
+// rights: a role could plant it (in a domain of its own, or in a table it owns in a shared
+// schema) to act as a more privileged owner. $1 are the tables, qualified and quoted.
+const othersCodeSQL = `
+	WITH RECURSIVE tbl AS (
+		SELECT pg_catalog.to_regclass(t)::pg_catalog.oid AS oid FROM pg_catalog.unnest($1::pg_catalog.text[]) t
+	), types AS (
+		SELECT a.atttypid AS oid FROM pg_catalog.pg_attribute a
+		WHERE a.attrelid IN (SELECT oid FROM tbl) AND a.attnum > 0 AND NOT a.attisdropped
+		UNION
+		SELECT x.oid FROM types ty JOIN pg_catalog.pg_type t ON t.oid = ty.oid
+		CROSS JOIN LATERAL (
+			SELECT t.typbasetype UNION ALL SELECT t.typelem
+			UNION ALL SELECT a.atttypid FROM pg_catalog.pg_attribute a
+				WHERE a.attrelid = t.typrelid AND t.typrelid <> 0 AND a.attnum > 0 AND NOT a.attisdropped
+			UNION ALL SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = t.oid
+		) x(oid) WHERE x.oid <> 0
+	), holders AS (
+		SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass::pg_catalog.oid AS classid, k.oid AS objid
+		FROM pg_catalog.pg_constraint k
+		WHERE (k.conrelid IN (SELECT oid FROM tbl) AND k.contype OPERATOR(pg_catalog.=) 'c')
+		   OR k.contypid IN (SELECT oid FROM types)
+		UNION ALL
+		SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass::pg_catalog.oid, d.oid FROM pg_catalog.pg_attrdef d
+		WHERE d.adrelid IN (SELECT oid FROM tbl)
+		UNION ALL
+		SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass::pg_catalog.oid, y.oid FROM pg_catalog.pg_policy y
+		WHERE y.polrelid IN (SELECT oid FROM tbl)
+	), code AS (
+		SELECT d.classid, d.objid, d.refclassid, d.refobjid, p.proowner AS owner
+		FROM pg_catalog.pg_depend d JOIN holders h ON d.classid = h.classid AND d.objid = h.objid
+		JOIN pg_catalog.pg_proc p ON d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass::pg_catalog.oid AND p.oid = d.refobjid
+		UNION ALL
+		SELECT d.classid, d.objid, d.refclassid, d.refobjid, o.oprowner
+		FROM pg_catalog.pg_depend d JOIN holders h ON d.classid = h.classid AND d.objid = h.objid
+		JOIN pg_catalog.pg_operator o ON d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass::pg_catalog.oid AND o.oid = d.refobjid
+		UNION ALL
+		SELECT d.classid, d.objid, 'pg_catalog.pg_proc'::pg_catalog.regclass::pg_catalog.oid, p.oid, p.proowner
+		FROM pg_catalog.pg_depend d JOIN holders h ON d.classid = h.classid AND d.objid = h.objid
+		JOIN pg_catalog.pg_operator o ON d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass::pg_catalog.oid AND o.oid = d.refobjid
+		JOIN pg_catalog.pg_proc p ON p.oid = o.oprcode::pg_catalog.oid
+	)
+	SELECT pg_catalog.pg_describe_object(c.classid, c.objid, 0) OPERATOR(pg_catalog.||) ' calls ' OPERATOR(pg_catalog.||)
+	       pg_catalog.pg_describe_object(c.refclassid, c.refobjid, 0) OPERATOR(pg_catalog.||) ' of role ' OPERATOR(pg_catalog.||)
+	       pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(c.owner)::pg_catalog.text)
+	FROM code c WHERE NOT pg_catalog.pg_has_role(c.owner, SESSION_USER, 'MEMBER')
+	ORDER BY 1 LIMIT 1`
+
+// refuseOthersCode refuses, on the target once its structure is created and before a row is
+// written there, a move whose writes would run another role's code as the owner (see
+// othersCodeSQL).
+func refuseOthersCode(ctx context.Context, conn *pgx.Conn, pl *plan) error {
+	names := make([]string, len(pl.tables))
+	for i, r := range pl.tables {
+		names[i] = r.ident()
+	}
+	var why string
+	err := conn.QueryRow(ctx, othersCodeSQL, names).Scan(&why)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return refusal("on the target, %s, which is not a member of the move's owner: writing the rows would run it as the owner", why)
+}
