@@ -217,3 +217,34 @@ func TestAttackMoveRunsAnotherRolesCheckAsTheSuperuser(t *testing.T) {
 		testenv.NoTrojanRan(t, e.NodeCluster, db, intruder)
 	}
 }
+
+// A low-privilege role's enum type (on both nodes), with a cast from text of its own whose
+// function is the role's code; the owner's table has a column of that type. Catch-up applies
+// the source's changes on the target with each value sent as text and cast to the column's
+// type, which would call the role's cast function as the owner. The move must refuse it
+// before anything runs, and the role's code never runs on the target.
+func TestAttackMoveAppliesThroughAnotherRolesCast(t *testing.T) {
+	e := newMoveEnv(t)
+	intruder := e.intruder()
+	for _, db := range []string{e.src, e.dst} {
+		testenv.PlantTrojans(t, e.NodeCluster, db, intruder)
+		e.as(intruder, db, `
+			CREATE TYPE public.mood AS ENUM ('a', 'b');
+			CREATE FUNCTION public.mood_from_text(text) RETURNS public.mood LANGUAGE plpgsql AS $f$
+			BEGIN PERFORM public.trojan(); RETURN 'a'::public.mood; END $f$;
+			CREATE CAST (text AS public.mood) WITH FUNCTION public.mood_from_text(text)`)
+	}
+	e.asOwner(e.src, `CREATE SCHEMA app; CREATE TABLE app.t (id int PRIMARY KEY, m public.mood); INSERT INTO app.t VALUES (1, 'a')`)
+	e.as(intruder, e.src, `SELECT pg_catalog.setval('public.trojan_hits', 1, false)`)
+	// A change after the copy's snapshot, for catch-up to apply.
+	e.worker(move.Mover{AfterStep: func(ctx context.Context, step string) error {
+		if step == move.StepCopy {
+			e.asOwner(e.src, `INSERT INTO app.t VALUES (2, 'b')`)
+		}
+		return nil
+	}})
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	job := e.Wait(id, 2*time.Minute)
+	t.Logf("move %s: %s", job.State, e.lastError(id))
+	testenv.NoTrojanRan(t, e.NodeCluster, e.dst, intruder)
+}
