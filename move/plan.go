@@ -382,7 +382,8 @@ func targetTaken(ctx context.Context, conn *pgx.Conn, pl *plan, p Payload, node 
 // session, and that belongs to a role that is not a member of the session's user (the move's
 // owner): functions and operators called by the tables' CHECK constraints, defaults, generated
 // columns and row-security policies, and by the constraints of the domains their columns use
-// (at any depth: domains over domains, arrays, composite and range types). Copying rows into
+// (at any depth: domains over domains, arrays, composite and range types), and the functions
+// of casts from text to those types. Copying rows into
 // the target and applying changes there would run that code as the owner, with the owner's
 // rights: a role could plant it (in a domain of its own, or in a table it owns in a shared
 // schema) to act as a more privileged owner. $1 are the tables, qualified and quoted.
@@ -424,6 +425,12 @@ const othersCodeSQL = `
 		FROM pg_catalog.pg_depend d JOIN holders h ON d.classid = h.classid AND d.objid = h.objid
 		JOIN pg_catalog.pg_operator o ON d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass::pg_catalog.oid AND o.oid = d.refobjid
 		JOIN pg_catalog.pg_proc p ON p.oid = o.oprcode::pg_catalog.oid
+		UNION ALL
+		-- Catch-up sends each value as text, cast to its column's type (package logicalapply).
+		SELECT 'pg_catalog.pg_cast'::pg_catalog.regclass::pg_catalog.oid, k.oid,
+		       'pg_catalog.pg_proc'::pg_catalog.regclass::pg_catalog.oid, p.oid, p.proowner
+		FROM pg_catalog.pg_cast k JOIN pg_catalog.pg_proc p ON p.oid = k.castfunc
+		WHERE k.castsource = 'pg_catalog.text'::pg_catalog.regtype::pg_catalog.oid AND k.casttarget IN (SELECT oid FROM types)
 	)
 	SELECT pg_catalog.pg_describe_object(c.classid, c.objid, 0) OPERATOR(pg_catalog.||) ' calls ' OPERATOR(pg_catalog.||)
 	       pg_catalog.pg_describe_object(c.refclassid, c.refobjid, 0) OPERATOR(pg_catalog.||) ' of role ' OPERATOR(pg_catalog.||)
