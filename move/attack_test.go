@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
@@ -247,4 +248,42 @@ func TestAttackMoveAppliesThroughAnotherRolesCast(t *testing.T) {
 	job := e.Wait(id, 2*time.Minute)
 	t.Logf("move %s: %s", job.State, e.lastError(id))
 	testenv.NoTrojanRan(t, e.NodeCluster, e.dst, intruder)
+}
+
+// A submitter asks for a move of a schema that is not its owner's (another tenant's, which the
+// owner may merely see in the catalogs). Such a move can never succeed, and must not mark the
+// schema as being moved meanwhile: a mark held by a retrying (or paused) job would refuse
+// every other move and rebalance of that schema. It fails at once, before marking anything.
+func TestAttackMoveOfAnotherTenantsSchemaMarksNothing(t *testing.T) {
+	e := newMoveEnv(t)
+	e.NodeExec(e.src, `CREATE SCHEMA victim; CREATE TABLE victim.t (id int PRIMARY KEY); INSERT INTO victim.t VALUES (1);
+		GRANT USAGE ON SCHEMA victim TO PUBLIC; GRANT SELECT ON victim.t TO PUBLIC`)
+	task, err := move.Request{Schema: "victim", From: "g1", To: "g2", Owner: e.owner}.Task("move")
+	if err != nil {
+		t.Fatal(err)
+	}
+	task.MaxAttempts = 5
+	id := e.Submit(jobOf(task))
+	e.worker(move.Mover{})
+	var d *engine.JobDetail
+	testenv.Eventually(t, time.Minute, func() bool {
+		d, err = e.Client.Job(ctx, id)
+		return err == nil && (d.State.Terminal() || d.Tasks[0].LastError != nil)
+	}, "the move's first attempt ends")
+	t.Logf("move of victim by %s: %s, attempt %d: %s", e.owner, d.State, d.Tasks[0].Attempts, e.lastError(id))
+	placements, err := e.Client.Catalog().Placements(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range placements {
+		if p.MovingJobID != nil && *p.MovingJobID == id {
+			t.Errorf("job %d (%s, %s) of a role that does not own schema victim marks it as being moved", id, d.State, e.lastError(id))
+		}
+	}
+	if d.State != deckhandtype.JobFailed {
+		t.Errorf("the move of another tenant's schema is %s (%s), want failed at once", d.State, e.lastError(id))
+	}
+	if _, err := e.Client.Cancel(ctx, id); err != nil && !strings.Contains(err.Error(), "ended") {
+		t.Log(err)
+	}
 }
