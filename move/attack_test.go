@@ -287,3 +287,35 @@ func TestAttackMoveOfAnotherTenantsSchemaMarksNothing(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// A table whose row-security policies apply to the owner itself (FORCE ROW LEVEL SECURITY, as
+// multi-tenant schemas do so that the application role is filtered too). The copy reads it, and
+// the cut-over counts it, in the owner's sessions, where the policies hide rows: the target must
+// not end with fewer rows than the source had and the source be dropped — the move refuses it,
+// or carries every row.
+func TestAttackMoveLosesNoRowHiddenByRowSecurity(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, `CREATE SCHEMA app; CREATE TABLE app.t (id int PRIMARY KEY, tenant int NOT NULL);
+		INSERT INTO app.t SELECT g, g % 4 FROM generate_series(1, 100) g;
+		ALTER TABLE app.t ENABLE ROW LEVEL SECURITY; ALTER TABLE app.t FORCE ROW LEVEL SECURITY;
+		CREATE POLICY mine ON app.t USING (tenant = coalesce(nullif(current_setting('app.tenant', true), ''), '0')::int)`)
+	e.worker(move.Mover{})
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	job := e.Wait(id, 2*time.Minute)
+	t.Logf("move %s: %s", job.State, e.lastError(id))
+	e.cleanupRun()
+	count := func(db string) int64 {
+		var n int64 = -1
+		if e.schemaExists(db, "app") {
+			conn := e.NodeConn(db, pgcluster.Superuser)
+			defer conn.Close(ctx)
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM app.t`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	if src, dst := count(e.src), count(e.dst); src != 100 && dst != 100 {
+		t.Errorf("after the move (%s) app.t has %d rows on the source and %d on the target (-1: gone), want all 100 on one", job.State, src, dst)
+	}
+}
