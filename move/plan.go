@@ -129,6 +129,7 @@ const relationsSQL = `
 	SELECT c.oid::pg_catalog.int8 AS oid, n.nspname::pg_catalog.text AS schema, c.relname::pg_catalog.text AS name,
 	       c.relkind::pg_catalog.text AS kind, c.relispartition AS is_partition, c.relpersistence::pg_catalog.text AS persistence,
 	       c.relhasrules AS has_rules, c.relreplident::pg_catalog.text AS replident,
+	       pg_catalog.row_security_active(c.oid) AS row_security,
 	       EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)) AS has_key,
 	       (NOT c.relispartition AND EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid OR i.inhparent = c.oid)
 	        AND c.relkind <> 'p') AS inherits,
@@ -142,6 +143,7 @@ type relationRow struct {
 	relation
 	Persistence string `db:"persistence"`
 	HasRules    bool   `db:"has_rules"`
+	RowSecurity bool   `db:"row_security"` // the owner's reads of it are filtered by policies
 	ReplIdent   string `db:"replident"`
 	HasKey      bool   `db:"has_key"`
 	Inherits    bool   `db:"inherits"`
@@ -239,6 +241,11 @@ func refuseRelation(r relationRow, p Payload) error {
 		return refusal("%s is a temporary table", name)
 	case r.HasRules:
 		return refusal("%s has rules, which a move does not support", name)
+	case r.RowSecurity:
+		// The copy and the counts would see only the rows the policies show the owner, and
+		// the source, with the others, would be dropped.
+		return refusal("%s has row-level security that applies to the owner (FORCE ROW LEVEL SECURITY, or a table of another role): "+
+			"the move would miss the rows its policies hide; move it as a role that bypasses them, or ALTER TABLE ... NO FORCE ROW LEVEL SECURITY", name)
 	case r.Inherits:
 		return refusal("%s uses table inheritance (not partitioning), which a move does not support", name)
 	case !r.HasKey && r.Kind == "r":
