@@ -300,9 +300,6 @@ func (mv *move) run(ctx context.Context) error {
 	if err := runScripts(ctx, ddl, st.postData); err != nil {
 		return fmt.Errorf("create indexes and constraints on the target: %w", err)
 	}
-	if err := refuseOthersCode(ctx, mv.dstConn, pl); err != nil { // the policies came with the post-data
-		return err
-	}
 	if err := mv.at(ctx, StepIndexes); err != nil {
 		return err
 	}

@@ -387,8 +387,8 @@ func targetTaken(ctx context.Context, conn *pgx.Conn, pl *plan, p Payload, node 
 
 // othersCodeSQL finds code that writing rows into the moved tables runs, in the writer's
 // session, and that belongs to a role that is not a member of the session's user (the move's
-// owner): functions and operators called by the tables' CHECK constraints, defaults, generated
-// columns and row-security policies, and by the constraints of the domains their columns use
+// owner): functions and operators called by the tables' CHECK constraints and generated
+// columns, and by the constraints of the domains their columns use
 // (at any depth: domains over domains, arrays, composite and range types), and the functions
 // of casts from text to those types. Copying rows into
 // the target and applying changes there would run that code as the owner, with the owner's
@@ -414,11 +414,11 @@ const othersCodeSQL = `
 		WHERE (k.conrelid IN (SELECT oid FROM tbl) AND k.contype OPERATOR(pg_catalog.=) 'c')
 		   OR k.contypid IN (SELECT oid FROM types)
 		UNION ALL
+		-- Generated columns only: the copy and catch-up give every other column, so defaults
+		-- never run, and row security that applies to the owner is refused (refuseRelation).
 		SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass::pg_catalog.oid, d.oid FROM pg_catalog.pg_attrdef d
-		WHERE d.adrelid IN (SELECT oid FROM tbl)
-		UNION ALL
-		SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass::pg_catalog.oid, y.oid FROM pg_catalog.pg_policy y
-		WHERE y.polrelid IN (SELECT oid FROM tbl)
+		JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+		WHERE d.adrelid IN (SELECT oid FROM tbl) AND a.attgenerated <> ''
 	), code AS (
 		SELECT d.classid, d.objid, d.refclassid, d.refobjid, p.proowner AS owner
 		FROM pg_catalog.pg_depend d JOIN holders h ON d.classid = h.classid AND d.objid = h.objid
