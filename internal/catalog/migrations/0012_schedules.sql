@@ -29,7 +29,10 @@ CREATE TABLE deckhand.schedule (
     created_at   timestamptz NOT NULL DEFAULT now(),
     CHECK ((cron IS NULL) <> (every IS NULL)),
     CHECK (every IS NULL OR every >= interval '1 second'),
-    CHECK (timezone IS NULL OR cron IS NOT NULL)
+    CHECK (timezone IS NULL OR cron IS NOT NULL),
+    -- A due time the leader can compute with ('infinity': never again); see next_run_problem.
+    CHECK (next_run_at IS NULL OR next_run_at = 'infinity'
+           OR next_run_at >= '2000-01-01 00:00:00+00' AND next_run_at < '9000-01-01 00:00:00+00')
 );
 CREATE INDEX schedule_due_idx ON deckhand.schedule (next_run_at NULLS FIRST) WHERE NOT paused;
 
@@ -92,6 +95,17 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
                        AND nspowner = (SELECT oid FROM pg_roles WHERE rolname = role)))
 $$;
 
+-- next_run_problem says what is wrong with a due time given by a caller, or NULL. The leader
+-- reads due times into its own clock's type and counts the due times a late one missed: a
+-- '-infinity' would stop it from reading any schedule (everyone's would stop firing), and
+-- one from long ago would count more missed firings than fit.
+CREATE FUNCTION deckhand.next_run_problem(t timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN t IS NOT NULL AND NOT (t >= '2000-01-01 00:00:00+00' AND t < '9000-01-01 00:00:00+00')
+                THEN format('next run time %s: give a time between the years 2000 and 9000, or none', t) END
+$$;
+REVOKE ALL ON FUNCTION deckhand.next_run_problem(timestamptz) FROM PUBLIC;
+
 -- schedule_add creates a schedule for the caller (session_user), its submitter for good.
 -- Exactly one of cron (five fields, or @hourly, @daily, ...; in timezone, default UTC) and
 -- every (at least a second) is given. next_run_at is the first due time as the client
@@ -131,6 +145,9 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM pg_timezone_names WHERE pg_timezone_names.name = timezone) THEN
             PERFORM deckhand.input_error(format('unknown time zone %L (use a name such as Europe/Paris or UTC)', timezone));
         END IF;
+    END IF;
+    IF deckhand.next_run_problem(next_run_at) IS NOT NULL THEN
+        PERFORM deckhand.input_error(deckhand.next_run_problem(next_run_at));
     END IF;
     IF jsonb_typeof(spec) IS DISTINCT FROM 'object' OR jsonb_typeof(spec -> 'tasks') IS DISTINCT FROM 'array'
        OR jsonb_array_length(spec -> 'tasks') = 0 THEN
@@ -199,6 +216,9 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s deckhand.schedule := deckhand.schedule_for_control(schedule, 'resume');
 BEGIN
+    IF deckhand.next_run_problem(next_run_at) IS NOT NULL THEN
+        PERFORM deckhand.input_error(deckhand.next_run_problem(next_run_at));
+    END IF;
     IF s.paused THEN
         UPDATE deckhand.schedule SET paused = false, next_run_at = next_run_at WHERE id = s.id;
     END IF;
