@@ -9,8 +9,11 @@
 -- resumed after a long pause does not fire for the time it was paused.
 CREATE TABLE deckhand.schedule (
     id           bigserial PRIMARY KEY,
-    name         text NOT NULL UNIQUE CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    -- Names are the submitter's own, like job keys: nobody can take a name from another role,
+    -- nor learn from a refusal that another role's schedule has it.
+    name         text NOT NULL CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
     submitted_by text NOT NULL,
+    UNIQUE (submitted_by, name),
     -- The job spec as `deckhand job submit` reads it, with every task's owner and the
     -- search_path filled in at creation.
     spec         jsonb NOT NULL,
@@ -180,15 +183,35 @@ BEGIN
     RETURN new_id;
 END $$;
 
--- schedule_for_control finds a schedule by name that the caller may change: its submitter or
--- an admin.
+-- schedule_ref reads a reference to a schedule: NAME is the caller's own schedule of that
+-- name (or, when it has none, the one of another role it may act on); SUBMITTER/NAME another
+-- role's (names hold no '/', role names may).
+CREATE FUNCTION deckhand.schedule_ref(ref text, OUT submitter text, OUT name text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN strpos(ref, '/') > 0 THEN left(ref, length(ref) - strpos(reverse(ref), '/')) ELSE session_user::text END,
+           CASE WHEN strpos(ref, '/') > 0 THEN right(ref, strpos(reverse(ref), '/') - 1) ELSE ref END
+$$;
+
+-- schedule_for_control finds a schedule by reference (schedule_ref) that the caller may
+-- change: its submitter or an admin.
 CREATE FUNCTION deckhand.schedule_for_control(schedule text, verb text) RETURNS deckhand.schedule
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
     s deckhand.schedule;
 BEGIN
-    SELECT * INTO s FROM deckhand.schedule WHERE name = schedule FOR UPDATE;
+    SELECT * INTO s FROM deckhand.schedule
+    WHERE (submitted_by, name) = (SELECT r.submitter, r.name FROM deckhand.schedule_ref(schedule) r) FOR UPDATE;
+    IF NOT FOUND AND strpos(schedule, '/') = 0 THEN
+        -- No schedule of the caller's own by that name: the one of another role it may act on.
+        IF (SELECT count(*) FROM deckhand.schedule o WHERE o.name = schedule
+            AND deckhand.may_act_on(o.submitted_by, o.owners)) > 1 THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('several schedules are named %s: name one as SUBMITTER/NAME', schedule);
+        END IF;
+        SELECT * INTO s FROM deckhand.schedule o WHERE o.name = schedule
+            AND deckhand.may_act_on(o.submitted_by, o.owners) FOR UPDATE;
+    END IF;
     IF NOT FOUND OR NOT (s.submitted_by = session_user OR deckhand.may_act_on(s.submitted_by, s.owners)) THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = format('schedule %s: not found', schedule);
     END IF;
@@ -277,7 +300,8 @@ REVOKE ALL ON deckhand.schedule, deckhand.schedule_run, deckhand.schedules, deck
 REVOKE ALL ON FUNCTION deckhand.may_submit(text),
     deckhand.schedule_add(text, jsonb, text, text, interval, boolean, boolean, timestamptz),
     deckhand.schedule_for_control(text, text), deckhand.schedule_pause(text),
-    deckhand.schedule_resume(text, timestamptz), deckhand.schedule_remove(text) FROM PUBLIC;
+    deckhand.schedule_resume(text, timestamptz), deckhand.schedule_remove(text), deckhand.schedule_ref(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION deckhand.schedule_ref(text) TO deckhand_submitter, deckhand_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON deckhand.schedule, deckhand.schedule_run TO deckhand_worker;
 GRANT USAGE, SELECT, UPDATE ON SEQUENCE deckhand.schedule_id_seq TO deckhand_worker;
 GRANT SELECT ON deckhand.schedules, deckhand.schedule_runs, deckhand.job_schedules TO deckhand_submitter, deckhand_worker;

@@ -1,5 +1,3 @@
-//go:build attack
-
 package cli_test
 
 import (
@@ -7,8 +5,6 @@ import (
 	"strings"
 	"testing"
 )
-
-// Open findings, kept out of the default build (go test -tags attack ./internal/cli/ -run TestAttack).
 
 // Schedule names are one space for every submitter: a submitter that takes a name first
 // ("nightly-backup") holds back every other role's schedule of that name for as long as it
@@ -33,5 +29,22 @@ func TestAttackScheduleNamesCanBeSquatted(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "already exists") {
 		t.Errorf("the refusal tells alice of a schedule she may not see: %s", r.stderr)
+	}
+	// Each sees and controls its own by name; an admin reaches either as SUBMITTER/NAME.
+	r = deckhand(t, "", "--catalog", e.RoleDSN(alice), "schedule", "show", "nightly-backup", "-o", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"submitted_by": "`+alice+`"`) {
+		t.Errorf("alice's own schedule: %s", r)
+	}
+	want(t, e.run("schedule", "pause", mallory+"/nightly-backup"), 0)
+	r = deckhand(t, "", "--catalog", e.RoleDSN(mallory), "schedule", "show", "nightly-backup", "-o", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"paused": true`) {
+		t.Errorf("mallory's schedule, paused by an admin as %s/nightly-backup: %s", mallory, r)
+	}
+	r = deckhand(t, "", "--catalog", e.RoleDSN(alice), "schedule", "show", "nightly-backup", "-o", "json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"paused": false`) {
+		t.Errorf("alice's schedule of the same name: %s", r)
+	}
+	if r := deckhand(t, "", "--catalog", e.RoleDSN(alice), "schedule", "remove", mallory+"/nightly-backup"); r.code == 0 {
+		t.Errorf("alice removed mallory's schedule: %s", r)
 	}
 }
