@@ -90,8 +90,19 @@ func (c *cutOver) try(ctx context.Context) (time.Duration, error) {
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
 	// Writers queue behind the lock request as soon as it is made: the wait counts in the budget.
+	// The tables are locked one after another, and a writer holding one of them while it waits
+	// for one the move already holds is in a deadlock with the move. PostgreSQL aborts whichever
+	// of the two has waited deadlock_timeout first: the writer, whose wait began after the
+	// move's lock request. So the move gives up waiting for a lock well before that (and tries
+	// again later).
+	var deadlockMS int64
+	if err := tx.QueryRow(ctx, `SELECT (pg_catalog.date_part('epoch'::pg_catalog.text,
+		pg_catalog.current_setting('deadlock_timeout'::pg_catalog.text)::pg_catalog.interval) * 1000)::pg_catalog.int8`).Scan(&deadlockMS); err != nil {
+		return 0, err
+	}
+	lockWait := min(c.budget, time.Duration(deadlockMS)*time.Millisecond*8/10)
 	if _, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('lock_timeout'::pg_catalog.text, $1::pg_catalog.text, true)`,
-		fmt.Sprintf("%dms", max(c.budget.Milliseconds(), 1))); err != nil {
+		fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1))); err != nil {
 		return 0, err
 	}
 	if _, err := tx.Exec(tctx, "LOCK TABLE "+strings.Join(c.pl.locked(), ", ")+" IN EXCLUSIVE MODE"); err != nil {
