@@ -1,0 +1,141 @@
+package move_test
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/testenv"
+	"github.com/deckhandhq/deckhand/move"
+)
+
+// resumedSteps are the steps after which a killed worker's move is resumed by the next
+// attempt rather than restarted.
+var resumedSteps = map[string]bool{move.StepIndexes: true, move.StepCatchUp: true}
+
+// resumeProbe holds the target's tables as a killed attempt left them.
+type resumeProbe struct {
+	e    *failureEnv
+	oids map[string]uint32
+}
+
+// afterKill records the target's tables and writes to the source, as an application would
+// while no worker runs: the next attempt must bring these writes over too.
+func (e *failureEnv) afterKill() *resumeProbe {
+	e.T.Helper()
+	pr := &resumeProbe{e: e, oids: e.targetOIDs()}
+	e.asOwner(e.src, `INSERT INTO app.notes SELECT g, 'written while no worker ran' FROM generate_series(500000, 500009) g;
+		INSERT INTO app.customers (name) VALUES ('late customer');
+		UPDATE app.counters SET v = v + 1`)
+	e.sums = e.checksums(e.src, appTables...)
+	return pr
+}
+
+func (e *failureEnv) targetOIDs() map[string]uint32 {
+	e.T.Helper()
+	rows, _ := e.NodeConn(e.dst, pgcluster.Superuser).Query(ctx, `
+		SELECT c.relname::text, c.oid::int8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'app' AND c.relkind IN ('r', 'p')`)
+	out := map[string]uint32{}
+	for rows.Next() {
+		var name string
+		var oid int64
+		if err := rows.Scan(&name, &oid); err != nil {
+			e.T.Fatal(err)
+		}
+		out[name] = uint32(oid)
+	}
+	if err := rows.Err(); err != nil {
+		e.T.Fatal(err)
+	}
+	return out
+}
+
+// check, once the job finished and before the source is dropped, that the next attempt kept
+// the target's tables (resumed: same tables, each row inserted once, the copy not redone) or
+// made them anew (restarted).
+func (pr *resumeProbe) check(resumed bool) {
+	e := pr.e
+	e.T.Helper()
+	if len(pr.oids) == 0 {
+		if resumed {
+			e.T.Fatal("the killed attempt left no target tables to resume with")
+		}
+		return
+	}
+	now := e.targetOIDs()
+	for name, oid := range pr.oids {
+		if kept := now[name] == oid; kept != resumed {
+			e.T.Errorf("target table app.%s: kept %v (oid %d, now %d), want kept %v", name, kept, oid, now[name], resumed)
+		}
+	}
+	if !resumed {
+		return
+	}
+	// Every row inserted into a target table exactly once: the copy's rows by the first
+	// attempt, the changes by the catch-up; a second copy would add its rows (or fail on
+	// the keys, and count them all the same).
+	conn := e.NodeConn(e.dst, pgcluster.Superuser)
+	defer conn.Close(ctx)
+	testenv.Eventually(e.T, 20*time.Second, func() bool {
+		rows, _ := conn.Query(ctx, `SELECT s.relname::text, s.n_tup_ins FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+			WHERE s.schemaname = 'app' AND c.relkind = 'r'`)
+		ins, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+			Name string
+			Ins  int64
+		}])
+		if err != nil || len(ins) == 0 {
+			e.T.Logf("pg_stat_user_tables: %v", err)
+			return false
+		}
+		for _, t := range ins {
+			var n int64
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM ONLY app.`+pgx.Identifier{t.Name}.Sanitize()).Scan(&n); err != nil {
+				e.T.Fatal(err)
+			}
+			if t.Ins != n {
+				e.T.Logf("app.%s on the target: %d inserted, %d rows", t.Name, t.Ins, n)
+				return false
+			}
+		}
+		return true
+	}, "every target row inserted once")
+}
+
+var scaffoldOp = regexp.MustCompile(`^deckhand_move_([0-9]+)_`)
+
+// cleanupSettled checks the job's cleanup records once `deckhand cleanup run` ran: nothing is
+// left to remove or failed, and, after a resume, the slot the dead attempt made was removed as
+// a record of the later, succeeded operation that took it over.
+func (e *failureEnv) cleanupSettled(jobID int64, resumed bool) {
+	e.T.Helper()
+	recs, err := e.Client.Catalog().CleanupRecords(ctx, deckhandtype.CleanupFilter{JobID: jobID})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	takenOver := false
+	for _, r := range recs {
+		switch r.State {
+		case "removed", "forgotten":
+		default:
+			e.T.Errorf("cleanup record %d (%s %s) is %s", r.ID, r.Type, r.Name, r.State)
+		}
+		if m := scaffoldOp.FindStringSubmatch(r.Name); r.Type == deckhandtype.ResourceReplicationSlot && m != nil {
+			made, _ := strconv.ParseInt(m[1], 10, 64)
+			if made != r.OperationID {
+				takenOver = true
+				if r.OperationState != deckhandtype.OperationSucceeded || r.State != "removed" {
+					e.T.Errorf("slot %s taken over by operation %d (%s) is %s", r.Name, r.OperationID, r.OperationState, r.State)
+				}
+			}
+		}
+	}
+	if takenOver != resumed {
+		e.T.Errorf("a slot taken over by a later operation: %v, want %v (records: %s)", takenOver, resumed, fmt.Sprint(recs))
+	}
+}
