@@ -33,7 +33,7 @@ func (mv *move) holdScaffold(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, kept, _ := scaffoldOf(recs, mv.op.ID(), mv.src.node.Name, mv.dst.node.Name)
+	_, kept, _ := scaffoldOf(recs, mv.src.node.Name, mv.dst.node.Name)
 	for _, r := range recs {
 		if r.Node != nil && contains(kept, r.ID) {
 			if err := mv.hold(ctx, resourceOf(r)); err != nil {

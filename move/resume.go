@@ -22,7 +22,7 @@ import (
 var resumableSteps = map[string]bool{StepIndexes: true, StepCatchUp: true}
 
 // scaffoldName is the name of a move's slot, publication and scratch schema.
-var scaffoldName = regexp.MustCompile(`^deckhand_move_([0-9]+)_[0-9a-f]{8}$`)
+var scaffoldName = regexp.MustCompile(`^deckhand_move_[0-9]+_[0-9a-f]{8}$`)
 
 // resume continues the move where an earlier attempt of t died, if that attempt got past the
 // copy and the indexes: its operation's records of the target objects, the slot, the
@@ -49,7 +49,7 @@ func (m Mover) resume(ctx context.Context, t *deckhandtype.ClaimedTask, p Payloa
 	if err != nil {
 		return false, err
 	}
-	name, kept, why := scaffoldOf(recs, from, src.node.Name, dst.node.Name)
+	name, kept, why := scaffoldOf(recs, src.node.Name, dst.node.Name)
 	if why != "" {
 		c.Log().Info("move: not resuming the earlier attempt; restarting", "task", t.ID, "operation", from, "why", why)
 		return false, nil
@@ -113,12 +113,13 @@ func (m Mover) resume(ctx context.Context, t *deckhandtype.ClaimedTask, p Payloa
 	return true, mv.finish(ctx, st, repl, start)
 }
 
-// scaffoldOf picks, among the records of the dead attempt's operation opID, those a resumed
+// scaffoldOf picks, among the records of the dead attempt's operation, those a resumed
 // attempt keeps: every record on the target (the moved objects and the scratch schema) and
 // the publication and the slot on the source. The source's other records (the refusal of
 // writes of a cut-over cut short) stay with that operation and are removed. why says what is
-// missing.
-func scaffoldOf(recs []deckhandtype.CleanupRecord, opID int64, srcNode, dstNode string) (name string, kept []int64, why string) {
+// missing. The names may be those of an earlier operation still (an attempt that resumed and
+// died in turn).
+func scaffoldOf(recs []deckhandtype.CleanupRecord, srcNode, dstNode string) (name string, kept []int64, why string) {
 	var pub, slot string
 	for _, r := range recs {
 		if r.Node == nil || r.State == deckhandtype.CleanupState("node_removed") {
@@ -137,11 +138,10 @@ func scaffoldOf(recs []deckhandtype.CleanupRecord, opID int64, srcNode, dstNode 
 			kept = append(kept, r.ID)
 		}
 	}
-	m := scaffoldName.FindStringSubmatch(slot)
 	switch {
 	case slot == "" || pub == "":
 		return "", nil, "the slot or the publication is no longer recorded"
-	case pub != slot || m == nil || m[1] != fmt.Sprint(opID):
+	case pub != slot || !scaffoldName.MatchString(slot):
 		return "", nil, fmt.Sprintf("unexpected slot %q and publication %q", slot, pub)
 	}
 	return slot, kept, ""

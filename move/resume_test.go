@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
+	"syscall"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -138,4 +141,44 @@ func (e *failureEnv) cleanupSettled(jobID int64, resumed bool) {
 	if takenOver != resumed {
 		e.T.Errorf("a slot taken over by a later operation: %v, want %v (records: %s)", takenOver, resumed, fmt.Sprint(recs))
 	}
+}
+
+// runKilled runs a faulty worker that kills itself after step, and waits for it to die.
+func (e *failureEnv) runKilled(bin, step string, id int64) {
+	e.T.Helper()
+	p := e.ServeBinary(bin, []string{"DECKHAND_FAULT=kill-after-move-step:" + step}, "--lease", "1s", "--concurrency", "1")
+	done := make(chan error, 1)
+	go func() { done <- p.Cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "killed") {
+			e.T.Fatalf("the faulty worker exited with %v, want killed after %s:\n%s", err, step, p.Output())
+		}
+	case <-time.After(60 * time.Second):
+		p.Cmd.Process.Signal(syscall.SIGQUIT) //nolint:errcheck // its goroutines, in its output
+		time.Sleep(time.Second)
+		e.T.Fatalf("the faulty worker never reached %s: %s\n%s", step, e.lastError(id), p.Output())
+	}
+}
+
+// A move whose worker dies after the indexes, then whose resuming worker dies during the
+// catch-up in turn, is resumed again by the third attempt: the first attempt's tables are
+// kept throughout, every write made meanwhile arrives once, and the cleanup records end
+// removed.
+func TestMoveResumedTwice(t *testing.T) {
+	bin := testenv.FaultBinary(t)
+	e := newFailureEnv(t)
+	id := e.submitMove(3)
+	e.runKilled(bin, move.StepIndexes, id)
+	probe := e.afterKill()
+	e.runKilled(bin, move.StepCatchUp, id)
+	e.asOwner(e.src, `INSERT INTO app.notes SELECT g, 'written after the second death' FROM generate_series(600000, 600004) g`)
+	e.sums = e.checksums(e.src, appTables...)
+	e.worker(move.Mover{})
+	if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("job %s: %s", job.State, e.lastError(id))
+	}
+	probe.check(true)
+	e.moved(id)
+	e.cleanupSettled(id, true)
 }
