@@ -159,7 +159,7 @@ func (mv *move) takeOver(ctx context.Context, from int64, kept []int64, recs []d
 	}
 	owned := map[deckhandtype.CleanupResource]bool{}
 	for _, r := range recs {
-		if r.Node != nil {
+		if r.Node != nil && contains(kept, r.ID) {
 			owned[deckhandtype.CleanupResource{Type: r.Type, Node: *r.Node, Location: r.Location, Name: r.Name}] = true
 		}
 	}
