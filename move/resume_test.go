@@ -143,8 +143,9 @@ func (e *failureEnv) cleanupSettled(jobID int64, resumed bool) {
 	}
 }
 
-// runKilled runs a faulty worker that kills itself after step, and waits for it to die.
-func (e *failureEnv) runKilled(bin, step string, id int64) {
+// runKilled runs a faulty worker that kills itself after step, waits for it to die, and
+// returns its output.
+func (e *failureEnv) runKilled(bin, step string, id int64) string {
 	e.T.Helper()
 	p := e.ServeBinary(bin, []string{"DECKHAND_FAULT=kill-after-move-step:" + step}, "--lease", "1s", "--concurrency", "1")
 	done := make(chan error, 1)
@@ -159,6 +160,7 @@ func (e *failureEnv) runKilled(bin, step string, id int64) {
 		time.Sleep(time.Second)
 		e.T.Fatalf("the faulty worker never reached %s: %s\n%s", step, e.lastError(id), p.Output())
 	}
+	return p.Output()
 }
 
 // A move whose worker dies after the indexes, then whose resuming worker dies during the
@@ -171,7 +173,9 @@ func TestMoveResumedTwice(t *testing.T) {
 	id := e.submitMove(3)
 	e.runKilled(bin, move.StepIndexes, id)
 	probe := e.afterKill()
-	e.runKilled(bin, move.StepCatchUp, id)
+	if out := e.runKilled(bin, move.StepCatchUp, id); !strings.Contains(out, "move: resuming the catch-up of an earlier attempt") {
+		t.Errorf("the second attempt did not say it resumed:\n%s", out)
+	}
 	e.asOwner(e.src, `INSERT INTO app.notes SELECT g, 'written after the second death' FROM generate_series(600000, 600004) g`)
 	e.sums = e.checksums(e.src, appTables...)
 	e.worker(move.Mover{})
