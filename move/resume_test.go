@@ -186,3 +186,50 @@ func TestMoveResumedTwice(t *testing.T) {
 	e.moved(id)
 	e.cleanupSettled(id, true)
 }
+
+// A move whose worker died after the catch-up began, and whose slot is gone since (dropped by
+// an operator), is not resumed: the next attempt restarts cleanly — new target tables, every
+// row, nothing left to clean up.
+func TestMoveResumeFallsBackToRestart(t *testing.T) {
+	bin := testenv.FaultBinary(t)
+	e := newFailureEnv(t)
+	id := e.submitMove(3)
+	e.runKilled(bin, move.StepCatchUp, id)
+	probe := e.afterKill()
+	super := e.NodeConn(e.src, pgcluster.Superuser)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var dropped int
+		err := super.QueryRow(ctx, `SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots
+			WHERE slot_name LIKE 'deckhand\_move\_%' AND NOT active`).Scan(&dropped)
+		return err == nil && dropped == 1
+	}, "the dead attempt's slot dropped")
+	e.worker(move.Mover{})
+	if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("job %s: %s", job.State, e.lastError(id))
+	}
+	probe.check(false)
+	e.moved(id)
+	recs, err := e.Client.Catalog().CleanupRecords(ctx, deckhandtype.CleanupFilter{JobID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	why := ""
+	for _, r := range recs {
+		if r.State != "removed" && r.State != "forgotten" {
+			t.Errorf("cleanup record %d (%s %s) is %s", r.ID, r.Type, r.Name, r.State)
+		}
+		// The attempt that found the slot gone took the records over, then failed its operation.
+		if m := scaffoldOp.FindStringSubmatch(r.Name); r.Type == deckhandtype.ResourceReplicationSlot && m != nil && m[1] != strconv.FormatInt(r.OperationID, 10) {
+			op, err := e.Client.Catalog().OperationByID(ctx, r.OperationID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if op.EndReason != nil {
+				why = *op.EndReason
+			}
+		}
+	}
+	if !strings.Contains(why, "not resumed: the replication slot is gone") {
+		t.Errorf("the attempt that did not resume ended with %q", why)
+	}
+}
