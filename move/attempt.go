@@ -121,6 +121,9 @@ func (mv *move) structure(ctx context.Context) (*structure, error) {
 	if err := runScripts(ctx, mv.session(mv.dst.owner), st.preData, st.keys); err != nil {
 		return nil, fmt.Errorf("create the structure on the target: %w", err)
 	}
+	if err := refuseOthersCode(ctx, mv.dstConn, mv.pl); err != nil {
+		return nil, err
+	}
 	return st, mv.at(ctx, StepStructure)
 }
 

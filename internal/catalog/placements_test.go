@@ -377,7 +377,8 @@ func TestRebalanceMovesView(t *testing.T) {
 		}
 	}
 	job := struct{ ID int64 }{jobID}
-	s, err := p.worker.LatestRebalance(ctx)
+	// The catalog's owner submitted it: its own rebalance.
+	s, err := p.admin.LatestRebalance(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,10 +386,13 @@ func TestRebalanceMovesView(t *testing.T) {
 		s.Left != (MoveCount{Moves: 2}) || s.Moves[0].Schema != "a" || s.Moves[1].To != "g3" || s.Moves[3].Schema != "" {
 		t.Errorf("status: %+v", s)
 	}
-	if id, err := p.worker.UnfinishedRebalance(ctx); err != nil || id != job.ID {
+	if id, err := p.admin.UnfinishedRebalance(ctx); err != nil || id != job.ID {
 		t.Errorf("unfinished rebalance: %d, %v", id, err)
 	}
-	// The submitter neither submitted the job nor is a member of its owners ({app}).
+	// Neither the worker nor the submitter submitted it: not their rebalance.
+	if id, err := p.worker.UnfinishedRebalance(ctx); err != nil || id != 0 {
+		t.Errorf("the worker's unfinished rebalance: %d, %v", id, err)
+	}
 	if _, err := p.submitter.LatestRebalance(ctx); !errors.Is(err, catalog.ErrNotFound) {
 		t.Errorf("another submitter's status: %v", err)
 	}

@@ -13,14 +13,16 @@ import (
 // rebalanceKind is the kind of the jobs of rebalances (rebalance.JobKind).
 const rebalanceKind = "rebalance"
 
-// UnfinishedRebalance returns the id of an unfinished rebalance job the caller may see, or 0.
-// (Jobs of other submitters that the caller may not see are not told: that is the key's
-// rule, see deckhand.key_taken.)
+// UnfinishedRebalance returns the id of the caller's own unfinished rebalance job, or 0. Only
+// the caller's own count: a job's kind is a label any submitter may give, so another role's
+// job labelled rebalance must not hold back this one (nor may its id be told: the key's rule,
+// see deckhand.key_taken). Moves of one object by two rebalances are refused by the
+// placements' moving marks (BeginMove) whoever runs them.
 func (c *Catalog) UnfinishedRebalance(ctx context.Context) (int64, error) {
 	var id int64
 	err := c.Pool.QueryRow(ctx, `
 		SELECT id FROM deckhand.jobs WHERE kind = $1 AND state NOT IN ('finished', 'failed', 'cancelled')
-		ORDER BY id LIMIT 1`, rebalanceKind).Scan(&id)
+		AND submitted_by = session_user ORDER BY id LIMIT 1`, rebalanceKind).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -30,13 +32,13 @@ func (c *Catalog) UnfinishedRebalance(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
-// LatestRebalance is the newest rebalance job the caller may see, with its moves in plan
-// order; ErrNotFound when there is none.
+// LatestRebalance is the caller's newest rebalance job, with its moves in plan order;
+// ErrNotFound when there is none. (Another role's job labelled rebalance is not it.)
 func (c *Catalog) LatestRebalance(ctx context.Context) (*deckhandtype.RebalanceStatus, error) {
 	s := &deckhandtype.RebalanceStatus{}
 	err := c.Pool.QueryRow(ctx, `
 		SELECT id, state, description, created_at, finished_at FROM deckhand.jobs
-		WHERE kind = $1 ORDER BY id DESC LIMIT 1`, rebalanceKind).Scan(&s.JobID, &s.State, &s.Description, &s.CreatedAt, &s.FinishedAt)
+		WHERE kind = $1 AND submitted_by = session_user ORDER BY id DESC LIMIT 1`, rebalanceKind).Scan(&s.JobID, &s.State, &s.Description, &s.CreatedAt, &s.FinishedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("no rebalance: %w", ErrNotFound)
 	}

@@ -77,12 +77,24 @@ func (c *Catalog) Schedules(ctx context.Context) ([]deckhandtype.Schedule, error
 	return out, nil
 }
 
-// Schedule reads one schedule by name.
+// scheduleRefSQL matches rows of deckhand.schedules to a reference $1: NAME is the caller's own
+// schedule, or when it has none of that name, those of others it may see; SUBMITTER/NAME
+// another role's.
+const scheduleRefSQL = `CASE WHEN strpos($1, '/') > 0
+	THEN (submitted_by, name) = (SELECT r.submitter, r.name FROM deckhand.schedule_ref($1) r)
+	ELSE name = $1 AND (submitted_by = session_user OR NOT EXISTS (SELECT 1 FROM deckhand.schedules o
+		WHERE o.name = $1 AND o.submitted_by = session_user)) END`
+
+// Schedule reads one schedule by reference: its name for the caller's own, SUBMITTER/NAME
+// for another role's that the caller may see.
 func (c *Catalog) Schedule(ctx context.Context, name string) (deckhandtype.Schedule, error) {
-	rows, _ := c.Pool.Query(ctx, `SELECT `+scheduleColumns+` FROM deckhand.schedules WHERE name = $1`, name)
+	rows, _ := c.Pool.Query(ctx, `SELECT `+scheduleColumns+` FROM deckhand.schedules WHERE `+scheduleRefSQL, name)
 	s, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[deckhandtype.Schedule])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("schedule %s: %w", name, ErrNotFound)
+	}
+	if errors.Is(err, pgx.ErrTooManyRows) {
+		return s, fmt.Errorf("several schedules are named %s: name one as SUBMITTER/NAME: %w", name, ErrInvalid)
 	}
 	if err != nil {
 		return s, fmt.Errorf("read schedule %s: %w", name, err)
@@ -94,7 +106,8 @@ func (c *Catalog) Schedule(ctx context.Context, name string) (deckhandtype.Sched
 func (c *Catalog) ScheduleRuns(ctx context.Context, name string, limit int) ([]deckhandtype.ScheduleRun, error) {
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT schedule_id, schedule, due_at, outcome, missed, job_id, job_state, error, fired_at
-		FROM deckhand.schedule_runs WHERE schedule = $1 ORDER BY due_at DESC LIMIT $2`, name, limit)
+		FROM deckhand.schedule_runs WHERE schedule_id = ANY (ARRAY(SELECT id FROM deckhand.schedules WHERE `+scheduleRefSQL+`))
+		ORDER BY due_at DESC LIMIT $2`, name, limit)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.ScheduleRun])
 	if err != nil {
 		return nil, fmt.Errorf("read firings of schedule %s: %w", name, err)

@@ -110,8 +110,8 @@ func (a *app) scheduleList() *cobra.Command {
 func (a *app) scheduleShow() *cobra.Command {
 	var limit int
 	cmd := &cobra.Command{
-		Use:   "show NAME",
-		Short: "Show a schedule, its job spec and its latest firings",
+		Use:   "show NAME|SUBMITTER/NAME",
+		Short: "Show a schedule (your own by NAME, another role's as SUBMITTER/NAME), its job spec and its latest firings",
 		Args:  exactArgs(1, "a schedule NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 {
@@ -168,7 +168,7 @@ func (a *app) scheduleShow() *cobra.Command {
 
 func (a *app) scheduleControl(verb, short string) *cobra.Command {
 	return &cobra.Command{
-		Use:   verb + " NAME",
+		Use:   verb + " NAME|SUBMITTER/NAME",
 		Short: short,
 		Args:  exactArgs(1, "a schedule NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -132,11 +132,14 @@ func (r *run) run(ctx context.Context, start pglogrepl.LSN) error {
 		errc <- r.receive(rctx, msgs)
 	}()
 	defer func() {
-		if r.sent != r.confirmed {
-			_ = r.status(false) // best effort: the slot may let go of what is applied
-		}
 		cancel()
 		wg.Wait()
+		// Best effort, once the receiver has stopped touching the connection (a receiver that
+		// failed may have closed it): the slot may let go of what is applied. Nothing depends
+		// on it: the next run confirms from the target's progress row.
+		if r.sent != r.confirmed && !r.src.IsClosed() {
+			_ = r.status(false)
+		}
 		r.rollback(ctx)
 	}()
 

@@ -9,8 +9,11 @@
 -- resumed after a long pause does not fire for the time it was paused.
 CREATE TABLE deckhand.schedule (
     id           bigserial PRIMARY KEY,
-    name         text NOT NULL UNIQUE CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    -- Names are the submitter's own, like job keys: nobody can take a name from another role,
+    -- nor learn from a refusal that another role's schedule has it.
+    name         text NOT NULL CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
     submitted_by text NOT NULL,
+    UNIQUE (submitted_by, name),
     -- The job spec as `deckhand job submit` reads it, with every task's owner and the
     -- search_path filled in at creation.
     spec         jsonb NOT NULL,
@@ -29,7 +32,10 @@ CREATE TABLE deckhand.schedule (
     created_at   timestamptz NOT NULL DEFAULT now(),
     CHECK ((cron IS NULL) <> (every IS NULL)),
     CHECK (every IS NULL OR every >= interval '1 second'),
-    CHECK (timezone IS NULL OR cron IS NOT NULL)
+    CHECK (timezone IS NULL OR cron IS NOT NULL),
+    -- A due time the leader can compute with ('infinity': never again); see next_run_problem.
+    CHECK (next_run_at IS NULL OR next_run_at = 'infinity'
+           OR next_run_at >= '2000-01-01 00:00:00+00' AND next_run_at < '9000-01-01 00:00:00+00')
 );
 CREATE INDEX schedule_due_idx ON deckhand.schedule (next_run_at NULLS FIRST) WHERE NOT paused;
 
@@ -92,6 +98,17 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
                        AND nspowner = (SELECT oid FROM pg_roles WHERE rolname = role)))
 $$;
 
+-- next_run_problem says what is wrong with a due time given by a caller, or NULL. The leader
+-- reads due times into its own clock's type and counts the due times a late one missed: a
+-- '-infinity' would stop it from reading any schedule (everyone's would stop firing), and
+-- one from long ago would count more missed firings than fit.
+CREATE FUNCTION deckhand.next_run_problem(t timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN t IS NOT NULL AND NOT (t >= '2000-01-01 00:00:00+00' AND t < '9000-01-01 00:00:00+00')
+                THEN format('next run time %s: give a time between the years 2000 and 9000, or none', t) END
+$$;
+REVOKE ALL ON FUNCTION deckhand.next_run_problem(timestamptz) FROM PUBLIC;
+
 -- schedule_add creates a schedule for the caller (session_user), its submitter for good.
 -- Exactly one of cron (five fields, or @hourly, @daily, ...; in timezone, default UTC) and
 -- every (at least a second) is given. next_run_at is the first due time as the client
@@ -132,6 +149,9 @@ BEGIN
             PERFORM deckhand.input_error(format('unknown time zone %L (use a name such as Europe/Paris or UTC)', timezone));
         END IF;
     END IF;
+    IF deckhand.next_run_problem(next_run_at) IS NOT NULL THEN
+        PERFORM deckhand.input_error(deckhand.next_run_problem(next_run_at));
+    END IF;
     IF jsonb_typeof(spec) IS DISTINCT FROM 'object' OR jsonb_typeof(spec -> 'tasks') IS DISTINCT FROM 'array'
        OR jsonb_array_length(spec -> 'tasks') = 0 THEN
         PERFORM deckhand.input_error('the job spec must be a JSON object with a non-empty list of tasks');
@@ -163,15 +183,35 @@ BEGIN
     RETURN new_id;
 END $$;
 
--- schedule_for_control finds a schedule by name that the caller may change: its submitter or
--- an admin.
+-- schedule_ref reads a reference to a schedule: NAME is the caller's own schedule of that
+-- name (or, when it has none, the one of another role it may act on); SUBMITTER/NAME another
+-- role's (names hold no '/', role names may).
+CREATE FUNCTION deckhand.schedule_ref(ref text, OUT submitter text, OUT name text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN strpos(ref, '/') > 0 THEN left(ref, length(ref) - strpos(reverse(ref), '/')) ELSE session_user::text END,
+           CASE WHEN strpos(ref, '/') > 0 THEN right(ref, strpos(reverse(ref), '/') - 1) ELSE ref END
+$$;
+
+-- schedule_for_control finds a schedule by reference (schedule_ref) that the caller may
+-- change: its submitter or an admin.
 CREATE FUNCTION deckhand.schedule_for_control(schedule text, verb text) RETURNS deckhand.schedule
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
     s deckhand.schedule;
 BEGIN
-    SELECT * INTO s FROM deckhand.schedule WHERE name = schedule FOR UPDATE;
+    SELECT * INTO s FROM deckhand.schedule
+    WHERE (submitted_by, name) = (SELECT r.submitter, r.name FROM deckhand.schedule_ref(schedule) r) FOR UPDATE;
+    IF NOT FOUND AND strpos(schedule, '/') = 0 THEN
+        -- No schedule of the caller's own by that name: the one of another role it may act on.
+        IF (SELECT count(*) FROM deckhand.schedule o WHERE o.name = schedule
+            AND deckhand.may_act_on(o.submitted_by, o.owners)) > 1 THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = format('several schedules are named %s: name one as SUBMITTER/NAME', schedule);
+        END IF;
+        SELECT * INTO s FROM deckhand.schedule o WHERE o.name = schedule
+            AND deckhand.may_act_on(o.submitted_by, o.owners) FOR UPDATE;
+    END IF;
     IF NOT FOUND OR NOT (s.submitted_by = session_user OR deckhand.may_act_on(s.submitted_by, s.owners)) THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found', MESSAGE = format('schedule %s: not found', schedule);
     END IF;
@@ -199,6 +239,9 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s deckhand.schedule := deckhand.schedule_for_control(schedule, 'resume');
 BEGIN
+    IF deckhand.next_run_problem(next_run_at) IS NOT NULL THEN
+        PERFORM deckhand.input_error(deckhand.next_run_problem(next_run_at));
+    END IF;
     IF s.paused THEN
         UPDATE deckhand.schedule SET paused = false, next_run_at = next_run_at WHERE id = s.id;
     END IF;
@@ -257,7 +300,8 @@ REVOKE ALL ON deckhand.schedule, deckhand.schedule_run, deckhand.schedules, deck
 REVOKE ALL ON FUNCTION deckhand.may_submit(text),
     deckhand.schedule_add(text, jsonb, text, text, interval, boolean, boolean, timestamptz),
     deckhand.schedule_for_control(text, text), deckhand.schedule_pause(text),
-    deckhand.schedule_resume(text, timestamptz), deckhand.schedule_remove(text) FROM PUBLIC;
+    deckhand.schedule_resume(text, timestamptz), deckhand.schedule_remove(text), deckhand.schedule_ref(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION deckhand.schedule_ref(text) TO deckhand_submitter, deckhand_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON deckhand.schedule, deckhand.schedule_run TO deckhand_worker;
 GRANT USAGE, SELECT, UPDATE ON SEQUENCE deckhand.schedule_id_seq TO deckhand_worker;
 GRANT SELECT ON deckhand.schedules, deckhand.schedule_runs, deckhand.job_schedules TO deckhand_submitter, deckhand_worker;
