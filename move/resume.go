@@ -99,6 +99,10 @@ func (m Mover) resume(ctx context.Context, t *deckhandtype.ClaimedTask, p Payloa
 		return false, nil
 	}
 	defer func() { m.settle(ctx, t, op, err, err == nil) }()
+	// The catch-up writes again: what the target's tables run must still be the owner's own.
+	if err := refuseOthersCode(ctx, dstConn, pl); err != nil {
+		return true, err
+	}
 	c.Log().Info("move: resuming the catch-up of an earlier attempt", "job", t.JobID, "task", t.ID,
 		"operation", from, "slot", name, "from_lsn", start.String())
 	st, err := mv.dump(ctx)
