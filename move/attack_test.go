@@ -15,6 +15,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
 )
@@ -23,7 +24,7 @@ import (
 func (e *moveEnv) intruder() string {
 	e.T.Helper()
 	name := fmt.Sprintf("intruder_%d_%d", os.Getpid(), roleSeq.Add(1))
-	if err := e.NodeCluster.CreateRole(ctx, name, "LOGIN"); err != nil {
+	if err := pgtest.CreateLoginRole(ctx, e.NodeCluster, name, ""); err != nil { // the nodes ask for passwords
 		e.T.Fatal(err)
 	}
 	e.T.Cleanup(func() {

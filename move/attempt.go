@@ -31,6 +31,8 @@ type move struct {
 	src, dst         endpoint
 	srcConn, dstConn *pgx.Conn
 	name             string // of the slot, the publication, the scratch schema
+	// scratchKept: the scratch schema is an earlier attempt's, its record taken over (resume).
+	scratchKept bool
 }
 
 // afterStep is the fault hook of test builds (see faults_faultinject.go); nil otherwise.
@@ -76,6 +78,12 @@ func (mv *move) run(ctx context.Context) error {
 	if err := mv.copy(ctx, snapshot, st); err != nil {
 		return err
 	}
+	return mv.finish(ctx, st, repl, start)
+}
+
+// finish runs the steps after the copy: the catch-up from start (or from where the target's
+// progress table stands, if later), the cut-over and the switch.
+func (mv *move) finish(ctx context.Context, st *structure, repl *pgconn.PgConn, start pglogrepl.LSN) error {
 	waitFor, stopApply, err := mv.catchUp(ctx, repl, start)
 	if err != nil {
 		return err
@@ -92,15 +100,9 @@ func (mv *move) run(ctx context.Context) error {
 // target. What the target gets is removed if the move fails.
 func (mv *move) structure(ctx context.Context) (*structure, error) {
 	op, pl, p, dstNode := mv.op, mv.pl, mv.p, mv.dst.node.Name
-	dir, err := os.MkdirTemp("", "deckhand-move-")
+	st, err := mv.dump(ctx)
 	if err != nil {
 		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	st, err := dumpStructure(ctx, dumpProgram{dsn: nodeconn.WithUser(mv.src.owner.DSN, mv.src.owner.Role),
-		appName: nodeconn.ApplicationName(mv.t.ID, mv.t.Token), dir: dir}, pl, p)
-	if err != nil {
-		return nil, fmt.Errorf("dump the structure: %w", err)
 	}
 	if p.Schema != "" {
 		if _, err := op.Register(ctx, cleanup.SchemaCascade(dstNode, p.Schema), cleanup.OnFailure); err != nil {
@@ -123,6 +125,21 @@ func (mv *move) structure(ctx context.Context) (*structure, error) {
 		return nil, err
 	}
 	return st, mv.at(ctx, StepStructure)
+}
+
+// dump dumps the source's DDL as the owner.
+func (mv *move) dump(ctx context.Context) (*structure, error) {
+	dir, err := os.MkdirTemp("", "deckhand-move-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	st, err := dumpStructure(ctx, dumpProgram{dsn: nodeconn.WithUser(mv.src.owner.DSN, mv.src.owner.Role),
+		appName: nodeconn.ApplicationName(mv.t.ID, mv.t.Token), dir: dir}, mv.pl, mv.p)
+	if err != nil {
+		return nil, fmt.Errorf("dump the structure: %w", err)
+	}
+	return st, nil
 }
 
 // slot creates the publication and the slot, on a replication connection that exports the
@@ -179,6 +196,10 @@ func (mv *move) copy(ctx context.Context, snapshot string, st *structure) error 
 	if err := runScripts(ctx, mv.session(mv.dst.owner), st.postData); err != nil {
 		return fmt.Errorf("create indexes and constraints on the target: %w", err)
 	}
+	// From here on, a later attempt can resume with what this one made.
+	if err := mv.holdScaffold(ctx); err != nil {
+		return err
+	}
 	return mv.at(ctx, StepIndexes)
 }
 
@@ -189,7 +210,12 @@ func (mv *move) catchUp(ctx context.Context, repl *pgconn.PgConn, start pglogrep
 	waitFor func(context.Context, pglogrepl.LSN) error, stop func(), err error) {
 	c := mv.Cleaner
 	scratch := pgx.Identifier{mv.name, "progress"}
-	if _, err := mv.op.Register(ctx, cleanup.SchemaCascade(mv.dst.node.Name, mv.name), cleanup.Always); err != nil {
+	if !mv.scratchKept {
+		if _, err := mv.op.Register(ctx, cleanup.SchemaCascade(mv.dst.node.Name, mv.name), cleanup.Always); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := mv.hold(ctx, cleanup.SchemaCascade(mv.dst.node.Name, mv.name)); err != nil {
 		return nil, nil, err
 	}
 	if err := logicalapply.EnsureProgressTable(ctx, mv.dstConn, scratch); err != nil {
@@ -359,6 +385,9 @@ func (mv *move) switchOver(ctx context.Context) error {
 	c, op := mv.Cleaner, mv.op
 	if err := op.Succeed(ctx); err != nil {
 		return err
+	}
+	if err := mv.releaseHold(ctx, mv.t); err != nil {
+		c.Log().Warn("move: could not release the hold on its resources; they go when the job ends", "job", mv.t.JobID, "err", err)
 	}
 	if err := c.Catalog.SwitchPlacement(ctx, mv.t.JobID, mv.p.objects(), mv.p.To); err != nil {
 		return fmt.Errorf("switch the placement (the move itself is done; a retry switches it): %w", err)

@@ -152,7 +152,9 @@ func TestMoveFailureAtEachStep(t *testing.T) {
 }
 
 // A worker killed (kill -9) after any step: the task is rescued and a new attempt completes
-// the move, after removing what the dead one left; with no attempt left, the job fails and
+// the move — resuming the catch-up with what the dead one made if it got past the copy and
+// the indexes (the target's tables kept, no row copied twice, writes made meanwhile brought
+// over), else after removing what the dead one left; with no attempt left, the job fails and
 // `deckhand cleanup run` leaves both nodes exactly as before (after the switch: moved).
 func TestMoveWorkerKilledAtEachStep(t *testing.T) {
 	bin := testenv.FaultBinary(t)
@@ -176,6 +178,10 @@ func TestMoveWorkerKilledAtEachStep(t *testing.T) {
 					time.Sleep(time.Second)
 					t.Fatalf("the faulty worker never reached %s: %+v %s\n%s", step, d.Tasks, e.lastError(id), p.Output())
 				}
+				var probe *resumeProbe
+				if attempts > 1 && step != move.StepSwitch && step != move.StepCutOver { // the source refuses writes after a cut-over
+					probe = e.afterKill()
+				}
 				e.worker(move.Mover{LeaveToCleaner: attempts == 1})
 				job := e.Wait(id, 2*time.Minute)
 				switch {
@@ -183,7 +189,11 @@ func TestMoveWorkerKilledAtEachStep(t *testing.T) {
 					if job.State != deckhandtype.JobFinished {
 						t.Fatalf("job %s after the worker was killed after %s: %s", job.State, step, e.lastError(id))
 					}
+					if probe != nil {
+						probe.check(resumedSteps[step])
+					}
 					e.moved(id)
+					e.cleanupSettled(id, resumedSteps[step])
 				case step == move.StepSwitch:
 					// The switch was made: the move is complete even though its task failed.
 					e.moved(id)

@@ -64,17 +64,25 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 		c.Log().Info("move: an earlier attempt already cut over; switching the placement", "task", t.ID, "operation", done)
 		return c.Catalog.SwitchPlacement(ctx, t.JobID, p.objects(), p.To)
 	}
-	// What an earlier attempt of this task left (it failed, or its worker died) goes first:
-	// a partial target, its slot and publication, the source's refusal of writes.
-	if err := c.RemoveLeftovers(ctx, t.ID, 10*time.Second); err != nil {
-		return err
-	}
 	src, err := m.endpoint(ctx, t, p.From)
 	if err != nil {
 		return err
 	}
 	dst, err := m.endpoint(ctx, t, p.To)
 	if err != nil {
+		return err
+	}
+	// An earlier attempt that died after the copy left a target, a slot and a publication
+	// this one can keep: it resumes the catch-up where the target stands.
+	if resumed, err := m.resume(ctx, t, p, src, dst); resumed || err != nil {
+		return err
+	}
+	// What an earlier attempt of this task left (it failed, or its worker died) goes first:
+	// a partial target, its slot and publication, the source's refusal of writes.
+	if err := m.releaseHold(ctx, t); err != nil {
+		return err
+	}
+	if err := c.RemoveLeftovers(ctx, t.ID, 10*time.Second); err != nil {
 		return err
 	}
 	if err := m.step(ctx, t, StepPlan, 0); err != nil {
@@ -108,30 +116,7 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 		return err
 	}
 	switched := false
-	defer func() {
-		if op.Ended() && err == nil {
-			return
-		}
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if !op.Ended() {
-			if ferr := op.Fail(fctx, err); ferr != nil {
-				c.Log().Warn("move: could not record the failure; the cleaner will find the orphan", "operation", op.ID(), "err", ferr)
-				return
-			}
-		}
-		if !switched && (!taskerr.Retryable(err) || t.Attempts >= t.MaxAttempts) {
-			// The job will not retry: its objects are free for other moves.
-			if eerr := c.Catalog.EndMove(fctx, t.JobID); eerr != nil {
-				c.Log().Warn("move: could not clear the placements' marks", "job", t.JobID, "err", eerr)
-			}
-		}
-		if !m.LeaveToCleaner {
-			if _, rerr := op.RemoveDue(fctx, 0); rerr != nil {
-				c.Log().Warn("move: removal after failure left work to the cleaner", "operation", op.ID(), "err", rerr)
-			}
-		}
-	}()
+	defer func() { m.settle(ctx, t, op, err, switched) }()
 	// Slots are per server, and a server may serve several catalogs: the random part keeps
 	// names of different catalogs' operations apart.
 	name := fmt.Sprintf("deckhand_move_%d_%08x", op.ID(), rand.Uint32())
@@ -174,4 +159,37 @@ func (m Mover) endpoint(ctx context.Context, t *deckhandtype.ClaimedTask, group 
 // step records that the move is at step name.
 func (m Mover) step(ctx context.Context, t *deckhandtype.ClaimedTask, name string, tables int) error {
 	return m.Cleaner.Catalog.SetMoveStep(ctx, t.ID, name, tables)
+}
+
+// settle ends an attempt's operation after the move returned err: failed (unless it already
+// ended), the placements' marks cleared when the job will not retry, and the operation's due
+// records removed unless they are left to the cleaner.
+func (m Mover) settle(ctx context.Context, t *deckhandtype.ClaimedTask, op *cleanup.Operation, err error, switched bool) {
+	c := m.Cleaner
+	if op.Ended() && err == nil {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if !op.Ended() {
+		if ferr := op.Fail(fctx, err); ferr != nil {
+			c.Log().Warn("move: could not record the failure; the cleaner will find the orphan", "operation", op.ID(), "err", ferr)
+			return
+		}
+	}
+	// This attempt did not die: what it made is not held for a later one.
+	if herr := m.releaseHold(fctx, t); herr != nil {
+		c.Log().Warn("move: could not release the hold on its resources; they go when the job ends", "job", t.JobID, "err", herr)
+	}
+	if !switched && (!taskerr.Retryable(err) || t.Attempts >= t.MaxAttempts) {
+		// The job will not retry: its objects are free for other moves.
+		if eerr := c.Catalog.EndMove(fctx, t.JobID); eerr != nil {
+			c.Log().Warn("move: could not clear the placements' marks", "job", t.JobID, "err", eerr)
+		}
+	}
+	if !m.LeaveToCleaner {
+		if _, rerr := op.RemoveDue(fctx, 0); rerr != nil {
+			c.Log().Warn("move: removal after failure left work to the cleaner", "operation", op.ID(), "err", rerr)
+		}
+	}
 }

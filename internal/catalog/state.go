@@ -163,7 +163,9 @@ var OperationTransitions = []Transition[OperationState]{
 // failed and node_removed are never retried on their own: they wait for an operator, who
 // fixes the cause and runs `deckhand cleanup retry` (back to due) or `deckhand cleanup forget`,
 // or for a new record of the same resource, which supersedes them (forgotten).
-// Records of a running operation are only ever pending: nothing touches them.
+// Records of a running operation are only ever pending: nothing touches them. A record of a
+// failed operation that a later attempt of the same task takes over (TakeOverCleanup: a move
+// resuming with what a dead attempt made) becomes a pending record of that attempt's operation.
 var CleanupTransitions = []Transition[CleanupState]{
 	{CleanupPending, CleanupDue, "FinishOperation", "the policy says remove"},
 	{CleanupPending, CleanupDue, "DecideOperations", "the policy says remove"},
@@ -177,6 +179,7 @@ var CleanupTransitions = []Transition[CleanupState]{
 	{CleanupDue, CleanupNodeRemoved, "ClaimCleanup", "its node is no longer registered"},
 	{CleanupDue, CleanupNodeRemoved, "MarkNodeRemoved", "its node is no longer registered"},
 	{CleanupDue, CleanupForgotten, "ForgetCleanupRecord", "deckhand.cleanup_forget"},
+	{CleanupDue, CleanupPending, "TakeOverCleanup", "a later attempt of its task keeps the resource (a resumed move)"},
 	{CleanupFailed, CleanupDue, "RetryCleanupRecord", "deckhand.cleanup_retry"},
 	{CleanupFailed, CleanupForgotten, "ForgetCleanupRecord", "deckhand.cleanup_forget"},
 	{CleanupFailed, CleanupForgotten, "RegisterCleanup", "superseded by a new record of the same resource"},
