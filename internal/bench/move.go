@@ -109,6 +109,10 @@ func RunMove(ctx context.Context, o MoveOptions, out io.Writer) (*MoveResult, er
 			return nil, err
 		}
 		defer dropDB()
+		// A move that failed may leave a replication slot in the database, which would keep
+		// it from being dropped: those go first.
+		defer admin.Exec(context.Background(), `SELECT pg_catalog.pg_drop_replication_slot(slot_name)
+			FROM pg_catalog.pg_replication_slots WHERE database = $1 AND NOT active`, db) //nolint:errcheck
 		dbs[i] = db
 	}
 	srcDSN, dstDSN := withDB(server, dbs[0]), withDB(server, dbs[1])
