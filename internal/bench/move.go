@@ -33,6 +33,7 @@ type MoveResult struct {
 	DumpMBPerS     float64           `json:"pg_dump_psql_mb_per_s"`
 	Ratio          float64           `json:"ratio"` // move MB/s over pg_dump | psql MB/s
 	WriteRate      int               `json:"write_rate"`
+	WritesPerS     float64           `json:"writes_per_s"`     // the rate the writer kept up
 	Writes         int               `json:"writes"`           // committed during the move
 	LongestWriteMS float64           `json:"longest_write_ms"` // the writer's own measure, round trip included
 	P99WriteMS     float64           `json:"p99_write_ms"`
@@ -46,9 +47,9 @@ type MoveResult struct {
 // Line is the machine-readable summary.
 func (r *MoveResult) Line() string {
 	return fmt.Sprintf("schema_mb=%.1f move_s=%.2f move_mb_per_s=%.2f pg_dump_psql_mb_per_s=%.2f move_ratio=%.2f "+
-		"write_rate=%d writes=%d longest_write_ms=%.1f p99_write_ms=%.1f move_block_ms=%d max_write_block_ms=%.0f checksums_match=true",
+		"write_rate=%d writes_per_s=%.0f writes=%d longest_write_ms=%.1f p99_write_ms=%.1f move_block_ms=%d max_write_block_ms=%.0f checksums_match=true",
 		mb(r.SchemaBytes), r.MoveSeconds, r.MoveMBPerS, r.DumpMBPerS, r.Ratio,
-		r.WriteRate, r.Writes, r.LongestWriteMS, r.P99WriteMS, r.MoveBlockMS, r.BudgetMS)
+		r.WriteRate, r.WritesPerS, r.Writes, r.LongestWriteMS, r.P99WriteMS, r.MoveBlockMS, r.BudgetMS)
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
@@ -156,8 +157,8 @@ func RunMove(ctx context.Context, o MoveOptions, out io.Writer) (*MoveResult, er
 	res.DumpMBPerS = mb(res.SchemaBytes) / ((res.DumpSeconds[0] + res.DumpSeconds[1]) / 2)
 	res.Ratio = ratio(res.MoveMBPerS, res.DumpMBPerS)
 	fmt.Fprintf(out, "move: %.1f MB/s, pg_dump | psql: %.1f MB/s (mean of both runs): the move is %.2fx\n", res.MoveMBPerS, res.DumpMBPerS, res.Ratio)
-	fmt.Fprintf(out, "writes: %d at %d/s during the move; longest %.1f ms, p99 %.1f ms; the move reports its cut-over blocked writes %d ms (budget %.0f ms)\n",
-		res.Writes, res.WriteRate, res.LongestWriteMS, res.P99WriteMS, res.MoveBlockMS, res.BudgetMS)
+	fmt.Fprintf(out, "writes: %d committed during the move at %.0f/s (asked %d/s); longest %.1f ms, p99 %.1f ms; the move reports its cut-over blocked writes %d ms (budget %.0f ms)\n",
+		res.Writes, res.WritesPerS, res.WriteRate, res.LongestWriteMS, res.P99WriteMS, res.MoveBlockMS, res.BudgetMS)
 	return res, nil
 }
 
@@ -225,7 +226,7 @@ func timeMove(ctx context.Context, catalogDSN string, client *engine.Client, src
 		return err
 	}
 	lat := wr.latencies()
-	res.Writes = wr.committedCount()
+	res.Writes, res.WritesPerS = wr.committedCount(), wr.achievedRate()
 	if res.Writes == 0 {
 		return fmt.Errorf("the writer committed nothing during the move")
 	}

@@ -178,36 +178,58 @@ func checksums(ctx context.Context, dsn string) (map[string]string, error) {
 }
 
 // writer inserts into bench_move.writes at a steady rate and times each write, until a write
-// fails because the schema moved.
+// fails because the schema moved. It spreads the rate over connections of at most
+// writesPerConn writes per second each, as an application with a pool would, so that one
+// slow commit does not lower the rate.
 type writer struct {
-	conn *pgx.Conn
 	done chan struct{}
 	quit chan struct{}
 	once sync.Once
 
-	mu        sync.Mutex
-	lat       []float64 // ms, of every write, refused or not
-	committed []int64
-	moved     error
-	other     error
+	mu           sync.Mutex
+	lat          []float64 // ms, of every write, refused or not
+	committed    []int64
+	first, last  time.Time // of the first write, and the end of the last committed one
+	moved, other error
 }
 
+const writesPerConn = 50
+
 func startWriter(ctx context.Context, dsn string, rate int) (*writer, error) {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return nil, err
+	n := (rate + writesPerConn - 1) / writesPerConn
+	conns := make([]*pgx.Conn, n)
+	for i := range conns {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			for _, c := range conns[:i] {
+				c.Close(context.Background()) //nolint:errcheck
+			}
+			return nil, err
+		}
+		conns[i] = conn
 	}
-	w := &writer{conn: conn, done: make(chan struct{}), quit: make(chan struct{})}
-	go w.run(ctx, time.Second/time.Duration(rate))
+	w := &writer{done: make(chan struct{}), quit: make(chan struct{})}
+	var wg sync.WaitGroup
+	interval := time.Second * time.Duration(n) / time.Duration(rate)
+	for i, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Spread the connections' writes evenly over the interval.
+			time.Sleep(interval * time.Duration(i) / time.Duration(n))
+			w.run(ctx, conn, interval, int64(i+1), int64(n))
+		}()
+	}
+	go func() { wg.Wait(); close(w.done) }()
 	return w, nil
 }
 
-func (w *writer) run(ctx context.Context, interval time.Duration) {
-	defer close(w.done)
-	defer w.conn.Close(context.Background()) //nolint:errcheck
+// run writes on conn every interval rows numbered first, first+step, ...
+func (w *writer) run(ctx context.Context, conn *pgx.Conn, interval time.Duration, first, step int64) {
+	defer conn.Close(context.Background()) //nolint:errcheck
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	for id := int64(1); ; id++ {
+	for id := first; ; id += step {
 		select {
 		case <-w.quit:
 			return
@@ -216,13 +238,19 @@ func (w *writer) run(ctx context.Context, interval time.Duration) {
 		case <-tick.C:
 		}
 		start := time.Now()
-		_, err := w.conn.Exec(ctx, `INSERT INTO bench_move.writes VALUES ($1::bigint, md5($1::bigint::text))`, id)
-		took := time.Since(start)
+		_, err := conn.Exec(ctx, `INSERT INTO bench_move.writes VALUES ($1::bigint, md5($1::bigint::text))`, id)
+		end := time.Now()
 		w.mu.Lock()
-		w.lat = append(w.lat, ms(took))
+		w.lat = append(w.lat, ms(end.Sub(start)))
+		if w.first.IsZero() || start.Before(w.first) {
+			w.first = start
+		}
 		switch {
 		case err == nil:
 			w.committed = append(w.committed, id)
+			if end.After(w.last) {
+				w.last = end
+			}
 		case strings.Contains(err.Error(), "moved to group"):
 			w.moved = err
 		default:
@@ -233,6 +261,16 @@ func (w *writer) run(ctx context.Context, interval time.Duration) {
 			return
 		}
 	}
+}
+
+// achievedRate is the committed writes per second, from the first write to the last commit.
+func (w *writer) achievedRate() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.committed) < 2 {
+		return 0
+	}
+	return float64(len(w.committed)) / w.last.Sub(w.first).Seconds()
 }
 
 func (w *writer) stop() {

@@ -38,7 +38,7 @@ func TestBenchMove(t *testing.T) {
 		t.Fatalf("-o json printed %q: %v", out, err)
 	}
 	if res.SchemaBytes < 19<<20 || res.Rows <= 0 || res.MoveMBPerS <= 0 || res.DumpMBPerS <= 0 || res.Ratio <= 0 ||
-		len(res.DumpSeconds) != 2 || res.Writes <= 0 || res.LongestWriteMS <= 0 || res.P99WriteMS <= 0 || res.BudgetMS != 2000 {
+		len(res.DumpSeconds) != 2 || res.Writes <= 0 || res.WritesPerS <= 0 || res.LongestWriteMS <= 0 || res.P99WriteMS <= 0 || res.BudgetMS != 2000 {
 		t.Errorf("bench move measured nothing: %+v", res)
 	}
 	for _, table := range []string{"customers", "orders", "events", "writes"} {
