@@ -19,13 +19,17 @@ import (
 )
 
 // startServer returns the server to measure on: dsn, or a throwaway cluster with stock
-// durability settings.
-func startServer(ctx context.Context, dsn string, out io.Writer) (string, func(), error) {
+// durability settings and the extra settings given.
+func startServer(ctx context.Context, dsn string, out io.Writer, settings ...map[string]string) (string, func(), error) {
 	if dsn != "" {
 		return dsn, func() {}, nil
 	}
 	fmt.Fprintln(out, "starting a throwaway PostgreSQL cluster (stock durability settings)...")
-	cl, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
+	o := pgcluster.Options{Durable: true}
+	if len(settings) > 0 {
+		o.Settings = settings[0]
+	}
+	cl, err := pgcluster.Start(ctx, o)
 	if err != nil {
 		return "", nil, err
 	}
@@ -47,7 +51,7 @@ func scratchDB(ctx context.Context, admin *pgx.Conn, prefix string) (string, fun
 
 // scratchCatalog creates a scratch database on server holding an initialised catalog, and
 // returns its conninfo and a client on it; cleanup closes the client and drops the database.
-func scratchCatalog(ctx context.Context, admin *pgx.Conn, server string) (dsn string, client *engine.Client, cleanup func(), err error) {
+func scratchCatalog(ctx context.Context, admin *pgx.Conn, server string, features ...engine.Feature) (dsn string, client *engine.Client, cleanup func(), err error) {
 	db, dropDB, err := scratchDB(ctx, admin, "deckhand_bench")
 	if err != nil {
 		return "", nil, nil, err
@@ -59,7 +63,7 @@ func scratchCatalog(ctx context.Context, admin *pgx.Conn, server string) (dsn st
 		cat.Close()
 	}
 	if err == nil {
-		client, err = engine.Open(ctx, dsn, benchFeature(nil), drop.Feature())
+		client, err = engine.Open(ctx, dsn, append([]engine.Feature{benchFeature(nil), drop.Feature()}, features...)...)
 	}
 	if err != nil {
 		dropDB()

@@ -67,6 +67,7 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write deckhand's CPU profile of the whole run to this file (go tool pprof)")
 	cmd.AddCommand(a.benchExportCommand())
 	cmd.AddCommand(a.benchCleanupCommand())
+	cmd.AddCommand(a.benchMoveCommand())
 	f.StringVar(&o.RiverDir, "river", "auto", "directory of the rivercmp module to run River on the same server (auto: ./bench/rivercmp if present; empty: skip)")
 	return cmd
 }
@@ -90,5 +91,56 @@ func (a *app) benchExportCommand() *cobra.Command {
 	cmd.Flags().IntVar(&o.Rows, "rows", 2000000, "rows in the partition")
 	cmd.Flags().IntVar(&o.Parts, "parts", 4, "parallel parts")
 	cmd.Flags().IntVar(&o.Workers, "workers", 1, "workers")
+	return cmd
+}
+
+func (a *app) benchMoveCommand() *cobra.Command {
+	o := bench.MoveOptions{}
+	var size string
+	cmd := &cobra.Command{
+		Use:   "move",
+		Short: "Compare an online schema move with pg_dump | psql, and time the writes blocked at its cut-over",
+		Long: `bench move fills a schema of --size on DECKHAND_CATALOG's server (which needs
+wal_level=logical), or on a throwaway cluster it starts itself, in scratch databases it drops
+afterwards, then measures:
+  - the MB/s of an online move of the schema (the move task kind, run by a worker) between two
+    databases of the server, against pg_dump -n schema | psql into a fresh database of the same
+    server, run before and after the move (their mean is the baseline), and the ratio;
+  - the writes of a writer at --write-rate per second to the source during the move: the
+    longest (the cut-over blocks writers) and the 99th percentile, beside --max-write-block.
+It fails if the target does not hold exactly the source's rows at the cut-over (row counts and
+md5 per table). The last line is key=value pairs; -o json prints the figures as JSON.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Size, err = parseSize(size); err != nil {
+				return Usage("--size: %v", err)
+			}
+			if o.WriteRate <= 0 {
+				return Usage("--write-rate must be positive")
+			}
+			if o.MaxWriteBlock <= 0 {
+				return Usage("--max-write-block must be positive")
+			}
+			o.CatalogDSN = a.catalogDSN
+			human := a.stdout
+			if a.json() {
+				human = a.stderr
+			}
+			res, err := bench.RunMove(cmd.Context(), o, human)
+			if err != nil {
+				return Failed("bench move: %w", err)
+			}
+			if a.json() {
+				return PrintJSON(a.stdout, res)
+			}
+			fmt.Fprintln(a.stdout, res.Line())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&size, "size", "1GB", "size of the schema moved: its tables, indexes and TOAST (e.g. 256MB, 1GB)")
+	f.IntVar(&o.WriteRate, "write-rate", 200, "writes per second to the source during the move")
+	f.DurationVar(&o.MaxWriteBlock, "max-write-block", 2*time.Second, "longest the cut-over may block writers (the move's --max-write-block)")
 	return cmd
 }
