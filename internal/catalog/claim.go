@@ -32,8 +32,8 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckh
 // on every run once it has grown, until something invalidates the plan. Claims and
 // completions touch a few rows through their keys: with sequential scans, hash and merge
 // joins off, their one plan is nested loops over index probes, whatever the tables held.
-const probesOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-	set_config('enable_mergejoin', 'off', true)`
+const probesOnly = `SELECT pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('enable_hashjoin', 'off', true),
+	pg_catalog.set_config('enable_mergejoin', 'off', true)`
 
 // inClaimTx runs a claim transaction in one round trip: BEGIN, whatever first queues, the node
 // locks, the claim itself and COMMIT.
@@ -115,9 +115,9 @@ WITH locked AS (
 -- The claim reads what this statement locked from the transaction's settings: it runs in the
 -- same round trip, and may count only on nodes locked before its snapshot was taken. A global
 -- cap needs one serialization point, taken once the node locks are held.
-SELECT set_config('deckhand.claim_nodes', nodes::text, true), set_config('deckhand.claim_caps', caps::text, true),
-	set_config('deckhand.claim_global', global::text, true),
-	CASE WHEN global > 0 THEN pg_advisory_xact_lock(7306086) END
+SELECT pg_catalog.set_config('deckhand.claim_nodes', nodes::text, true), pg_catalog.set_config('deckhand.claim_caps', caps::text, true),
+	pg_catalog.set_config('deckhand.claim_global', global::text, true),
+	CASE WHEN global > 0 THEN pg_catalog.pg_advisory_xact_lock(7306086::pg_catalog.int8) END
 FROM inputs`
 
 // claimSQL runs with a snapshot taken after the node (and global) locks were granted, so its
@@ -132,9 +132,9 @@ var claimStmt = mustNamed(claimSQL)
 const claimHead = `
 WITH inputs AS (
 	-- Set by lockNodesSQL in this transaction.
-	SELECT coalesce(nullif(current_setting('deckhand.claim_nodes', true), ''), '{}')::text[] AS nodes,
-		coalesce(nullif(current_setting('deckhand.claim_caps', true), ''), '{}')::int[] AS caps,
-		coalesce(nullif(current_setting('deckhand.claim_global', true), ''), '0')::int AS global
+	SELECT coalesce(nullif(pg_catalog.current_setting('deckhand.claim_nodes', true), ''), '{}')::text[] AS nodes,
+		coalesce(nullif(pg_catalog.current_setting('deckhand.claim_caps', true), ''), '{}')::int[] AS caps,
+		coalesce(nullif(pg_catalog.current_setting('deckhand.claim_global', true), ''), '0')::int AS global
 ), cap AS (
 	-- An export's coordinator only holds a lock while its parts work: it takes no slot, or its
 	-- parts could never run. Coordinators have slots of their own, as many as the node's, so
