@@ -183,9 +183,11 @@ func TestAttackMoveQuotesHostileNames(t *testing.T) {
 	}
 	src := e.NodeConn(e.src, e.owner)
 	_, err := src.Exec(ctx, `INSERT INTO `+tb+` DEFAULT VALUES`)
+	// Refused by the moved table's trigger, or — once no query used it and the deferred drop
+	// removed it — gone: either way the write fails, it never lands where nobody reads.
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "25006" {
-		t.Errorf("a write to the source after the move: %v, want it refused (25006)", err)
+	if !errors.As(err, &pgErr) || (pgErr.Code != "25006" && pgErr.Code != "42P01") {
+		t.Errorf("a write to the source after the move: %v, want it refused (25006) or the table gone (42P01)", err)
 	}
 }
 
