@@ -18,7 +18,10 @@ import (
 func TestHugeErrorIsClippedAndTheWorkerGoesOn(t *testing.T) {
 	e := testenv.New(t)
 	e.AddNode("n1", 4)
-	e.Worker(engine.Config{Concurrency: 2})
+	// Reading the 270 MB error takes seconds under the race detector: a lease longer than the
+	// tests' usual 2 s keeps the leader from declaring the worker dead meanwhile (which would
+	// record a lost attempt instead of the error this test is about).
+	e.Worker(engine.Config{Concurrency: 2, LeaseTTL: 30 * time.Second})
 	huge := submit(t, e, &spec.Job{
 		// Keeps the message out of the shared test cluster's log.
 		Settings: map[string]string{"log_min_messages": "panic", "log_min_error_statement": "panic"},
