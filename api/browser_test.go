@@ -149,6 +149,16 @@ func (b *browser) eval(what, expr string) string {
 	return v
 }
 
+// clickNow clicks the element that matches selector at this instant, in the page itself: the
+// job page re-renders as its live data changes (running statements' progress, every second),
+// and a click dispatched to a node found a moment earlier may land on one just replaced.
+func (b *browser) clickNow(what, selector string) {
+	b.t.Helper()
+	if got := b.eval(what, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return 'missing'; e.click(); return 'clicked' })()`, selector)); got != "clicked" {
+		b.t.Fatalf("%s: %s is %s", what, selector, got)
+	}
+}
+
 // signIn fills in the dashboard's sign-in form at base as u; everything after runs on the
 // session. It returns once every module has loaded and the first page is up.
 func (b *browser) signIn(base string, u user) {
@@ -191,14 +201,14 @@ func TestBrowserWatchesAndCancelsJobs(t *testing.T) {
 	b.waitJS("the graph shows the running task", `document.querySelector('svg.dag g.node[data-state="running"]') !== null`, 10*time.Second)
 	b.waitJS("the timeline shows the running attempt", `document.querySelector('svg.gantt rect[data-outcome="running"]') !== null`, 10*time.Second)
 
-	b.do("click Pause", chromedp.Click(chromedp.CSS(`button[data-action="pause"]`)))
+	b.clickNow("click Pause", `button[data-action="pause"]`)
 	b.waitJS("the job is shown pausing, with Resume instead of Pause", `document.querySelector('#job-state[data-state="pausing"]') !== null &&
 		document.querySelector('button[data-action="resume"]') !== null && !document.querySelector('button[data-action="pause"]')`, 20*time.Second)
-	b.do("click Resume", chromedp.Click(chromedp.CSS(`button[data-action="resume"]`)))
+	b.clickNow("click Resume", `button[data-action="resume"]`)
 	b.waitJS("the job is shown running again", `document.querySelector('#job-state[data-state="running"]') !== null &&
 		document.querySelector('button[data-action="pause"]') !== null`, 20*time.Second)
 
-	b.do("click Cancel", chromedp.Click(chromedp.CSS(`button[data-action="cancel"]`)))
+	b.clickNow("click Cancel", `button[data-action="cancel"]`)
 	b.waitJS("the job is shown cancelled", `document.querySelector('#job-state[data-state="cancelled"]') !== null`, 20*time.Second)
 	b.waitJS("the graph shows the cancelled task", `document.querySelector('svg.dag g.node[data-state="cancelled"]') !== null`, 10*time.Second)
 	b.waitJS("a Retry button replaces Cancel", `document.querySelector('button[data-action="retry"]') !== null && !document.querySelector('button[data-action="cancel"]')`, 10*time.Second)
