@@ -43,6 +43,11 @@ func (w *Worker) lead(ctx context.Context) {
 		}
 		if leading {
 			w.rescue(ctx)
+			// Completions settle the jobs they may have ended; this folds what a settling
+			// that failed, or a race it cannot see, left behind.
+			if err := w.cat.SettleJobs(ctx, nil); err != nil && ctx.Err() == nil {
+				w.log.Warn("settling jobs failed", "err", err)
+			}
 			if time.Since(lastProbe) >= 5*w.cfg.MaintenanceInterval {
 				w.probeNodes(ctx)
 				lastProbe = time.Now()

@@ -58,6 +58,7 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 	}
 	named["now"] = c.now()
 	named["released_by"] = strconv.FormatInt(results[0].WorkerID, 10)
+	named["completer"] = results[0].WorkerID
 	args, err := completeStmt.args(named)
 	if err != nil {
 		return Completion{}, nil, err
@@ -65,19 +66,21 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 	for try := 0; ; try++ {
 		var (
 			out     Completion
+			ending  []int64
 			claimed []deckhandtype.ClaimedTask
 			err     error
 		)
+		scan := func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable, &ending) }
 		if limit <= 0 {
 			b := &pgx.Batch{}
 			b.Queue("BEGIN")
 			b.Queue(probesOnly)
-			b.Queue(completeStmt.sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
+			b.Queue(completeStmt.sql, args...).QueryRow(scan)
 			b.Queue("COMMIT")
 			err = c.inTx(ctx, b)
 		} else {
 			claimed, err = c.inClaimTx(ctx, workerID, limit, func(b *pgx.Batch) {
-				b.Queue(completeStmt.sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) })
+				b.Queue(completeStmt.sql, args...).QueryRow(scan)
 			})
 		}
 		var pgErr *pgconn.PgError
@@ -87,9 +90,39 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 		if err != nil {
 			return Completion{}, nil, fmt.Errorf("complete %d tasks: %w", len(results), err)
 		}
+		if len(ending) > 0 {
+			// The results are recorded whatever happens here: a settling that fails is left
+			// to the leader's (SettleJobs with no ids).
+			c.SettleJobs(ctx, ending) //nolint:errcheck
+		}
 		return out, claimed, nil
 	}
 }
+
+// SettleJobs folds the done tallies of the given jobs into their rows, or of every job that
+// has some when ids is empty, deriving their states from the complete counts: a job whose
+// last tasks were recorded on the fast path (complete.go) ends here. Jobs are locked in id
+// order, as every writer of several jobs does.
+func (c *Catalog) SettleJobs(ctx context.Context, ids []int64) error {
+	var err error
+	if len(ids) == 0 {
+		_, err = c.Pool.Exec(ctx, fmt.Sprintf(settleSQL, `ARRAY(SELECT DISTINCT y.job_id FROM deckhand.job_tally y)`))
+	} else {
+		_, err = c.Pool.Exec(ctx, fmt.Sprintf(settleSQL, `$1::bigint[]`), ids)
+	}
+	if err != nil {
+		return fmt.Errorf("settle jobs: %w", err)
+	}
+	return nil
+}
+
+// settleSQL updates the jobs of an array (%s) without changing them: the job's trigger folds
+// the tallies and derives the state.
+const settleSQL = `
+	WITH target AS (
+		SELECT j.id FROM deckhand.job j WHERE j.id = ANY (%s) ORDER BY j.id FOR NO KEY UPDATE
+	)
+	UPDATE deckhand.job j SET tasks_done = j.tasks_done WHERE j.id = ANY (ARRAY(SELECT id FROM target))`
 
 // inTx sends b, a whole transaction, in one round trip on a connection of its own.
 func (c *Catalog) inTx(ctx context.Context, b *pgx.Batch) error {
@@ -174,7 +207,7 @@ WITH RECURSIVE locked AS MATERIALIZED (
 		node = CASE WHEN t.node_group IS NOT NULL AND d.new_state = 'runnable' THEN NULL ELSE t.node END
 	FROM decided d WHERE t.id = d.id
 	RETURNING t.id, t.job_id, t.runs, t.started_at, t.not_before, d.token, d.worker_id, d.outcome, d.new_state, d.err, d.finished_at,
-		t.state
+		t.state, t.pause
 ), recorded AS (
 	INSERT INTO deckhand.task_attempt (task_id, token, attempt, worker_id, outcome, started_at, finished_at,
 		sqlstate, message, detail, hint)
@@ -218,26 +251,49 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	FROM dependents d WHERE t.id = d.id
 	RETURNING t.id, t.job_id, t.state
 ), delta AS (
+	-- A job takes the slow path, through its own row, when its counters other than done change
+	-- or it is being paused (its tasks carry the pause, as locked above): those are rare. The
+	-- fast path adds done counts to the completer's tally (0013_job_tally.sql).
 	SELECT job_id, sum(done)::int AS done, sum(failed)::int AS failed, sum(cancelled)::int AS cancelled,
-		sum(unscheduled)::int AS unscheduled, sum(stopped)::int AS stopped
+		sum(unscheduled)::int AS unscheduled, sum(stopped)::int AS stopped,
+		bool_or(failed + cancelled + unscheduled > 0 OR paused) AS slow
 	FROM (
 		SELECT job_id, (new_state = 'done')::int AS done, (new_state = 'failed')::int AS failed,
-			(new_state = 'cancelled')::int AS cancelled, 0 AS unscheduled, 1 AS stopped
+			(new_state = 'cancelled')::int AS cancelled, 0 AS unscheduled, 1 AS stopped, pause IS NOT NULL AS paused
 		FROM moved
 		UNION ALL
-		SELECT job_id, 0, 0, 0, (state = 'unscheduled')::int, 0 FROM followed
+		SELECT job_id, 0, 0, 0, (state = 'unscheduled')::int, 0, false FROM followed
 	) x GROUP BY job_id
 ), counted AS (
 	-- A pausing job counts down the tasks it waits for (every moved task has stopped running).
 	UPDATE deckhand.job j SET tasks_done = j.tasks_done + d.done, tasks_failed = j.tasks_failed + d.failed,
 		tasks_cancelled = j.tasks_cancelled + d.cancelled, tasks_unscheduled = j.tasks_unscheduled + d.unscheduled,
 		pause_waits_for = greatest(j.pause_waits_for - d.stopped, 0)
-	FROM delta d WHERE j.id = d.job_id AND ((d.done + d.failed + d.cancelled + d.unscheduled) > 0 OR j.pause_waits_for > 0)
+	FROM delta d WHERE j.id = d.job_id AND d.slow
 	RETURNING j.id
+), tallied AS (
+	INSERT INTO deckhand.job_tally AS y (job_id, completer, done)
+	SELECT job_id, @completer::bigint, done FROM delta WHERE NOT slow AND done > 0 ORDER BY job_id
+	ON CONFLICT (job_id, completer) DO UPDATE SET done = y.done + excluded.done
+	RETURNING y.job_id
+), ending AS (
+	-- Jobs of the fast path that these results may have ended: their rows must be updated once
+	-- this commits (SettleJobs), so that their state is derived from the folded counts. This
+	-- statement cannot tell which completion is the last: it sees neither the tallies of
+	-- concurrent completions nor whether they committed. Whichever commits last, though, sees
+	-- no more tasks pending than run at once, or can be claimed and finish while it runs
+	-- (twice what live workers may run, plus a margin); every completion that sees so few asks
+	-- for the settling, and the last one's settling sees every tally. The leader folds
+	-- whatever remains, as a backstop.
+	SELECT d.job_id FROM delta d JOIN deckhand.job j ON j.id = d.job_id
+	WHERE NOT d.slow AND d.done > 0
+	  AND j.tasks_total - j.tasks_done - j.tasks_failed - j.tasks_cancelled - j.tasks_unscheduled - d.done
+	      - coalesce((SELECT sum(y.done) FROM deckhand.job_tally y WHERE y.job_id = d.job_id), 0)
+	      <= 2 * (SELECT coalesce(sum(w.concurrency), 0) FROM deckhand.worker w WHERE w.stopped_at IS NULL) + 100
 ), woken AS (
 	SELECT (SELECT count(*) FROM followed WHERE state = 'runnable')
 	     + (SELECT count(*) FROM moved WHERE state = 'runnable') AS n
 )
-SELECT (SELECT count(*) FROM moved)::int, w.n::int
+SELECT (SELECT count(*) FROM moved)::int, w.n::int, ARRAY(SELECT job_id FROM ending ORDER BY job_id)
 FROM woken w, LATERAL (SELECT CASE WHEN w.n > 0 THEN pg_notify('deckhand_runnable', @released_by::text) END) notify,
-	LATERAL (SELECT count(*) FROM counted) c`
+	LATERAL (SELECT count(*) FROM counted) c, LATERAL (SELECT count(*) FROM tallied) t`

@@ -14,7 +14,7 @@ func CompleteArgs(results []Result) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	args["now"], args["released_by"] = nil, "0"
+	args["now"], args["released_by"], args["completer"] = nil, "0", int64(0)
 	return args, nil
 }
 

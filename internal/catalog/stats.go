@@ -23,10 +23,13 @@ func (c *Catalog) Stats(ctx context.Context) (deckhandtype.Stats, error) {
 	var readAt time.Time
 	err := c.Pool.QueryRow(ctx, `
 		WITH j AS (
-			SELECT state, count(*) AS jobs, sum(tasks_done) AS done, sum(tasks_failed) AS failed,
+			-- Done counts not folded into their jobs' rows yet are in the tallies.
+			SELECT state, count(*) AS jobs, sum(tasks_done + coalesce(y.done, 0)) AS done, sum(tasks_failed) AS failed,
 				sum(tasks_cancelled) AS cancelled, sum(tasks_unscheduled) AS unscheduled,
-				sum(tasks_total - tasks_done - tasks_failed - tasks_cancelled - tasks_unscheduled) AS pending
-			FROM deckhand.job GROUP BY state
+				sum(tasks_total - tasks_done - coalesce(y.done, 0) - tasks_failed - tasks_cancelled - tasks_unscheduled) AS pending
+			FROM deckhand.job
+			LEFT JOIN (SELECT t.job_id, sum(t.done) AS done FROM deckhand.job_tally t GROUP BY t.job_id) y ON y.job_id = job.id
+			GROUP BY state
 		)
 		SELECT (SELECT coalesce(jsonb_object_agg(state, jsonb_build_array(jobs, done, failed, cancelled, unscheduled, pending)), '{}') FROM j),
 			-- Runnable tasks by the sets that have indexes of their own (see claim.go).

@@ -1,0 +1,111 @@
+package catalog_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	. "github.com/deckhandhq/deckhand/deckhandtype" //nolint:revive // states read as the tables do
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	ct "github.com/deckhandhq/deckhand/internal/catalog/catalogtest"
+)
+
+// Two workers record the last two tasks of a job at the same time, neither seeing the other's
+// tally: whichever settles after both committed ends the job, with every task counted, and
+// readers count the tallies not folded yet.
+func TestConcurrentLastCompletionsEndTheJob(t *testing.T) {
+	ctx := context.Background()
+	cat, _, _ := emptyCatalog(t)
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w1, w2 := ct.Worker(ctx, t, cat.Pool, nil), ct.Worker(ctx, t, cat.Pool, nil)
+	job := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{Tasks: []ct.TaskOpts{
+		{State: TaskDone}, {State: TaskRunning, WorkerID: w1}, {State: TaskRunning, WorkerID: w2}}})
+
+	// Each completion in a transaction of its own, left open until both have run.
+	begin := func(task ct.TaskRow) (pgx.Tx, []int64) {
+		t.Helper()
+		args, err := catalog.CompleteArgs([]catalog.Result{{TaskID: task.ID, Token: task.Token, WorkerID: task.WorkerID, Outcome: OutcomeDone}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		args["completer"], args["released_by"] = task.WorkerID, "0"
+		tx, err := cat.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck
+		var applied, runnable int
+		var ending []int64
+		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, &ending); err != nil || applied != 1 {
+			t.Fatalf("complete task %d: applied %d (%v)", task.ID, applied, err)
+		}
+		return tx, ending
+	}
+	tx1, ending1 := begin(job.Tasks[1])
+	tx2, ending2 := begin(job.Tasks[2])
+	if len(ending1) != 1 || len(ending2) != 1 {
+		t.Fatalf("the last completions asked to settle %v and %v, want the job each", ending1, ending2)
+	}
+
+	jobState := func() (state string, doneInRow, doneSeen, tallies int) {
+		t.Helper()
+		err := cat.Pool.QueryRow(ctx, `SELECT j.state, j.tasks_done, v.tasks_done, (SELECT count(*) FROM deckhand.job_tally y WHERE y.job_id = j.id)
+			FROM deckhand.job j JOIN deckhand.jobs v ON v.id = j.id WHERE j.id = $1`, job.ID).Scan(&state, &doneInRow, &doneSeen, &tallies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := tx1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if state, row, seen, tallies := jobState(); state != "running" || row != 1 || seen != 2 || tallies != 1 {
+		t.Fatalf("after the first commit: job %s, %d done in its row, %d seen, %d tallies; want running, 1, 2, 1", state, row, seen, tallies)
+	}
+	// The first worker settles while the second has not committed: the job goes on.
+	if err := cat.SettleJobs(ctx, ending1); err != nil {
+		t.Fatal(err)
+	}
+	if state, row, seen, tallies := jobState(); state != "running" || row != 2 || seen != 2 || tallies != 0 {
+		t.Fatalf("after the first settling: job %s, %d done in its row, %d seen, %d tallies; want running, 2, 2, 0", state, row, seen, tallies)
+	}
+	if err := tx2.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.SettleJobs(ctx, ending2); err != nil {
+		t.Fatal(err)
+	}
+	if state, row, seen, tallies := jobState(); state != "finished" || row != 3 || seen != 3 || tallies != 0 {
+		t.Fatalf("after both settled: job %s, %d done in its row, %d seen, %d tallies; want finished, 3, 3, 0", state, row, seen, tallies)
+	}
+}
+
+// A tally that no completion settled (its settling failed) is folded by the leader's sweep.
+func TestLeaderSweepFoldsLeftoverTallies(t *testing.T) {
+	ctx := context.Background()
+	cat, _, _ := emptyCatalog(t)
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	job := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{Tasks: []ct.TaskOpts{{State: TaskDone}, {State: TaskRunning}}})
+	// As a completion whose settling was lost: the task done and tallied, the job's row untouched.
+	if _, err := cat.Pool.Exec(ctx, `
+		WITH t AS (UPDATE deckhand.task SET state = 'done', worker_id = NULL, finished_at = now() WHERE id = $1)
+		INSERT INTO deckhand.job_tally (job_id, completer, done) VALUES ($2, 7, 1)`, job.Tasks[1].ID, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.SettleJobs(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	var done int
+	if err := cat.Pool.QueryRow(ctx, `SELECT state, tasks_done FROM deckhand.job WHERE id = $1`, job.ID).Scan(&state, &done); err != nil {
+		t.Fatal(err)
+	}
+	if state != "finished" || done != 2 {
+		t.Fatalf("after the sweep: job %s with %d done, want finished with 2", state, done)
+	}
+}
