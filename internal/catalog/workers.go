@@ -111,7 +111,10 @@ func (c *Catalog) TryLead(ctx context.Context, workerID int64, ttl time.Duration
 	var leader int64
 	err := c.Pool.QueryRow(ctx, `
 		INSERT INTO deckhand.leader AS l (worker_id, elected_at, lease_expires_at)
-		VALUES ($1, coalesce($3, now()), coalesce($3, now()) + $2::interval)
+		SELECT $1, coalesce($3, now()), coalesce($3, now()) + $2::interval
+		-- Another worker's live lease: nothing to write. Without this, every candidate locked
+		-- the leader's row every round, a write and a WAL flush per worker per second.
+		WHERE NOT EXISTS (SELECT 1 FROM deckhand.leader c WHERE c.worker_id <> $1 AND c.lease_expires_at >= coalesce($3, now()))
 		ON CONFLICT (singleton) DO UPDATE SET
 			worker_id = $1,
 			elected_at = CASE WHEN l.worker_id = $1 THEN l.elected_at ELSE coalesce($3, now()) END,
