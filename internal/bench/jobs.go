@@ -32,10 +32,11 @@ func noopJob(n int, node string) *spec.Job {
 	return j
 }
 
-func sqlJob(n int) *spec.Job {
+// sqlJob is n `SELECT 1` tasks on nodes, round-robin.
+func sqlJob(n int, nodes ...string) *spec.Job {
 	j := &spec.Job{Description: fmt.Sprintf("bench: %d SELECT 1 tasks", n), Tasks: make([]spec.Task, n)}
 	for i := range j.Tasks {
-		j.Tasks[i] = spec.Task{Name: "t" + strconv.Itoa(i), Node: sqlNode, SQL: "SELECT 1"}
+		j.Tasks[i] = spec.Task{Name: "t" + strconv.Itoa(i), Node: nodes[i%len(nodes)], SQL: "SELECT 1"}
 	}
 	return j
 }
