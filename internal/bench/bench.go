@@ -329,6 +329,9 @@ func (r *Result) Line() string {
 			fmt.Sprintf("one_node_sql_tasks_per_s=%.0f", n.OneNodeTasksPerS),
 			fmt.Sprintf("many_nodes_tasks_per_s=%.0f", n.TasksPerS),
 			fmt.Sprintf("many_nodes_ratio=%.2f", ratio(n.TasksPerS, n.OneNodeTasksPerS)),
+			fmt.Sprintf("one_node_sql_work_tasks_per_s=%.0f", n.OneNodeWorkTasksPerS),
+			fmt.Sprintf("many_nodes_work_tasks_per_s=%.0f", n.WorkTasksPerS),
+			fmt.Sprintf("many_nodes_submit_s=%.2f", n.SubmitS),
 			fmt.Sprintf("many_nodes_claim_p99_ms=%.1f", n.ClaimP99MS),
 			fmt.Sprintf("one_node_claim_p99_ms=%.1f", n.OneNodeClaimP99MS))
 	}
