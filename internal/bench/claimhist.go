@@ -46,7 +46,8 @@ type claimCounts struct {
 	total  uint64
 }
 
-func (h *claimHistogram) snapshot() (claimCounts, error) {
+// snapshot counts the claim rounds so far via fetch or complete, or both when via is "".
+func (h *claimHistogram) snapshot(via string) (claimCounts, error) {
 	var c claimCounts
 	families, err := h.reg.Gather()
 	if err != nil {
@@ -54,6 +55,9 @@ func (h *claimHistogram) snapshot() (claimCounts, error) {
 	}
 	for _, f := range families {
 		for _, m := range f.GetMetric() { // one per value of "via"; every one has the same buckets
+			if !hasLabel(m.GetLabel(), via) {
+				continue
+			}
 			hist := m.GetHistogram()
 			c.total += hist.GetSampleCount()
 			for i, b := range hist.GetBucket() {
@@ -65,6 +69,16 @@ func (h *claimHistogram) snapshot() (claimCounts, error) {
 		}
 	}
 	return c, nil
+}
+
+// hasLabel reports whether labels (of one series) hold value, or value is "".
+func hasLabel[L interface{ GetValue() string }](labels []L, value string) bool {
+	for _, l := range labels {
+		if l.GetValue() == value {
+			return true
+		}
+	}
+	return value == ""
 }
 
 // since is the claim rounds between snapshot before and c.
