@@ -3,7 +3,8 @@
 //
 // It creates a throwaway schema, migrates River into it, measures
 //
-//  1. throughput: N no-op jobs inserted in batches, then worked by one client;
+//  1. throughput: N no-op jobs inserted in batches, then worked by one client, or by
+//     --clients clients sharing --workers evenly, each with its own pgx pool;
 //  2. chain latency: a chain of jobs where each worker inserts the next one,
 //     the closest River analogue of a job dependency,
 //
@@ -18,13 +19,15 @@
 //   - inserts in batches of 5000 (insertBatchSize), with InsertManyFast (COPY) by default;
 //   - completions counted through a subscription (completed/failed/cancelled
 //     events) rather than from inside the worker;
-//   - the pgx pool with pgxpool's defaults (set pool_max_conns in --dsn to change).
+//   - the pgx pool with pgxpool's defaults (set pool_max_conns in --dsn to change); with
+//     --clients K, each client has a pool of its own with those defaults, as K processes would.
 package main
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -97,20 +100,21 @@ func main() {
 	jobs := flag.Int("jobs", 50_000, "number of no-op jobs for the throughput run")
 	chain := flag.Int("chain", 1_000, "number of links in the latency chain (0 to skip)")
 	workers := flag.Int("workers", 2_000, "River MaxWorkers for the default queue (riverbench uses 2000)")
+	clients := flag.Int("clients", 1, "River clients, each with its own pgx pool, sharing --workers evenly; all are started together")
 	fast := flag.Bool("insert-fast", true, "insert with InsertManyFast (COPY); false: InsertMany")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
-	if *dsn == "" || *jobs < 1 || *chain < 0 || *workers < 1 {
+	if *dsn == "" || *jobs < 1 || *chain < 0 || *clients < 1 || *workers < *clients {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*dsn, *jobs, *chain, *workers, *fast, *timeout); err != nil {
+	if err := run(*dsn, *jobs, *chain, *workers, *clients, *fast, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "rivercmp:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dsn string, jobs, chain, workers int, fast bool, timeout time.Duration) error {
+func run(dsn string, jobs, chain, workers, clients int, fast bool, timeout time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -157,26 +161,60 @@ func run(dsn string, jobs, chain, workers int, fast bool, timeout time.Duration)
 	ws := river.NewWorkers()
 	river.AddWorker(ws, noopWorker{})
 	river.AddWorker(ws, chainW)
-	client, err := river.NewClient(driver, &river.Config{
-		FetchCooldown:     2 * time.Millisecond,  // riverbench
-		FetchPollInterval: 20 * time.Millisecond, // riverbench
-		Logger:            logger,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
-		Schema:            schema,
-		Workers:           ws,
-	})
-	if err != nil {
-		return err
+	// Client i gets its share of MaxWorkers and a pool of its own (the first reuses the pool
+	// that migrated), as separate processes would have.
+	all := make([]*river.Client[pgx.Tx], clients)
+	for i := range all {
+		p := pool
+		if i > 0 {
+			if p, err = pgxpool.New(ctx, dsn); err != nil {
+				return err
+			}
+			defer p.Close()
+		}
+		share := workers / clients
+		if i < workers%clients {
+			share++
+		}
+		all[i], err = river.NewClient(riverpgxv5.New(p), &river.Config{
+			FetchCooldown:     2 * time.Millisecond,  // riverbench
+			FetchPollInterval: 20 * time.Millisecond, // riverbench
+			Logger:            logger,
+			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: share}},
+			Schema:            schema,
+			Workers:           ws,
+		})
+		if err != nil {
+			return err
+		}
 	}
-	fmt.Printf("settings: schema=%s jobs=%d chain=%d workers=%d insert_batch=%d insert_fast=%t fetch_cooldown=2ms fetch_poll_interval=20ms pool_max_conns=%d\n",
-		schema, jobs, chain, workers, insertBatchSize, fast, pool.Config().MaxConns)
+	client := all[0] // inserts the jobs and starts the chain
+	fmt.Printf("settings: schema=%s jobs=%d chain=%d workers=%d clients=%d insert_batch=%d insert_fast=%t fetch_cooldown=2ms fetch_poll_interval=20ms pool_max_conns=%d\n",
+		schema, jobs, chain, workers, clients, insertBatchSize, fast, pool.Config().MaxConns)
 
-	// Throughput: insert everything, then start the client and count
-	// completion events until all jobs are done.
-	events, unsubscribe := client.SubscribeConfig(&river.SubscribeConfig{
-		ChanSize: max(jobs, 1_000),
-		Kinds:    []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled},
-	})
+	// Throughput: insert everything, then start the clients and count completion events (each
+	// client reports the jobs it completed) until all jobs are done.
+	fwdCtx, stopForwarding := context.WithCancel(ctx)
+	defer stopForwarding()
+	events := make(chan *river.Event, max(jobs, 1_000))
+	var unsubscribes []func()
+	var unsubscribeOnce sync.Once
+	unsubscribeAll := func() {
+		unsubscribeOnce.Do(func() {
+			for _, u := range unsubscribes {
+				u()
+			}
+		})
+	}
+	defer unsubscribeAll()
+	for _, c := range all {
+		sub, unsubscribe := c.SubscribeConfig(&river.SubscribeConfig{
+			ChanSize: max(jobs, 1_000),
+			Kinds:    []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled},
+		})
+		unsubscribes = append(unsubscribes, unsubscribe)
+		go forward(fwdCtx, sub, events)
+	}
 	insertStart := time.Now()
 	batch := make([]river.InsertManyParams, 0, insertBatchSize)
 	for i := 0; i < jobs; i += insertBatchSize {
@@ -193,14 +231,18 @@ func run(dsn string, jobs, chain, workers int, fast bool, timeout time.Duration)
 			return fmt.Errorf("inserting: %w", err)
 		}
 	}
-	workStart := time.Now()
-	if err := client.Start(ctx); err != nil {
+	workStart := time.Now() // the first client.Start
+	if err := startAll(ctx, all); err != nil {
 		return err
 	}
 	defer func() {
 		stopCtx, stopCancel := context.WithTimeout(context.Background(), time.Minute)
 		defer stopCancel()
-		_ = client.Stop(stopCtx)
+		var wg sync.WaitGroup
+		for _, c := range all {
+			wg.Go(func() { _ = c.Stop(stopCtx) })
+		}
+		wg.Wait()
 	}()
 	for done := 0; done < jobs; {
 		select {
@@ -214,7 +256,8 @@ func run(dsn string, jobs, chain, workers int, fast bool, timeout time.Duration)
 		}
 	}
 	end := time.Now()
-	unsubscribe()
+	stopForwarding()
+	unsubscribeAll()
 	total := float64(jobs) / end.Sub(insertStart).Seconds()
 	work := float64(jobs) / end.Sub(workStart).Seconds()
 	fmt.Printf("throughput: %d jobs, insert %s, work %s, total %s\n",
@@ -244,6 +287,36 @@ func run(dsn string, jobs, chain, workers int, fast bool, timeout time.Duration)
 	}
 	fmt.Println(result)
 	return nil
+}
+
+// startAll starts every client at once and waits for them all to have started.
+func startAll(ctx context.Context, all []*river.Client[pgx.Tx]) error {
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, c := range all {
+		wg.Go(func() { errs[i] = c.Start(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// forward passes a client's events on to the channel the throughput run counts.
+func forward(ctx context.Context, from <-chan *river.Event, to chan<- *river.Event) {
+	for {
+		select {
+		case ev, ok := <-from:
+			if !ok {
+				return
+			}
+			select {
+			case to <- ev:
+			case <-ctx.Done():
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // percentile returns the nearest-rank p-quantile of xs (NaN when empty).

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,9 +28,10 @@ type Options struct {
 	Finished    int // finished tasks preloaded for the scale runs (0 skips them)
 	Submit      int // tasks of the large jobs whose submission is timed at scale (0 skips it)
 	Pgbench     time.Duration
-	Workers     int // worker processes (in-process here)
+	Workers     int // worker processes (in-process here); above 1, also measured against one worker
 	Concurrency int // per worker
 	NodeMax     int // max_tasks of the SQL node
+	Nodes       int // above 1: SQL tasks spread over this many nodes, measured against one node
 	RiverDir    string
 }
 
@@ -43,6 +45,8 @@ type Result struct {
 	ChainP50MS     float64
 	ChainP99MS     float64
 	Scale          *Scale
+	Workers        *Workers           // with Options.Workers > 1
+	Nodes          *Nodes             // with Options.Nodes > 1
 	SubmitS        map[string]float64 // seconds to submit each shape of Options.Submit tasks
 	River          map[string]float64 // rivercmp's figures, averaged over its runs
 	ServerVersion  string
@@ -59,7 +63,12 @@ type Scale struct {
 // Run performs every measurement and writes a report to out.
 func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	server, stopServer, err := startServer(ctx, o.CatalogDSN, out)
+	var settings []map[string]string
+	if o.Nodes > 1 && o.CatalogDSN == "" && connectionsNeeded(o) > 300 {
+		fmt.Fprintf(out, "nodes: the throwaway cluster gets max_connections %d for SQL tasks at the total concurrency\n", connectionsNeeded(o))
+		settings = append(settings, map[string]string{"max_connections": strconv.Itoa(connectionsNeeded(o))})
+	}
+	server, stopServer, err := startServer(ctx, o.CatalogDSN, out, settings...)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +101,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	// at the time, and their mean is what deckhand is compared with.
 	riverRun := func(when string) {
 		if rv != nil {
-			if err := rv.run(ctx, when); err != nil {
+			if err := rv.run(ctx, when, 1); err != nil {
 				fmt.Fprintf(out, "river: %v\n", err)
 			}
 		}
@@ -138,7 +147,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 		o.Tasks, d.Round(time.Millisecond), res.TasksPerS, res.WorkTasksPerS)
 	riverRun("after deckhand's noop run")
 	if rv != nil && len(rv.runs) > 0 {
-		res.River, res.RiverRuns = rv.mean(), len(rv.runs)
+		res.River, res.RiverRuns = mean(rv.runs), len(rv.runs)
 		if r := res.River["river_work_jobs_per_s"]; r > 0 {
 			res.riverWorkRatio = res.WorkTasksPerS / r
 			fmt.Fprintf(out, "river: %.0f jobs/s once started, mean of %d runs: deckhand's %.0f tasks/s is %.2fx\n",
@@ -156,6 +165,19 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	}
 	if res.NodeTasksPerS, res.SQLTasksPerS, err = nodeRuns(ctx, client, o, out, ""); err != nil {
 		return nil, err
+	}
+	if o.Workers > 1 {
+		if res.Workers, err = workerRuns(ctx, admin, server, o, rv, out); err != nil {
+			return nil, err
+		}
+	}
+	if o.Nodes > 1 && o.SQLTasks > 0 {
+		if err := checkConnections(ctx, admin, o, out); err != nil {
+			return nil, err
+		}
+		if res.Nodes, err = nodesRuns(ctx, admin, server, withDB(server, nodeDB), o, out); err != nil {
+			return nil, err
+		}
 	}
 	if o.Pgbench > 0 {
 		pgbenchDB, dropPgbench, err := scratchDB(ctx, admin, "deckhand_bench_pgbench")
@@ -193,7 +215,7 @@ func nodeRuns(ctx context.Context, client *engine.Client, o Options, out io.Writ
 	node = rate(o.Tasks, d)
 	fmt.Fprintf(out, "%snode:  %d noop tasks bound to one node in %s = %.0f tasks/s\n", label, o.Tasks, d.Round(time.Millisecond), node)
 	if o.SQLTasks > 0 {
-		d, err = runJob(ctx, client, sqlJob(o.SQLTasks))
+		d, err = runJob(ctx, client, sqlJob(o.SQLTasks, sqlNode))
 		if err != nil {
 			return 0, 0, err
 		}
@@ -290,6 +312,28 @@ func (r *Result) Line() string {
 	}
 	if r.riverWorkRatio > 0 {
 		parts = append(parts, fmt.Sprintf("river_ratio=%.2f", r.riverWorkRatio))
+	}
+	if w := r.Workers; w != nil {
+		parts = append(parts,
+			fmt.Sprintf("one_worker_tasks_per_s=%.0f", w.OneTasksPerS),
+			fmt.Sprintf("workers_tasks_per_s=%.0f", w.TasksPerS),
+			fmt.Sprintf("scale_workers_ratio=%.2f", ratio(w.TasksPerS, w.OneTasksPerS)))
+		if w.RiverClientsWorkJobsPerS > 0 {
+			parts = append(parts,
+				fmt.Sprintf("river_clients_work_jobs_per_s=%.2f", w.RiverClientsWorkJobsPerS),
+				fmt.Sprintf("workers_river_ratio=%.2f", ratio(w.TasksPerS, w.RiverClientsWorkJobsPerS)))
+		}
+	}
+	if n := r.Nodes; n != nil {
+		parts = append(parts,
+			fmt.Sprintf("one_node_sql_tasks_per_s=%.0f", n.OneNodeTasksPerS),
+			fmt.Sprintf("many_nodes_tasks_per_s=%.0f", n.TasksPerS),
+			fmt.Sprintf("many_nodes_ratio=%.2f", ratio(n.TasksPerS, n.OneNodeTasksPerS)),
+			fmt.Sprintf("one_node_sql_work_tasks_per_s=%.0f", n.OneNodeWorkTasksPerS),
+			fmt.Sprintf("many_nodes_work_tasks_per_s=%.0f", n.WorkTasksPerS),
+			fmt.Sprintf("many_nodes_submit_s=%.2f", n.SubmitS),
+			fmt.Sprintf("many_nodes_claim_p99_ms=%.1f", n.ClaimP99MS),
+			fmt.Sprintf("one_node_claim_p99_ms=%.1f", n.OneNodeClaimP99MS))
 	}
 	return strings.Join(parts, " ")
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,5 +46,39 @@ func TestBenchOnURLServer(t *testing.T) {
 	}
 	if eres.Rows != 2000 || eres.ParquetBytes <= 0 {
 		t.Errorf("bench export: %+v, want 2000 rows exported", eres)
+	}
+}
+
+// --workers 2 --nodes 5 measures one worker against two and SQL tasks on one node against
+// five, and puts the figures on the last line.
+func TestBenchScaleOut(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	var out strings.Builder
+	res, err := Run(ctx, Options{CatalogDSN: cl.DSN("postgres", pgcluster.Superuser), Tasks: 50, SQLTasks: 20,
+		Workers: 2, Concurrency: 4, NodeMax: 4, Nodes: 5}, &out)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	t.Log(out.String())
+	fields := map[string]string{}
+	for _, f := range strings.Fields(res.Line()) {
+		k, v, _ := strings.Cut(f, "=")
+		fields[k] = v
+	}
+	for _, key := range []string{"one_worker_tasks_per_s", "workers_tasks_per_s", "scale_workers_ratio",
+		"one_node_sql_tasks_per_s", "many_nodes_tasks_per_s", "many_nodes_ratio", "many_nodes_claim_p99_ms"} {
+		v, err := strconv.ParseFloat(fields[key], 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%s=%q, want a positive figure; line: %s", key, fields[key], res.Line())
+		}
+	}
+	if _, ok := fields["workers_river_ratio"]; ok {
+		t.Errorf("River was skipped, yet the line has workers_river_ratio: %s", res.Line())
+	}
+	if n := res.Nodes; n == nil || n.Nodes != 5 || n.MaxTasks != 1 {
+		t.Errorf("nodes: %+v, want 5 nodes of max_tasks 1 (8 slots of concurrency / 5)", n)
 	}
 }

@@ -32,10 +32,11 @@ func noopJob(n int, node string) *spec.Job {
 	return j
 }
 
-func sqlJob(n int) *spec.Job {
+// sqlJob is n `SELECT 1` tasks on nodes, round-robin.
+func sqlJob(n int, nodes ...string) *spec.Job {
 	j := &spec.Job{Description: fmt.Sprintf("bench: %d SELECT 1 tasks", n), Tasks: make([]spec.Task, n)}
 	for i := range j.Tasks {
-		j.Tasks[i] = spec.Task{Name: "t" + strconv.Itoa(i), Node: sqlNode, SQL: "SELECT 1"}
+		j.Tasks[i] = spec.Task{Name: "t" + strconv.Itoa(i), Node: nodes[i%len(nodes)], SQL: "SELECT 1"}
 	}
 	return j
 }
@@ -49,12 +50,20 @@ func runJob(ctx context.Context, c *engine.Client, j *spec.Job) (time.Duration, 
 // runJobSplit times a job from the start of its submission to its end, and from the moment
 // the submission committed (the work alone, as River's work-only figure counts it).
 func runJobSplit(ctx context.Context, c *engine.Client, j *spec.Job) (total, work time.Duration, err error) {
+	return runJobThen(ctx, c, j, nil)
+}
+
+// runJobThen is runJobSplit calling submitted (unless nil) once the submission committed.
+func runJobThen(ctx context.Context, c *engine.Client, j *spec.Job, submitted func()) (total, work time.Duration, err error) {
 	start := time.Now()
 	id, err := c.Submit(ctx, j)
 	if err != nil {
 		return 0, 0, err
 	}
-	submitted := time.Now()
+	committed := time.Now()
+	if submitted != nil {
+		submitted()
+	}
 	job, err := c.Wait(ctx, id, nil)
 	if err != nil {
 		return 0, 0, err
@@ -62,7 +71,7 @@ func runJobSplit(ctx context.Context, c *engine.Client, j *spec.Job) (total, wor
 	if job.State != deckhandtype.JobFinished {
 		return 0, 0, fmt.Errorf("bench job %d ended %s", id, job.State)
 	}
-	return job.FinishedAt.Sub(start), job.FinishedAt.Sub(submitted), nil
+	return job.FinishedAt.Sub(start), job.FinishedAt.Sub(committed), nil
 }
 
 // benchKind is the task kind of the throughput and latency runs: it does nothing but note, in

@@ -21,7 +21,8 @@ type river struct {
 	chain   int
 	out     io.Writer
 	cleanup func()
-	runs    []map[string]string
+	runs    []map[string]string // with one client
+	kRuns   []map[string]string // with several clients (Options.Workers)
 }
 
 // buildRiver builds the rivercmp module in dir once, so that its runs time River alone.
@@ -43,11 +44,16 @@ func buildRiver(ctx context.Context, dir, dsn string, jobs, chain int, out io.Wr
 	return &river{bin: bin, dsn: dsn, jobs: jobs, chain: chain, out: out, cleanup: func() { os.RemoveAll(tmp) }}, nil
 }
 
-// run runs River once — InsertManyFast in batches of 5,000, then timed from client.Start to
-// the last job done — and keeps its key=value summary.
-func (r *river) run(ctx context.Context, when string) error {
-	cmd := exec.CommandContext(ctx, r.bin, "--dsn", r.dsn, "--jobs", strconv.Itoa(r.jobs), "--chain", strconv.Itoa(r.chain),
-		"--insert-fast")
+// run runs River once with the given number of clients — InsertManyFast in batches of 5,000,
+// then timed from the first client.Start to the last job done — and keeps its key=value
+// summary. Runs with several clients skip the chain: they measure throughput alone.
+func (r *river) run(ctx context.Context, when string, clients int) error {
+	chain := r.chain
+	if clients > 1 {
+		chain = 0
+	}
+	cmd := exec.CommandContext(ctx, r.bin, "--dsn", r.dsn, "--jobs", strconv.Itoa(r.jobs), "--chain", strconv.Itoa(chain),
+		"--clients", strconv.Itoa(clients), "--insert-fast")
 	cmd.Stderr = r.out
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -72,14 +78,18 @@ func (r *river) run(ctx context.Context, when string) error {
 			kv[k] = v
 		}
 	}
-	r.runs = append(r.runs, kv)
+	if clients > 1 {
+		r.kRuns = append(r.kRuns, kv)
+	} else {
+		r.runs = append(r.runs, kv)
+	}
 	return nil
 }
 
 // mean averages every figure over the runs, keyed as rivercmp names them.
-func (r *river) mean() map[string]float64 {
+func mean(runs []map[string]string) map[string]float64 {
 	sums, counts := map[string]float64{}, map[string]int{}
-	for _, run := range r.runs {
+	for _, run := range runs {
 		for k, v := range run {
 			if f, err := strconv.ParseFloat(v, 64); err == nil {
 				sums[k] += f

@@ -73,18 +73,28 @@ func scratchCatalog(ctx context.Context, admin *pgx.Conn, server string, feature
 }
 
 func startWorkers(ctx context.Context, dsn string, o Options, rec *recorder) (func(), error) {
+	return startWorkersWith(ctx, dsn, o.Workers, o.Concurrency, rec, nil)
+}
+
+// startWorkersWith starts workers of the given concurrency, each with a catalog pool of its
+// own, sharing metrics m (nil: each its own).
+func startWorkersWith(ctx context.Context, dsn string, workers, concurrency int, rec *recorder, m *engine.Metrics) (func(), error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var cats []*catalog.Catalog
-	for i := range o.Workers {
+	for i := range workers {
 		cat, err := catalog.Open(ctx, dsn)
 		if err != nil {
 			cancel()
+			wg.Wait()
+			for _, c := range cats {
+				c.Close()
+			}
 			return nil, err
 		}
 		cats = append(cats, cat)
-		w := engine.NewWorker(cat, engine.Config{Name: "bench-" + strconv.Itoa(i), Concurrency: o.Concurrency,
-			Features: []engine.Feature{benchFeature(rec), export.Feature()}})
+		w := engine.NewWorker(cat, engine.Config{Name: "bench-" + strconv.Itoa(i), Concurrency: concurrency,
+			Features: []engine.Feature{benchFeature(rec), export.Feature()}, Metrics: m})
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Run(runCtx) }() //nolint:errcheck
 	}

@@ -25,10 +25,21 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
   - the hand-off latency along a chain of dependent tasks (completion to dependent start);
   - pgbench -S -c 16 on the same server, the ceiling for SQL tasks;
   - the same throughputs with many finished tasks in the catalog, an idle claim there, and the
-    submission of a chain and of a fan-out/fan-in of --submit tasks each.`,
+    submission of a chain and of a fan-out/fan-in of --submit tasks each;
+  - with --workers W above 1, the work-only noop rate of one worker of concurrency
+    W x --concurrency and of W workers of --concurrency each, on a fresh catalog per run, in
+    the order 1, W, W, 1 (each figure the mean of its two runs); with River, River with W
+    clients (sharing its 2,000 workers, a pool each) right before and after the W-worker runs;
+  - with --nodes N above 1, --sql-tasks SELECT 1 tasks on one node of max_tasks W x
+    --concurrency, then spread round-robin over N nodes of max_tasks
+    max(1, W x --concurrency / N) each (as many slots in all, or more), every node the same
+    scratch database, on a fresh catalog each, with the p99 of the workers' claim rounds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.CatalogDSN = a.catalogDSN
+			if o.Workers < 1 || o.Concurrency < 1 || o.Nodes < 0 {
+				return Usage("--workers and --concurrency must be positive, --nodes not negative")
+			}
 			if o.RiverDir == "auto" {
 				o.RiverDir = ""
 				if _, err := os.Stat("bench/rivercmp/go.mod"); err == nil {
@@ -61,9 +72,10 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
 	f.IntVar(&o.Finished, "finished", 1000000, "finished tasks preloaded for the scale runs (0 skips them)")
 	f.IntVar(&o.Submit, "submit", 100000, "tasks of each large job whose submission is timed, at scale unless --finished 0 (0 skips)")
 	f.DurationVar(&o.Pgbench, "pgbench", 10*time.Second, "how long pgbench -S runs (0 skips)")
-	f.IntVar(&o.Workers, "workers", 1, "workers")
+	f.IntVar(&o.Workers, "workers", 1, "workers (above 1: also measured against one worker of the same total concurrency)")
 	f.IntVar(&o.Concurrency, "concurrency", 1000, "concurrency of each worker")
 	f.IntVar(&o.NodeMax, "node-max-tasks", 16, "max_tasks of the node SQL tasks run on")
+	f.IntVar(&o.Nodes, "nodes", 0, "above 1: SQL tasks spread over this many nodes of max_tasks max(1, workers x concurrency / nodes), against one node of max_tasks workers x concurrency")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write deckhand's CPU profile of the whole run to this file (go tool pprof)")
 	cmd.AddCommand(a.benchExportCommand())
 	cmd.AddCommand(a.benchCleanupCommand())
