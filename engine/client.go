@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -132,92 +129,6 @@ func (c *Client) Prepare(ctx context.Context, job *spec.Job, submitter, searchPa
 		})
 	}
 	return nj, nil
-}
-
-// authorize checks that every node exists and that, on each node, the owner role exists and
-// the submitter is a member of it. Workers check membership again when they run the task.
-func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string) error {
-	var names []string
-	for _, t := range job.Tasks {
-		if t.Node != "" {
-			names = append(names, t.Node)
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	nodes, err := c.cat.NodesByName(ctx, names)
-	if err != nil {
-		return err
-	}
-	type pair struct{ node, owner string }
-	checked := map[pair]bool{}
-	conns := map[string]*pgx.Conn{}
-	defer func() {
-		for _, conn := range conns {
-			conn.Close(context.Background()) //nolint:errcheck
-		}
-	}()
-	for _, t := range job.Tasks {
-		if t.Node == "" {
-			continue
-		}
-		node, ok := nodes[t.Node]
-		if !ok {
-			return spec.Invalidf("task %q: unknown node %q (see `deckhand node list`)", t.Name, t.Node)
-		}
-		owner := t.Owner
-		if owner == "" {
-			owner = submitter
-		}
-		if checked[pair{t.Node, owner}] {
-			continue
-		}
-		conn := conns[t.Node]
-		if conn == nil {
-			if conn, err = connectToCheck(ctx, node.DSN); err != nil {
-				return fmt.Errorf("task %q: connect to node %s to check the owner: %w", t.Name, t.Node, err)
-			}
-			conns[t.Node] = conn
-		}
-		var ownerExists, submitterExists, member bool
-		err := conn.QueryRow(ctx, checkOwnerSQL, submitter, owner).Scan(&ownerExists, &submitterExists, &member)
-		if err != nil {
-			return fmt.Errorf("task %q: check owner on node %s: %w", t.Name, t.Node, err)
-		}
-		switch {
-		case !ownerExists:
-			return spec.Invalidf("task %q: owner role %q does not exist on node %s", t.Name, owner, t.Node)
-		case !submitterExists:
-			return spec.Invalidf("task %q: submitter %q is not a role on node %s, so it cannot act as %q", t.Name, submitter, t.Node, owner)
-		case !member:
-			return spec.Invalidf("task %q: submitter %q is not a member of role %q on node %s: permission denied", t.Name, submitter, owner, t.Node)
-		}
-		checked[pair{t.Node, owner}] = true
-	}
-	return nil
-}
-
-// checkOwnerSQL runs on a node as the node's registered user, where other roles may have
-// created functions and operators: every name is pg_catalog's, with exact argument types.
-const checkOwnerSQL = `
-	SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $2::pg_catalog.name),
-	       EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1::pg_catalog.name),
-	       CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1::pg_catalog.name)
-	             AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $2::pg_catalog.name)
-	            THEN pg_catalog.pg_has_role($1::pg_catalog.name, $2::pg_catalog.name, 'MEMBER'::pg_catalog.text) ELSE false END`
-
-// connectToCheck connects to a node for the submission checks, with only pg_catalog on the
-// search_path.
-func connectToCheck(ctx context.Context, dsn string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, errors.New("node conninfo cannot be parsed")
-	}
-	cfg.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return pgx.ConnectConfig(cctx, cfg)
 }
 
 // Run submits a one-task SQL job.

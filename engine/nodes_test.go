@@ -3,13 +3,16 @@ package engine_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/spec"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -81,4 +84,26 @@ func sqlState(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// A job over many nodes registered on one server checks its owners there over one
+// connection: the node's user may open only one at a time, and 300 nodes' checks pass.
+func TestSubmissionChecksEachServerOnce(t *testing.T) {
+	e := testenv.New(t)
+	db := e.AddNode("n0", 4)
+	role := "checker_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := pgtest.CreateLoginRole(ctx, e.Cluster, role, "CONNECTION LIMIT 1"); err != nil {
+		t.Fatal(err)
+	}
+	j := &spec.Job{Description: "over many nodes"}
+	for i := range 300 {
+		name := fmt.Sprintf("n%d", i+1)
+		if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: name, DSN: e.Cluster.DSN(db, role), MaxTasks: 1}); err != nil {
+			t.Fatal(err)
+		}
+		j.Tasks = append(j.Tasks, spec.Task{Name: name, Node: name, SQL: "SELECT 1"})
+	}
+	if _, err := e.Client.Submit(ctx, j); err != nil {
+		t.Fatalf("submit over 300 nodes of one server: %v", err)
+	}
 }
