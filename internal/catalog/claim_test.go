@@ -176,12 +176,17 @@ func prepareClaim(t *testing.T, conn *pgx.Conn) claimProbe {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lockArgs := pgx.StrictNamedArgs{"limit": 100, "nodes": 64, "start_node": "", "start_group": ""}
+	lockSQL, lockParams, err := lockArgs.RewriteQuery(ctx, conn, catalog.LockNodesSQL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var c claimProbe
 	for _, s := range []struct {
 		sql    string
 		params []any
 		into   *string
-	}{{catalog.LockNodesSQL, nil, &c.lock}, {sql, params, &c.claim}} {
+	}{{lockSQL, lockParams, &c.lock}, {sql, params, &c.claim}} {
 		probes++
 		stmt := fmt.Sprintf("probe_%d", probes)
 		if _, err := conn.Prepare(ctx, stmt, s.sql); err != nil {
@@ -259,6 +264,8 @@ func literal(v any) string {
 		return strconv.FormatInt(v, 10)
 	case []string:
 		return "'{" + strings.Join(v, ",") + "}'"
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
 	case []int32:
 		s := make([]string, len(v))
 		for i, n := range v {
