@@ -36,6 +36,13 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckh
 const probesOnly = `SELECT pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('enable_hashjoin', 'off', true),
 	pg_catalog.set_config('enable_mergejoin', 'off', true)`
 
+// orderedProbes keeps the claim's plans from bitmap scans, which read every entry that matches
+// before the first row comes out: a walk's step asks for the least node above the last
+// (ORDER BY ... LIMIT 1), which a bitmap scan and a sort would answer by reading every runnable
+// task above it. The claim sets it after whatever the transaction ran first (a completion keeps
+// its own plans), for its two statements.
+const orderedProbes = `SELECT pg_catalog.set_config('enable_bitmapscan', 'off', true)`
+
 // inClaimTx runs a claim transaction in one round trip: BEGIN, whatever first queues, the node
 // locks, the claim itself and COMMIT.
 func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
@@ -76,6 +83,7 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	if err != nil {
 		return nil, err
 	}
+	b.Queue(orderedProbes)
 	b.Queue(lockNodesStmt.sql, lockArgs...)
 	b.Queue(claimStmt.sql, args...).Query(func(rows pgx.Rows) error {
 		var err error

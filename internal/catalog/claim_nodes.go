@@ -206,7 +206,7 @@ func (c *Catalog) claimStart(ctx context.Context, conn *pgx.Conn) (node, group s
 	defer s.mu.Unlock()
 	if s.read.IsZero() || time.Since(s.read) > claimStartsMaxAge {
 		var nodes, groups []string
-		if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(name), '{}'), coalesce(array_agg(DISTINCT node_group), '{}')
+		if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(name ORDER BY name), '{}'), coalesce(array_agg(DISTINCT node_group ORDER BY node_group), '{}')
 			FROM deckhand.node`).Scan(&nodes, &groups); err != nil {
 			return "", "", err
 		}

@@ -98,6 +98,9 @@ func TestClaimReadsFewBuffersWhateverThePlanner(t *testing.T) {
 		if _, err := tx.Exec(ctx, catalog.ProbesOnly); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := tx.Exec(ctx, catalog.OrderedProbes); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := tx.Exec(ctx, `
 			WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('work', 'noop', 30) RETURNING id)
 			INSERT INTO deckhand.task (job_id, name, kind, node, node_group, owner, max_attempts, timeout, state)
@@ -162,6 +165,9 @@ func (c claimProbe) idle(t *testing.T, conn *pgx.Conn) (lock, claim int) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
 	if _, err := tx.Exec(ctx, catalog.ProbesOnly); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, catalog.OrderedProbes); err != nil {
 		t.Fatal(err)
 	}
 	_, lock = explainBuffers(t, conn, c.lock)
