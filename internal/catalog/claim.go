@@ -11,9 +11,9 @@ import (
 // Claim takes up to limit runnable tasks for the worker, honouring every node's max_tasks
 // and the global max_running_tasks setting. It runs as two statements in one transaction, sent
 // in one round trip: the first locks some of the nodes that have work, about as many as the
-// claim needs and never all of them (lockNodesSQL; SKIP LOCKED, so claimers of one node pass
-// to others); the second, with a fresh snapshot taken under those
-// locks, counts what runs on them and claims within their free capacity. A single statement
+// claim needs and never all of them (lockNodesSQL; SKIP LOCKED, so that claimers pass the
+// nodes others hold); the second, with a fresh snapshot taken under those locks, counts what
+// runs on them and claims within their free capacity. A single statement
 // could not do this safely: its snapshot would predate the lock and miss a concurrent claim.
 func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckhandtype.ClaimedTask, error) {
 	if limit <= 0 {
