@@ -13,16 +13,17 @@ import (
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
-// BenchmarkClaimOverManyNodes has 8 workers claim SQL tasks spread over 1,000 registered nodes
-// (4 slots each), and over one node with as many slots as the workers take at once, and
-// complete what they claim. Each iteration is one claim of up to 4 tasks and its completion;
+// BenchmarkClaimOverManyNodes has 8 workers (and one) claim SQL tasks spread over 1,000
+// registered nodes (4 slots each), and over one node with as many slots as the workers take at
+// once, and complete what they claim. Each iteration is one claim of up to 4 tasks and its completion;
 // it reports the claims' latency and the tasks claimed per second:
 //
 //	go test ./internal/catalog -run '^$' -bench ClaimOverManyNodes -benchtime 2000x
 func BenchmarkClaimOverManyNodes(b *testing.B) {
-	const workers, limit = 8, 4
-	for _, nodes := range []int{1, 1000} {
-		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+	const limit = 4
+	for _, c := range []struct{ nodes, workers int }{{1, 8}, {1000, 8}, {1, 1}, {1000, 1}} {
+		nodes, workers := c.nodes, c.workers
+		b.Run(fmt.Sprintf("nodes=%d/workers=%d", nodes, workers), func(b *testing.B) {
 			cl := pgtest.Shared(b)
 			db := pgtest.NewDatabase(b)
 			cat, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser))
