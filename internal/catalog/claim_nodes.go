@@ -106,10 +106,10 @@ const ownStep = `
 		FOR UPDATE OF n SKIP LOCKED) l ON true
 	CROSS JOIN LATERAL (SELECT CASE WHEN l.name IS NOT NULL THEN (SELECT count(*) FROM (SELECT FROM deckhand.task t
 			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = l.name AND t.kind <> 'export'
-			ORDER BY t.claim_key, t.id LIMIT least(l.max_tasks, @limit::int - w.total)) x) ELSE 0 END AS tasks,
+			ORDER BY t.claim_key, t.id LIMIT greatest(least(l.max_tasks, @limit::int - w.total), 0)) x) ELSE 0 END AS tasks,
 		CASE WHEN l.name IS NOT NULL THEN (SELECT count(*) FROM (SELECT FROM deckhand.task t
 			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = l.name AND t.kind = 'export'
-			ORDER BY t.claim_key, t.id LIMIT least(l.max_tasks, @limit::int - w.total)) x) ELSE 0 END AS coordinators
+			ORDER BY t.claim_key, t.id LIMIT greatest(least(l.max_tasks, @limit::int - w.total), 0)) x) ELSE 0 END AS coordinators
 		OFFSET 0) r
 	CROSS JOIN LATERAL (SELECT (CASE WHEN r.tasks > 0 THEN least(l.max_tasks - ` + runningOn + `, r.tasks) ELSE 0 END +
 		CASE WHEN r.coordinators > 0 THEN least(l.max_tasks - ` + coordinatingOn + `, r.coordinators) ELSE 0 END)::int AS est
@@ -125,10 +125,10 @@ const groupStep = `
 		CROSS JOIN LATERAL (SELECT l.name, l.max_tasks FROM deckhand.node l
 			WHERE l.name = m.name AND l.name <> ALL (ARRAY(SELECT node FROM own)) AND ` + runningOn + ` < l.max_tasks
 			FOR UPDATE OF l SKIP LOCKED) l
-		LIMIT @nodes::int - w.locks) l) m
+		LIMIT greatest(@nodes::int - w.locks, 0)) l) m
 	CROSS JOIN LATERAL (SELECT CASE WHEN cardinality(m.members) > 0 THEN (SELECT count(*) FROM (SELECT FROM deckhand.task t
 			WHERE t.state = 'runnable' AND t.node_group = c.node_group
-			ORDER BY t.claim_key, t.id LIMIT @limit::int - w.total) x) ELSE 0 END::int AS est OFFSET 0) e`
+			ORDER BY t.claim_key, t.id LIMIT greatest(@limit::int - w.total, 0)) x) ELSE 0 END::int AS est OFFSET 0) e`
 
 // nextOwnNode is the least node, t.node <bound>, with runnable tasks of its own: the least of
 // one probe of each of the two indexes of tasks bound to a node.
@@ -177,14 +177,17 @@ const claimStartsMaxAge = 10 * time.Second
 func (c *Catalog) claimStart(ctx context.Context, conn *pgx.Conn) (node, group string, err error) {
 	s := &c.starts
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.read.IsZero() || time.Since(s.read) > claimStartsMaxAge {
-		var nodes, groups []string
+	nodes, groups, read := s.nodes, s.groups, s.read
+	s.mu.Unlock()
+	// Read outside the lock: a slow read delays only its own claim.
+	if read.IsZero() || time.Since(read) > claimStartsMaxAge {
 		if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(name ORDER BY name), '{}'), coalesce(array_agg(DISTINCT node_group ORDER BY node_group), '{}')
 			FROM deckhand.node`).Scan(&nodes, &groups); err != nil {
 			return "", "", err
 		}
+		s.mu.Lock()
 		s.nodes, s.groups, s.read = nodes, groups, time.Now()
+		s.mu.Unlock()
 	}
 	random := c.Rand
 	if random == nil {
@@ -196,5 +199,5 @@ func (c *Catalog) claimStart(ctx context.Context, conn *pgx.Conn) (node, group s
 		}
 		return names[min(len(names)-1, int(random()*float64(len(names))))]
 	}
-	return pick(s.nodes), pick(s.groups), nil
+	return pick(nodes), pick(groups), nil
 }
