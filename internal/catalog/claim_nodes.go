@@ -30,8 +30,11 @@ const maxClaimNodes = 64
 // another claimer holds costs a step and is passed unread, so that concurrent claimers that meet
 // go on to other nodes, and a claim's cost stays bounded when most nodes are busy (a full node
 // stays locked, for nothing, until the claim commits). The estimates only choose nodes: claimSQL
-// counts again under the locks, with a snapshot taken after them. No lock is waited for, so the
-// order of locking cannot deadlock.
+// counts again under the locks, with a snapshot taken after them, and keeps every rule as it
+// did when every node with work was locked (each node's max_tasks, coordinators' slots of their
+// own, the global max_running_tasks, group members' replay positions, claim_key order within a
+// node): it only sees fewer nodes. No lock is waited for, so the order of locking cannot
+// deadlock.
 //
 // Groups with runnable group tasks are walked the same way over task_runnable_group_idx from
 // @start_group; each step locks the group's members (node_group_member_idx, 0014) that have a
