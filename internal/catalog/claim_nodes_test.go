@@ -211,6 +211,55 @@ func TestClaimReachesTheNodeThatSortsLast(t *testing.T) {
 	}
 }
 
+// Claims that each see a few of many nodes keep the global max_running_tasks and every node's
+// max_tasks together, concurrent or not.
+func TestClaimsOverManyNodesKeepTheCaps(t *testing.T) {
+	cat, _, _ := emptyCatalog(t)
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Pool.Exec(ctx, `
+		INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)
+		SELECT 'n' || lpad(g::text, 4, '0'), 'host=/nonexistent', 'n' || lpad(g::text, 4, '0'), 'primary', 3
+		FROM generate_series(1, 1000) g;
+		INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 100, 'infinity');
+		WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('work', 'sql', 5000) RETURNING id)
+		INSERT INTO deckhand.task (job_id, name, kind, node, owner, sql, max_attempts, timeout, state)
+		SELECT j.id, 't' || g, 'sql', 'n' || lpad((1 + g % 40 * 25)::text, 4, '0'), 'app', 'SELECT 1', 3, '1 hour', 'runnable'
+		FROM j, generate_series(1, 5000) g;
+		INSERT INTO deckhand.setting (name, value) VALUES ('max_running_tasks', '50')`); err != nil {
+		t.Fatal(err)
+	}
+	// 40 nodes with work, 3 slots each: 120 slots, of which the global cap allows 50.
+	claims := make(chan int, 8)
+	for range 8 {
+		go func() {
+			n := 0
+			for range 5 {
+				got, err := cat.Claim(ctx, 1, 10)
+				if err != nil {
+					t.Error(err)
+				}
+				n += len(got)
+			}
+			claims <- n
+		}()
+	}
+	total := 0
+	for range 8 {
+		total += <-claims
+	}
+	var running, busiest int
+	if err := cat.Pool.QueryRow(ctx, `SELECT count(*), max(n) FROM (SELECT count(*) OVER (PARTITION BY node) AS n FROM deckhand.task
+		WHERE state = 'running') r`).Scan(&running, &busiest); err != nil {
+		t.Fatal(err)
+	}
+	if total != 50 || running != 50 || busiest > 3 {
+		t.Errorf("claims took %d tasks, %d running, at most %d on a node: want 50 (max_running_tasks) and at most 3 a node",
+			total, running, busiest)
+	}
+}
+
 // planBuffers is the buffers an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) says its plan read.
 func planBuffers(t *testing.T, out []byte) int {
 	t.Helper()
