@@ -28,6 +28,11 @@ type Catalog struct {
 	// Now, when set, replaces the database clock in every time comparison and timestamp the
 	// catalog writes, so tests can move time without sleeping. Production leaves it nil.
 	Now func() time.Time
+	// Rand, when set, replaces math/rand/v2's Float64 in picking where claims start looking for
+	// nodes with work (claimStart), so tests can choose. It must be safe for concurrent use.
+	Rand func() float64
+
+	starts claimStarts
 }
 
 // New wraps a pool. The pool's connections must reach the catalog database.

@@ -10,9 +10,10 @@ import (
 
 // Claim takes up to limit runnable tasks for the worker, honouring every node's max_tasks
 // and the global max_running_tasks setting. It runs as two statements in one transaction, sent
-// in one round trip: the first locks the nodes that have work (SKIP LOCKED, so claimers of one
-// node queue without blocking others); the second, with a fresh snapshot taken under those
-// locks, counts what runs on them and claims within their free capacity. A single statement
+// in one round trip: the first locks some of the nodes that have work, about as many as the
+// claim needs and never all of them (lockNodesSQL; SKIP LOCKED, so that claimers pass the
+// nodes others hold); the second, with a fresh snapshot taken under those locks, counts what
+// runs on them and claims within their free capacity. A single statement
 // could not do this safely: its snapshot would predate the lock and miss a concurrent claim.
 func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckhandtype.ClaimedTask, error) {
 	if limit <= 0 {
@@ -35,6 +36,13 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckh
 const probesOnly = `SELECT pg_catalog.set_config('enable_seqscan', 'off', true), pg_catalog.set_config('enable_hashjoin', 'off', true),
 	pg_catalog.set_config('enable_mergejoin', 'off', true)`
 
+// orderedProbes keeps the claim's plans from bitmap scans, which read every entry that matches
+// before the first row comes out: a walk's step asks for the least node above the last
+// (ORDER BY ... LIMIT 1), which a bitmap scan and a sort would answer by reading every runnable
+// task above it. The claim sets it after whatever the transaction ran first (a completion keeps
+// its own plans), for its two statements.
+const orderedProbes = `SELECT pg_catalog.set_config('enable_bitmapscan', 'off', true)`
+
 // inClaimTx runs a claim transaction in one round trip: BEGIN, whatever first queues, the node
 // locks, the claim itself and COMMIT.
 func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
@@ -56,6 +64,15 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, firs
 
 func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
 	var claimed []deckhandtype.ClaimedTask
+	startNode, startGroup, err := c.claimStart(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	lockArgs, err := lockNodesStmt.args(pgx.StrictNamedArgs{"limit": limit, "nodes": min(limit, maxClaimNodes),
+		"start_node": startNode, "start_group": startGroup})
+	if err != nil {
+		return nil, err
+	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(probesOnly)
@@ -66,7 +83,8 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	if err != nil {
 		return nil, err
 	}
-	b.Queue(lockNodesSQL)
+	b.Queue(orderedProbes)
+	b.Queue(lockNodesStmt.sql, lockArgs...)
 	b.Queue(claimStmt.sql, args...).Query(func(rows pgx.Rows) error {
 		var err error
 		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.ClaimedTask])
@@ -78,47 +96,6 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	}
 	return claimed, nil
 }
-
-// lockNodesSQL looks at each node for one runnable task of its own or of its group: a probe
-// per node (LATERAL ... LIMIT 1 is never turned into a scan of every runnable task). Every
-// probe of this file orders by the key of the index it means to use and stops early: the
-// index then serves both the filter and the order, and the plan a claim runs (generic, made
-// once from whatever statistics there were) reads what it returns, whatever the planner
-// believed about how many rows would match.
-//
-// The runnable sets' indexes lead with claim_key (after the node or group): a job's submission
-// time moved earlier by a minute per point of its priority (0011_job_control.sql). Claims take
-// tasks in that order, ids breaking ties: higher priorities first, and the longer a task's job
-// has waited, the earlier its place.
-const lockNodesSQL = `
-WITH locked AS (
-	SELECT n.name, n.max_tasks FROM deckhand.node n
-	CROSS JOIN LATERAL (
-		(SELECT t.id FROM deckhand.task t
-		 WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind <> 'export'
-		 ORDER BY t.claim_key, t.id LIMIT 1)
-		UNION ALL
-		(SELECT t.id FROM deckhand.task t
-		 WHERE t.node = n.name AND t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
-		 ORDER BY t.claim_key, t.id LIMIT 1)
-		UNION ALL
-		(SELECT t.id FROM deckhand.task t
-		 WHERE t.node_group = n.node_group AND t.state = 'runnable' AND t.node_group IS NOT NULL
-		 ORDER BY t.claim_key, t.id LIMIT 1)
-		LIMIT 1) w
-	ORDER BY n.name FOR UPDATE OF n SKIP LOCKED
-), inputs AS (
-	SELECT coalesce(array_agg(name), '{}') AS nodes, coalesce(array_agg(max_tasks), '{}') AS caps,
-		coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0) AS global
-	FROM locked
-)
--- The claim reads what this statement locked from the transaction's settings: it runs in the
--- same round trip, and may count only on nodes locked before its snapshot was taken. A global
--- cap needs one serialization point, taken once the node locks are held.
-SELECT pg_catalog.set_config('deckhand.claim_nodes', nodes::text, true), pg_catalog.set_config('deckhand.claim_caps', caps::text, true),
-	pg_catalog.set_config('deckhand.claim_global', global::text, true),
-	CASE WHEN global > 0 THEN pg_catalog.pg_advisory_xact_lock(7306086::pg_catalog.int8) END
-FROM inputs`
 
 // claimSQL runs with a snapshot taken after the node (and global) locks were granted, so its
 // counts of running tasks include every earlier claimer's. Tasks that name a node take that

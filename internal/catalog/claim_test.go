@@ -98,6 +98,9 @@ func TestClaimReadsFewBuffersWhateverThePlanner(t *testing.T) {
 		if _, err := tx.Exec(ctx, catalog.ProbesOnly); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := tx.Exec(ctx, catalog.OrderedProbes); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := tx.Exec(ctx, `
 			WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('work', 'noop', 30) RETURNING id)
 			INSERT INTO deckhand.task (job_id, name, kind, node, node_group, owner, max_attempts, timeout, state)
@@ -164,6 +167,9 @@ func (c claimProbe) idle(t *testing.T, conn *pgx.Conn) (lock, claim int) {
 	if _, err := tx.Exec(ctx, catalog.ProbesOnly); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := tx.Exec(ctx, catalog.OrderedProbes); err != nil {
+		t.Fatal(err)
+	}
 	_, lock = explainBuffers(t, conn, c.lock)
 	_, claim = explainBuffers(t, conn, c.claim)
 	return lock, claim
@@ -176,12 +182,17 @@ func prepareClaim(t *testing.T, conn *pgx.Conn) claimProbe {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lockArgs := pgx.StrictNamedArgs{"limit": 100, "nodes": 64, "start_node": "", "start_group": ""}
+	lockSQL, lockParams, err := lockArgs.RewriteQuery(ctx, conn, catalog.LockNodesSQL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var c claimProbe
 	for _, s := range []struct {
 		sql    string
 		params []any
 		into   *string
-	}{{catalog.LockNodesSQL, nil, &c.lock}, {sql, params, &c.claim}} {
+	}{{lockSQL, lockParams, &c.lock}, {sql, params, &c.claim}} {
 		probes++
 		stmt := fmt.Sprintf("probe_%d", probes)
 		if _, err := conn.Prepare(ctx, stmt, s.sql); err != nil {
@@ -259,6 +270,8 @@ func literal(v any) string {
 		return strconv.FormatInt(v, 10)
 	case []string:
 		return "'{" + strings.Join(v, ",") + "}'"
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
 	case []int32:
 		s := make([]string, len(v))
 		for i, n := range v {

@@ -20,3 +20,6 @@ func CompleteArgs(results []Result) (map[string]any, error) {
 
 // ProbesOnly is what claims and completions run first in their transactions.
 const ProbesOnly = probesOnly
+
+// OrderedProbes is what claims run after ProbesOnly (and a completion) in their transactions.
+const OrderedProbes = orderedProbes
