@@ -64,12 +64,7 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, firs
 
 func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
 	var claimed []deckhandtype.ClaimedTask
-	startNode, startGroup, err := c.claimStart(ctx, conn)
-	if err != nil {
-		return nil, err
-	}
-	lockArgs, err := lockNodesStmt.args(pgx.StrictNamedArgs{"limit": limit, "nodes": min(limit, maxClaimNodes),
-		"start_node": startNode, "start_group": startGroup})
+	startNode, startGroup, manyNodes, err := c.claimStart(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -83,8 +78,21 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	if err != nil {
 		return nil, err
 	}
-	b.Queue(orderedProbes)
-	b.Queue(lockNodesStmt.sql, lockArgs...)
+	if manyNodes {
+		lockArgs, err := lockNodesStmt.args(pgx.StrictNamedArgs{"limit": limit, "nodes": min(limit, maxClaimNodes),
+			"start_node": startNode, "start_group": startGroup})
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(orderedProbes)
+		b.Queue(lockNodesStmt.sql, lockArgs...)
+	} else {
+		lockArgs, err := lockEveryNodeStmt.args(pgx.StrictNamedArgs{"start_node": startNode})
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(lockEveryNodeStmt.sql, lockArgs...)
+	}
 	b.Queue(claimStmt.sql, args...).Query(func(rows pgx.Rows) error {
 		var err error
 		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.ClaimedTask])

@@ -2,8 +2,9 @@ package catalog
 
 // The claim's statements, for the tests that read their plans.
 var (
-	LockNodesSQL = lockNodesSQL
-	ClaimSQL     = claimSQL
+	LockNodesSQL     = lockNodesSQL
+	LockEveryNodeSQL = lockEveryNodeSQL
+	ClaimSQL         = claimSQL
 )
 
 // CompleteSQL and CompleteArgs are the completion statement and its arguments.
