@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -101,28 +102,27 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 
 // SettleJobs folds the done tallies of the given jobs into their rows, or of every job that
 // has some when ids is empty, deriving their states from the complete counts: a job whose
-// last tasks were recorded on the fast path (complete.go) ends here. Jobs are locked in id
-// order, as every writer of several jobs does.
+// last tasks were recorded on the fast path (complete.go) ends here. Each job's row is updated
+// by a statement of its own, in id order: locking the row first and updating it after, in one
+// statement, made concurrent settlings deadlock on the row's versions.
 func (c *Catalog) SettleJobs(ctx context.Context, ids []int64) error {
-	var err error
 	if len(ids) == 0 {
-		_, err = c.Pool.Exec(ctx, fmt.Sprintf(settleSQL, `ARRAY(SELECT DISTINCT y.job_id FROM deckhand.job_tally y)`))
-	} else {
-		_, err = c.Pool.Exec(ctx, fmt.Sprintf(settleSQL, `$1::bigint[]`), ids)
+		if err := c.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT job_id), '{}') FROM deckhand.job_tally`).Scan(&ids); err != nil {
+			return fmt.Errorf("settle jobs: %w", err)
+		}
 	}
-	if err != nil {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	b := &pgx.Batch{}
+	for _, id := range slices.Compact(ids) {
+		// A no-op update: the job's trigger folds the tallies and derives the state.
+		b.Queue(`UPDATE deckhand.job SET tasks_done = tasks_done WHERE id = $1`, id)
+	}
+	if err := c.Pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("settle jobs: %w", err)
 	}
 	return nil
 }
-
-// settleSQL updates the jobs of an array (%s) without changing them: the job's trigger folds
-// the tallies and derives the state.
-const settleSQL = `
-	WITH target AS (
-		SELECT j.id FROM deckhand.job j WHERE j.id = ANY (%s) ORDER BY j.id FOR NO KEY UPDATE
-	)
-	UPDATE deckhand.job j SET tasks_done = j.tasks_done WHERE j.id = ANY (ARRAY(SELECT id FROM target))`
 
 // inTx sends b, a whole transaction, in one round trip on a connection of its own.
 func (c *Catalog) inTx(ctx context.Context, b *pgx.Batch) error {

@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -107,5 +108,46 @@ func TestLeaderSweepFoldsLeftoverTallies(t *testing.T) {
 	}
 	if state != "finished" || done != 2 {
 		t.Fatalf("after the sweep: job %s with %d done, want finished with 2", state, done)
+	}
+}
+
+// A settling passes a tally that a completion in flight is writing rather than waiting for
+// it: that completion settles the job itself once it commits.
+func TestSettlingDoesNotWaitForCompletionsInFlight(t *testing.T) {
+	ctx := context.Background()
+	cat, _, _ := emptyCatalog(t)
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := ct.Worker(ctx, t, cat.Pool, nil)
+	job := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{Tasks: []ct.TaskOpts{
+		{State: TaskRunning, WorkerID: w}, {State: TaskRunning, WorkerID: w}, {State: TaskRunning, WorkerID: w}}})
+	// A completion recorded on the fast path, not settled yet.
+	if _, err := cat.Pool.Exec(ctx, `
+		WITH t AS (UPDATE deckhand.task SET state = 'done', worker_id = NULL, finished_at = now() WHERE id = $1)
+		INSERT INTO deckhand.job_tally (job_id, completer, done) VALUES ($2, $3, 1)`, job.Tasks[0].ID, job.ID, w); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's next completion, not committed: it holds the worker's tally row.
+	tx, err := cat.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `INSERT INTO deckhand.job_tally AS y (job_id, completer, done) VALUES ($1, $2, 1)
+		ON CONFLICT (job_id, completer) DO UPDATE SET done = y.done + 1`, job.ID, w); err != nil {
+		t.Fatal(err)
+	}
+	quick, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := cat.SettleJobs(quick, []int64{job.ID}); err != nil {
+		t.Fatalf("settling beside a completion in flight: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var done int
+	if err := cat.Pool.QueryRow(ctx, `SELECT tasks_done FROM deckhand.jobs WHERE id = $1`, job.ID).Scan(&done); err != nil || done != 2 {
+		t.Fatalf("jobs.tasks_done = %d (%v), want 2: the tally in flight counted once it committed", done, err)
 	}
 }

@@ -18,15 +18,20 @@ CREATE TRIGGER guard_writes BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON dec
 
 -- As in 0011_job_control.sql, folding the job's tallies in first. The job's row is locked when
 -- a BEFORE UPDATE trigger runs, and the DELETE takes a snapshot of its own: it removes every
--- tally committed before the lock was granted (waiting for one being written), and a tally
--- written later makes a row of its own, folded by the next update.
+-- tally committed before the lock was granted. A tally being written (locked by a completion
+-- that has not committed) is passed rather than waited for: that completion commits later,
+-- and settles the job itself if it may have ended it. Waiting made every settling queue behind
+-- the completions in flight, and those behind it.
 CREATE OR REPLACE FUNCTION deckhand.derive_job_state() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     ended int;
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        WITH folded AS (DELETE FROM deckhand.job_tally WHERE job_id = NEW.id RETURNING done)
-        SELECT NEW.tasks_done + coalesce(pg_catalog.sum(done), 0) INTO NEW.tasks_done FROM folded;
+        WITH folded AS (
+            DELETE FROM deckhand.job_tally y WHERE y.job_id = NEW.id AND y.completer = ANY (ARRAY(
+                SELECT f.completer FROM deckhand.job_tally f WHERE f.job_id = NEW.id FOR UPDATE SKIP LOCKED))
+            RETURNING y.done)
+        SELECT NEW.tasks_done + coalesce(pg_catalog.sum(folded.done), 0) INTO NEW.tasks_done FROM folded;
     END IF;
     ended := NEW.tasks_done + NEW.tasks_failed + NEW.tasks_cancelled + NEW.tasks_unscheduled;
     IF ended >= NEW.tasks_total THEN
