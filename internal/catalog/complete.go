@@ -102,18 +102,26 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 // SettleJobs folds the done tallies of the given jobs into their rows, or of every job that
 // has some when ids is empty, deriving their states from the complete counts: a job whose
 // last tasks were recorded on the fast path (complete.go) ends here. Jobs are locked in id
-// order, as every writer of several jobs does.
+// order, as every writer of several jobs does; their tallies, though, are folded in the order
+// the rows are updated, while a completion writes its tallies in job order: the two can
+// deadlock, and the settling tries again, as a completion does.
 func (c *Catalog) SettleJobs(ctx context.Context, ids []int64) error {
-	var err error
-	if len(ids) == 0 {
-		_, err = c.Pool.Exec(ctx, fmt.Sprintf(settleSQL, `ARRAY(SELECT DISTINCT y.job_id FROM deckhand.job_tally y)`))
-	} else {
-		_, err = c.Pool.Exec(ctx, fmt.Sprintf(settleSQL, `$1::bigint[]`), ids)
+	for try := 0; ; try++ {
+		var err error
+		if len(ids) == 0 {
+			_, err = c.Pool.Exec(ctx, fmt.Sprintf(settleSQL, `ARRAY(SELECT DISTINCT y.job_id FROM deckhand.job_tally y)`))
+		} else {
+			_, err = c.Pool.Exec(ctx, fmt.Sprintf(settleSQL, `$1::bigint[]`), ids)
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40P01" && try < 5 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("settle jobs: %w", err)
+		}
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("settle jobs: %w", err)
-	}
-	return nil
 }
 
 // settleSQL updates the jobs of an array (%s) without changing them: the job's trigger folds
