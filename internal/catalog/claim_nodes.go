@@ -204,7 +204,6 @@ SELECT pg_catalog.set_config('deckhand.claim_nodes', nodes::text, true), pg_cata
 	CASE WHEN global > 0 THEN pg_catalog.pg_advisory_xact_lock(7306086::pg_catalog.int8) END
 FROM inputs`
 
-
 var lockEveryNodeStmt = mustNamed(lockEveryNodeSQL)
 
 // claimStarts holds the names of the nodes and node groups, read at most every

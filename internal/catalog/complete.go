@@ -102,9 +102,12 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 
 // SettleJobs folds the done tallies of the given jobs into their rows, or of every job that
 // has some when ids is empty, deriving their states from the complete counts: a job whose
-// last tasks were recorded on the fast path (complete.go) ends here. Each job's row is updated
-// by a statement of its own, in id order: locking the row first and updating it after, in one
-// statement, made concurrent settlings deadlock on the row's versions.
+// last tasks were recorded on the fast path (complete.go) ends here. Each job is settled in a
+// transaction of its own, in id order: a settling never holds one job's row while it waits for
+// another's (a completion writing the first job's tally could wait for it), and locking a row
+// first and updating it after, in one statement, made concurrent settlings deadlock on the
+// row's versions. A deadlock that remains possible (with a completion that moves the job on
+// the slow path) is tried again, as a completion does.
 func (c *Catalog) SettleJobs(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		if err := c.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT job_id), '{}') FROM deckhand.job_tally`).Scan(&ids); err != nil {
@@ -113,13 +116,19 @@ func (c *Catalog) SettleJobs(ctx context.Context, ids []int64) error {
 	}
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
-	b := &pgx.Batch{}
 	for _, id := range slices.Compact(ids) {
-		// A no-op update: the job's trigger folds the tallies and derives the state.
-		b.Queue(`UPDATE deckhand.job SET tasks_done = tasks_done WHERE id = $1`, id)
-	}
-	if err := c.Pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("settle jobs: %w", err)
+		for try := 0; ; try++ {
+			// A no-op update: the job's trigger folds the tallies and derives the state.
+			_, err := c.Pool.Exec(ctx, `UPDATE deckhand.job SET tasks_done = tasks_done WHERE id = $1`, id)
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "40P01" && try < 5 {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("settle job %d: %w", id, err)
+			}
+			break
+		}
 	}
 	return nil
 }
