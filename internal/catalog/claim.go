@@ -19,7 +19,7 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckh
 	if limit <= 0 {
 		return nil, nil
 	}
-	claimed, err := c.inClaimTx(ctx, workerID, limit, nil)
+	claimed, err := c.inClaimTx(ctx, workerID, limit, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -44,14 +44,14 @@ const probesOnly = `SELECT pg_catalog.set_config('enable_seqscan', 'off', true),
 const orderedProbes = `SELECT pg_catalog.set_config('enable_bitmapscan', 'off', true)`
 
 // inClaimTx runs a claim transaction in one round trip: BEGIN, whatever first queues, the node
-// locks, the claim itself and COMMIT.
-func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
+// locks, the claim itself and COMMIT, then whatever after queues.
+func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
 	conn, err := c.Pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Release()
-	claimed, err := c.claim(ctx, conn.Conn(), workerID, limit, first)
+	claimed, err := c.claim(ctx, conn.Conn(), workerID, limit, first, after)
 	if err != nil {
 		// Leave no transaction open on a pooled connection.
 		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
@@ -62,7 +62,7 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, firs
 	return claimed, nil
 }
 
-func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
+func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
 	var claimed []deckhandtype.ClaimedTask
 	startNode, startGroup, manyNodes, err := c.claimStart(ctx, conn)
 	if err != nil {
@@ -99,6 +99,9 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 		return err
 	})
 	b.Queue("COMMIT")
+	if after != nil {
+		after(b)
+	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}

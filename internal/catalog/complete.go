@@ -67,22 +67,25 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 	for try := 0; ; try++ {
 		var (
 			out     Completion
-			ending  []int64
 			claimed []deckhandtype.ClaimedTask
 			err     error
 		)
-		scan := func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable, &ending) }
+		scan := func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) }
+		// Right after the commit, in the same round trip: the jobs these results may have
+		// ended are settled if, in a snapshot taken then, all their tasks have ended.
+		settle := func(b *pgx.Batch) { b.Queue(`SELECT deckhand.settle_ended($1::bigint[])`, named["ids"]) }
 		if limit <= 0 {
 			b := &pgx.Batch{}
 			b.Queue("BEGIN")
 			b.Queue(probesOnly)
 			b.Queue(completeStmt.sql, args...).QueryRow(scan)
 			b.Queue("COMMIT")
+			settle(b)
 			err = c.inTx(ctx, b)
 		} else {
 			claimed, err = c.inClaimTx(ctx, workerID, limit, func(b *pgx.Batch) {
 				b.Queue(completeStmt.sql, args...).QueryRow(scan)
-			})
+			}, settle)
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "40P01" && try < 5 {
@@ -91,18 +94,14 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 		if err != nil {
 			return Completion{}, nil, fmt.Errorf("complete %d tasks: %w", len(results), err)
 		}
-		if len(ending) > 0 {
-			// The results are recorded whatever happens here: a settling that fails is left
-			// to the leader's (SettleJobs with no ids).
-			c.SettleJobs(ctx, ending) //nolint:errcheck
-		}
 		return out, claimed, nil
 	}
 }
 
 // SettleJobs folds the done tallies of the given jobs into their rows, or of every job that
-// has some when ids is empty, deriving their states from the complete counts: a job whose
-// last tasks were recorded on the fast path (complete.go) ends here. Each job is settled in a
+// has some when ids is empty (the leader's round), deriving their states from the complete
+// counts. Completions settle the jobs they ended with deckhand.settle_ended instead
+// (0013_job_tally.sql); this is the backstop. Each job is settled in a
 // transaction of its own, in id order: a settling never holds one job's row while it waits for
 // another's (a completion writing the first job's tally could wait for it), and locking a row
 // first and updating it after, in one statement, made concurrent settlings deadlock on the
@@ -285,24 +284,10 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	SELECT job_id, @completer::bigint, done FROM delta WHERE NOT slow AND done > 0 ORDER BY job_id
 	ON CONFLICT (job_id, completer) DO UPDATE SET done = y.done + excluded.done
 	RETURNING y.job_id
-), ending AS (
-	-- Jobs of the fast path that these results may have ended: their rows must be updated once
-	-- this commits (SettleJobs), so that their state is derived from the folded counts. This
-	-- statement cannot tell which completion is the last: it sees neither the tallies of
-	-- concurrent completions nor whether they committed. Whichever commits last, though, sees
-	-- no more tasks pending than run at once, or can be claimed and finish while it runs
-	-- (twice what live workers may run, plus a margin); every completion that sees so few asks
-	-- for the settling, and the last one's settling sees every tally. The leader folds
-	-- whatever remains, as a backstop.
-	SELECT d.job_id FROM delta d JOIN deckhand.job j ON j.id = d.job_id
-	WHERE NOT d.slow AND d.done > 0
-	  AND j.tasks_total - j.tasks_done - j.tasks_failed - j.tasks_cancelled - j.tasks_unscheduled - d.done
-	      - coalesce((SELECT sum(y.done) FROM deckhand.job_tally y WHERE y.job_id = d.job_id), 0)
-	      <= 2 * (SELECT coalesce(sum(w.concurrency), 0) FROM deckhand.worker w WHERE w.stopped_at IS NULL) + 100
 ), woken AS (
 	SELECT (SELECT count(*) FROM followed WHERE state = 'runnable')
 	     + (SELECT count(*) FROM moved WHERE state = 'runnable') AS n
 )
-SELECT (SELECT count(*) FROM moved)::int, w.n::int, ARRAY(SELECT job_id FROM ending ORDER BY job_id)
+SELECT (SELECT count(*) FROM moved)::int, w.n::int
 FROM woken w, LATERAL (SELECT CASE WHEN w.n > 0 THEN pg_notify('deckhand_runnable', @released_by::text) END) notify,
 	LATERAL (SELECT count(*) FROM counted) c, LATERAL (SELECT count(*) FROM tallied) t`

@@ -13,8 +13,9 @@ import (
 )
 
 // Two workers record the last two tasks of a job at the same time, neither seeing the other's
-// tally: whichever settles after both committed ends the job, with every task counted, and
-// readers count the tallies not folded yet.
+// tally: the one that commits first finds a task of the job still running and leaves the job
+// alone; the one that commits last ends it, with every task counted; readers count the
+// tallies not folded yet.
 func TestConcurrentLastCompletionsEndTheJob(t *testing.T) {
 	ctx := context.Background()
 	cat, _, _ := emptyCatalog(t)
@@ -26,7 +27,7 @@ func TestConcurrentLastCompletionsEndTheJob(t *testing.T) {
 		{State: TaskDone}, {State: TaskRunning, WorkerID: w1}, {State: TaskRunning, WorkerID: w2}}})
 
 	// Each completion in a transaction of its own, left open until both have run.
-	begin := func(task ct.TaskRow) (pgx.Tx, []int64) {
+	begin := func(task ct.TaskRow) pgx.Tx {
 		t.Helper()
 		args, err := catalog.CompleteArgs([]catalog.Result{{TaskID: task.ID, Token: task.Token, WorkerID: task.WorkerID, Outcome: OutcomeDone}})
 		if err != nil {
@@ -39,17 +40,20 @@ func TestConcurrentLastCompletionsEndTheJob(t *testing.T) {
 		}
 		t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck
 		var applied, runnable int
-		var ending []int64
-		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, &ending); err != nil || applied != 1 {
+		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable); err != nil || applied != 1 {
 			t.Fatalf("complete task %d: applied %d (%v)", task.ID, applied, err)
 		}
-		return tx, ending
+		return tx
 	}
-	tx1, ending1 := begin(job.Tasks[1])
-	tx2, ending2 := begin(job.Tasks[2])
-	if len(ending1) != 1 || len(ending2) != 1 {
-		t.Fatalf("the last completions asked to settle %v and %v, want the job each", ending1, ending2)
+	// What a completion runs right after its commit.
+	settleEnded := func(task ct.TaskRow) {
+		t.Helper()
+		if _, err := cat.Pool.Exec(ctx, `SELECT deckhand.settle_ended($1::bigint[])`, []int64{task.ID}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	tx1 := begin(job.Tasks[1])
+	tx2 := begin(job.Tasks[2])
 
 	jobState := func() (state string, doneInRow, doneSeen, tallies int) {
 		t.Helper()
@@ -66,19 +70,15 @@ func TestConcurrentLastCompletionsEndTheJob(t *testing.T) {
 	if state, row, seen, tallies := jobState(); state != "running" || row != 1 || seen != 2 || tallies != 1 {
 		t.Fatalf("after the first commit: job %s, %d done in its row, %d seen, %d tallies; want running, 1, 2, 1", state, row, seen, tallies)
 	}
-	// The first worker settles while the second has not committed: the job goes on.
-	if err := cat.SettleJobs(ctx, ending1); err != nil {
-		t.Fatal(err)
-	}
-	if state, row, seen, tallies := jobState(); state != "running" || row != 2 || seen != 2 || tallies != 0 {
-		t.Fatalf("after the first settling: job %s, %d done in its row, %d seen, %d tallies; want running, 2, 2, 0", state, row, seen, tallies)
+	// The first worker's settling, while the second has not committed: the job goes on, untouched.
+	settleEnded(job.Tasks[1])
+	if state, row, seen, tallies := jobState(); state != "running" || row != 1 || seen != 2 || tallies != 1 {
+		t.Fatalf("after the first settling: job %s, %d done in its row, %d seen, %d tallies; want running, 1, 2, 1", state, row, seen, tallies)
 	}
 	if err := tx2.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := cat.SettleJobs(ctx, ending2); err != nil {
-		t.Fatal(err)
-	}
+	settleEnded(job.Tasks[2])
 	if state, row, seen, tallies := jobState(); state != "finished" || row != 3 || seen != 3 || tallies != 0 {
 		t.Fatalf("after both settled: job %s, %d done in its row, %d seen, %d tallies; want finished, 3, 3, 0", state, row, seen, tallies)
 	}

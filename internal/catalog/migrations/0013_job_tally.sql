@@ -64,3 +64,34 @@ CREATE OR REPLACE VIEW deckhand.jobs WITH (security_barrier) AS
     FROM deckhand.job j
     CROSS JOIN LATERAL (SELECT coalesce(sum(t.done), 0)::int AS done FROM deckhand.job_tally t WHERE t.job_id = j.id) y
     WHERE (SELECT deckhand.sees_all()) OR deckhand.may_act_on(j.submitted_by, j.owners);
+
+-- settle_ended settles the jobs of the given tasks whose tasks have all ended, as the jobs' rows
+-- and tallies say in a snapshot taken now. A completion calls it right after its commit: the
+-- completion that commits last sees every other completion's tally, so it is the one that
+-- ends the job. Each job is updated by a statement of its own, in id order; a deadlock with a
+-- completion that moves several jobs on the slow path leaves the job to the leader's round.
+CREATE FUNCTION deckhand.settle_ended(task_ids bigint[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+-- Probes only, whatever the statistics (see probesOnly in claim.go).
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off AS $$
+DECLARE
+    ended bigint;
+BEGIN
+    FOR ended IN
+        SELECT j.id FROM deckhand.job j
+        WHERE j.id = ANY (ARRAY(SELECT DISTINCT t.job_id FROM deckhand.task t WHERE t.id = ANY (task_ids)))
+          AND j.state NOT IN ('finished', 'failed', 'cancelled')
+          AND j.tasks_total - j.tasks_done - j.tasks_failed - j.tasks_cancelled - j.tasks_unscheduled
+              - coalesce((SELECT sum(y.done) FROM deckhand.job_tally y WHERE y.job_id = j.id), 0) <= 0
+        ORDER BY j.id
+    LOOP
+        BEGIN
+            -- A no-op update: the job's trigger folds the tallies and derives the state.
+            UPDATE deckhand.job SET tasks_done = tasks_done WHERE id = ended;
+        EXCEPTION WHEN deadlock_detected THEN
+            NULL;
+        END;
+    END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION deckhand.settle_ended(bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION deckhand.settle_ended(bigint[]) TO deckhand_worker;
