@@ -80,7 +80,7 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	}
 	if manyNodes {
 		lockArgs, err := lockNodesStmt.args(pgx.StrictNamedArgs{"limit": limit, "nodes": min(limit, maxClaimNodes),
-			"start_node": startNode, "start_group": startGroup})
+			"start_node": startNode, "start_group": startGroup, "now": c.now()})
 		if err != nil {
 			return nil, err
 		}
@@ -128,11 +128,11 @@ WITH inputs AS (
 	-- parts could never run. Coordinators have slots of their own, as many as the node's, so
 	-- that exports cannot make the node hold a session each.
 	-- Counting stops at the cap: what runs beyond it changes nothing.
-	SELECT c.node, c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
+	SELECT c.node, c.rank, c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
 		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export' ORDER BY t.id LIMIT c.cap) r) AS free,
 		c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
 		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind = 'export' ORDER BY t.id LIMIT c.cap) r) AS coordinators
-	FROM inputs, unnest(inputs.nodes, inputs.caps) AS c(node, cap)
+	FROM inputs, unnest(inputs.nodes, inputs.caps) WITH ORDINALITY AS c(node, cap, rank)
 ), budget AS (
 	SELECT CASE WHEN inputs.global > 0
 		THEN least(@limit::int, inputs.global - (SELECT count(*) FROM (SELECT FROM deckhand.task t
@@ -140,24 +140,24 @@ WITH inputs AS (
 		ELSE @limit::int END AS n
 	FROM inputs
 ), anywhere AS (
-	SELECT id FROM deckhand.task
+	SELECT id, claim_key FROM deckhand.task
 	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce(@now, now())
 	ORDER BY claim_key, id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
 ), node_tasks AS (
-	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
-		SELECT t.id FROM deckhand.task t
+	SELECT p.id, cap.node, cap.rank, p.claim_key FROM cap CROSS JOIN LATERAL (
+		SELECT t.id, t.claim_key FROM deckhand.task t
 		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
 		  AND t.kind <> 'export'
 		ORDER BY t.claim_key, t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
 ), node_coordinators AS (
-	SELECT p.id, cap.node FROM cap CROSS JOIN LATERAL (
-		SELECT t.id FROM deckhand.task t
+	SELECT p.id, cap.node, cap.rank, p.claim_key FROM cap CROSS JOIN LATERAL (
+		SELECT t.id, t.claim_key FROM deckhand.task t
 		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
 		  AND t.kind = 'export'
 		ORDER BY t.claim_key, t.id LIMIT cap.coordinators FOR UPDATE SKIP LOCKED) p
 ), on_nodes AS (
-	SELECT id, node, false AS coordinator FROM node_tasks
-	UNION ALL SELECT id, node, true FROM node_coordinators
+	SELECT id, node, false AS coordinator, rank, claim_key FROM node_tasks
+	UNION ALL SELECT id, node, true, rank, claim_key FROM node_coordinators
 `
 
 const claimGroups = `), group_tasks AS (
@@ -183,14 +183,21 @@ const claimGroups = `), group_tasks AS (
 	      FROM group_tasks g JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn) a,
 	     unnest(a.ids, a.nodes) AS d(id, node)
 ), in_groups AS (
-	SELECT t.id, d.node FROM dealt d JOIN deckhand.task t ON t.id = d.id
+	SELECT t.id, d.node, t.claim_key FROM dealt d JOIN deckhand.task t ON t.id = d.id
 	FOR UPDATE OF t SKIP LOCKED
 `
 
+// claimPick takes the candidates of every set in one order, claim_key first, so that
+// priorities hold across the sets: a task that runs anywhere does not pass a node's task of a
+// higher priority, nor one that has waited longer. Among tasks of equal claim_key (one job's),
+// nodes take turns from the claim's random start (their rank in the locked nodes), so that a
+// claim that cannot take every node's share does not always serve the same nodes.
 const claimPick = `), picked AS (
-	SELECT id, NULL::text AS node FROM anywhere
-	UNION ALL SELECT id, NULL FROM on_nodes
-	UNION ALL SELECT id, node FROM in_groups
+	SELECT id, node FROM (
+		SELECT id, NULL::text AS node, 0::bigint AS rank, claim_key FROM anywhere
+		UNION ALL SELECT id, NULL, rank, claim_key FROM on_nodes
+		UNION ALL SELECT id, node, 0, claim_key FROM in_groups) c
+	ORDER BY claim_key, rank, id
 `
 
 // claimTail takes the picked tasks. It reaches them through unnest of an array, which the

@@ -24,12 +24,13 @@ const maxClaimNodes = 64
 // start before it or wrap around to it.
 //
 // Each step locks its node FOR UPDATE SKIP LOCKED and, if it got it, estimates what the node
-// could give (its free slots, as many as it has runnable tasks, for tasks and for export
-// coordinators apart, from the statement's snapshot). The walk stops once the estimates of the
-// nodes it locked cover @limit, once it holds @nodes nodes, or after 2 * @nodes steps: a node
-// another claimer holds costs a step and is passed unread, so that concurrent claimers that meet
-// go on to other nodes, and a claim's cost stays bounded when most nodes are busy (a full node
-// stays locked, for nothing, until the claim commits). The estimates only choose nodes: claimSQL
+// could give (its free slots, as many as it has tasks runnable now — not waiting out a
+// backoff —, for tasks and for export coordinators apart, from the statement's snapshot). The
+// walk stops once the estimates of the nodes it locked cover @limit, once it holds @nodes nodes
+// that can give something, or after 2 * @nodes + 8 steps: a node another claimer holds costs a
+// step and is passed unread, so that concurrent claimers that meet go on to other nodes, and a
+// claim's cost stays bounded when most nodes are busy (a full node, or one whose tasks all wait
+// out a backoff, stays locked, for nothing, until the claim commits, and the walk goes on). The estimates only choose nodes: claimSQL
 // counts again under the locks, with a snapshot taken after them, and keeps every rule as it
 // did when every node with work was locked (each node's max_tasks, coordinators' slots of their
 // own, the global max_running_tasks, group members' replay positions, claim_key order within a
@@ -57,14 +58,14 @@ var lockNodesSQL = `
 WITH RECURSIVE own_walk(node, max_tasks, est, wrapped, n, locks, total) AS (
 	SELECT NULL::text, NULL::int, 0, false, 0, 0, 0
 	UNION ALL
-	SELECT c.node, l.max_tasks, e.est, c.wrapped, w.n + 1, w.locks + (l.name IS NOT NULL)::int, w.total + e.est
+	SELECT c.node, l.max_tasks, e.est, c.wrapped, w.n + 1, w.locks + (e.est > 0)::int, w.total + e.est
 	FROM own_walk w
 	CROSS JOIN LATERAL (SELECT CASE WHEN w.n = 0 THEN ` + nextOwnNode(`>= @start_node::text`) + `
 		ELSE ` + nextOwnNode(`> w.node`) + ` END AS up OFFSET 0) u
 	-- Past the last node, around from the first.
 	CROSS JOIN LATERAL (SELECT coalesce(u.up, CASE WHEN NOT w.wrapped THEN ` + nextOwnNode(`IS NOT NULL`) + ` END) AS node,
 		w.wrapped OR u.up IS NULL AS wrapped OFFSET 0) c` + ownStep + `
-	WHERE w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int
+	WHERE w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int + 8
 		AND c.node IS NOT NULL AND NOT (c.wrapped AND c.node >= @start_node::text)
 ), own AS (
 	-- Full nodes stay locked to the end of the claim, which passes them.
@@ -78,7 +79,7 @@ WITH RECURSIVE own_walk(node, max_tasks, est, wrapped, n, locks, total) AS (
 		ELSE ` + nextGroup(`> w.node_group`) + ` END AS up OFFSET 0) u
 	CROSS JOIN LATERAL (SELECT coalesce(u.up, CASE WHEN NOT w.wrapped THEN ` + nextGroup(`IS NOT NULL`) + ` END) AS node_group,
 		w.wrapped OR u.up IS NULL AS wrapped OFFSET 0) c` + groupStep + `
-	WHERE w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int
+	WHERE w.total < @limit::int AND w.locks < @nodes::int AND w.n < 2 * @nodes::int + 8
 		AND c.node_group IS NOT NULL AND NOT (c.wrapped AND c.node_group >= @start_group::text)
 ), locked AS (
 	SELECT node AS name, max_tasks FROM own
@@ -109,9 +110,11 @@ const ownStep = `
 		FOR UPDATE OF n SKIP LOCKED) l ON true
 	CROSS JOIN LATERAL (SELECT CASE WHEN l.name IS NOT NULL THEN (SELECT count(*) FROM (SELECT FROM deckhand.task t
 			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = l.name AND t.kind <> 'export'
+			  AND t.not_before <= coalesce(@now, now())
 			ORDER BY t.claim_key, t.id LIMIT greatest(least(l.max_tasks, @limit::int - w.total), 0)) x) ELSE 0 END AS tasks,
 		CASE WHEN l.name IS NOT NULL THEN (SELECT count(*) FROM (SELECT FROM deckhand.task t
 			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = l.name AND t.kind = 'export'
+			  AND t.not_before <= coalesce(@now, now())
 			ORDER BY t.claim_key, t.id LIMIT greatest(least(l.max_tasks, @limit::int - w.total), 0)) x) ELSE 0 END AS coordinators
 		OFFSET 0) r
 	CROSS JOIN LATERAL (SELECT (CASE WHEN r.tasks > 0 THEN least(l.max_tasks - ` + runningOn + `, r.tasks) ELSE 0 END +
@@ -124,13 +127,18 @@ const ownStep = `
 const groupStep = `
 	CROSS JOIN LATERAL (SELECT coalesce(array_agg(l.name), '{}') AS members, coalesce(array_agg(l.max_tasks), '{}') AS caps FROM (
 		SELECT l.name, l.max_tasks
-		FROM (SELECT m.name FROM deckhand.node m WHERE m.node_group = c.node_group ORDER BY m.name LIMIT 2 * @nodes::int) m
+		-- A standby is a candidate once it has replayed past the group's first task (claimSQL
+		-- checks each task): lagging standbys, however many, never crowd out the rest.
+		FROM (SELECT m.name FROM deckhand.node m WHERE m.node_group = c.node_group
+			AND (m.role = 'primary' OR m.replay_lsn >= (SELECT t.min_lsn FROM deckhand.task t
+				WHERE t.state = 'runnable' AND t.node_group = c.node_group ORDER BY t.claim_key, t.id LIMIT 1))
+			ORDER BY m.name LIMIT 2 * @nodes::int + 8) m
 		CROSS JOIN LATERAL (SELECT l.name, l.max_tasks FROM deckhand.node l
 			WHERE l.name = m.name AND l.name <> ALL (ARRAY(SELECT node FROM own)) AND ` + runningOn + ` < l.max_tasks
 			FOR UPDATE OF l SKIP LOCKED) l
 		LIMIT greatest(@nodes::int - w.locks, 0)) l) m
 	CROSS JOIN LATERAL (SELECT CASE WHEN cardinality(m.members) > 0 THEN (SELECT count(*) FROM (SELECT FROM deckhand.task t
-			WHERE t.state = 'runnable' AND t.node_group = c.node_group
+			WHERE t.state = 'runnable' AND t.node_group = c.node_group AND t.not_before <= coalesce(@now, now())
 			ORDER BY t.claim_key, t.id LIMIT greatest(@limit::int - w.total, 0)) x) ELSE 0 END::int AS est OFFSET 0) e`
 
 // nextOwnNode is the least node, t.node <bound>, with runnable tasks of its own: the least of

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -59,7 +60,7 @@ func TestClaimLocksAFewOfManyNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := tx.Exec(ctx, catalog.LockNodesSQL, pgx.StrictNamedArgs{"limit": limit, "nodes": min(limit, 64),
-			"start_node": start, "start_group": start}); err != nil {
+			"start_node": start, "start_group": start, "now": (*time.Time)(nil)}); err != nil {
 			t.Fatal(err)
 		}
 		var nodes []string
@@ -142,7 +143,7 @@ func TestClaimLocksAFewOfManyNodes(t *testing.T) {
 		}
 		var out []byte
 		if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+catalog.LockNodesSQL,
-			pgx.StrictNamedArgs{"limit": 16, "nodes": 16, "start_node": "n05000", "start_group": "n05000"}).Scan(&out); err != nil {
+			pgx.StrictNamedArgs{"limit": 16, "nodes": 16, "start_node": "n05000", "start_group": "n05000", "now": (*time.Time)(nil)}).Scan(&out); err != nil {
 			t.Fatal(err)
 		}
 		if testing.Verbose() {

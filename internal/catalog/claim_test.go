@@ -185,7 +185,7 @@ func prepareClaim(t *testing.T, conn *pgx.Conn) claimProbe {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lockArgs := pgx.StrictNamedArgs{"limit": 100, "nodes": 64, "start_node": "", "start_group": ""}
+	lockArgs := pgx.StrictNamedArgs{"limit": 100, "nodes": 64, "start_node": "", "start_group": "", "now": (*time.Time)(nil)}
 	lockSQL, lockParams, err := lockArgs.RewriteQuery(ctx, conn, catalog.LockNodesSQL, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,15 +1,11 @@
-//go:build attack
-
 package catalog_test
 
 import "testing"
 
-// On a walked fleet, the walk estimates what a node could give from its runnable tasks without
-// looking at not_before: a node whose tasks all wait out a retry's backoff covers a claim's
-// limit, the walk stops there, and the claim takes nothing, though the next node with work is
-// idle. Claims that start anywhere before that node (all but one start of the 67 here) miss
-// the work after it.
-func TestAttackNodeInBackoffHidesTheNodesAfterIt(t *testing.T) {
+// On a walked fleet, a node whose tasks all wait out a retry's backoff gives the claim
+// nothing and does not end the walk: claims that start anywhere before it still reach the
+// idle node with work after it.
+func TestNodeInBackoffDoesNotHideTheNodesAfterIt(t *testing.T) {
 	cat, _, _ := emptyCatalog(t)
 	if _, err := cat.Migrate(ctx); err != nil {
 		t.Fatal(err)

@@ -1,15 +1,12 @@
-//go:build attack
-
 package catalog_test
 
 import "testing"
 
 // Claims take higher priorities first, and a job waits behind higher priorities at most the
-// difference in minutes (docs/architecture.md). The claim, though, takes tasks that run
-// anywhere before any task of a node, whatever their claim_key: a claim of one task takes a
-// priority -100 job's task that runs anywhere, submitted now, before a priority 100 job's
-// task of an idle node, submitted an hour ago. While such tasks keep coming, it waits for ever.
-func TestAttackNodeTaskWaitsBehindLowerPriorityTasksThatRunAnywhere(t *testing.T) {
+// difference in minutes (docs/architecture.md), whichever set its tasks are in: a claim of one
+// task takes a priority 100 job's task of an idle node, submitted an hour ago, before a
+// priority -100 job's task that runs anywhere, submitted now.
+func TestNodeTaskGoesBeforeLowerPriorityTasksThatRunAnywhere(t *testing.T) {
 	cat, _, _ := emptyCatalog(t)
 	if _, err := cat.Migrate(ctx); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,3 @@
-//go:build attack
-
 package catalog_test
 
 import (
@@ -10,7 +8,7 @@ import (
 // On a walked fleet, concurrent claims that take both a node's own tasks and its group's keep
 // each node's max_tasks, deal group tasks only to members past their min_lsn, and fill every
 // free slot. (No defect found: this passes.)
-func TestAttackConcurrentClaimsOfOwnAndGroupTasksKeepTheCaps(t *testing.T) {
+func TestConcurrentClaimsOfOwnAndGroupTasksOverManyNodesKeepTheCaps(t *testing.T) {
 	cat, _, _ := emptyCatalog(t)
 	if _, err := cat.Migrate(ctx); err != nil {
 		t.Fatal(err)
