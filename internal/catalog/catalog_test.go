@@ -26,6 +26,17 @@ func emptyCatalog(t *testing.T) (*catalog.Catalog, *pgcluster.Cluster, string) {
 	return cat, cl, db
 }
 
+// migratedCatalog opens a new database of the shared cluster as the superuser, with the
+// newest schema.
+func migratedCatalog(t *testing.T) *catalog.Catalog {
+	t.Helper()
+	cat, _, _ := emptyCatalog(t)
+	if _, err := cat.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return cat
+}
+
 func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
 	ctx := context.Background()
 	cat, _, _ := emptyCatalog(t)

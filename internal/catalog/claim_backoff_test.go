@@ -6,10 +6,7 @@ import "testing"
 // nothing and does not end the walk: claims that start anywhere before it still reach the
 // idle node with work after it.
 func TestNodeInBackoffDoesNotHideTheNodesAfterIt(t *testing.T) {
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {

@@ -9,10 +9,7 @@ import (
 // each node's max_tasks, deal group tasks only to members past their min_lsn, and fill every
 // free slot. (No defect found: this passes.)
 func TestConcurrentClaimsOfOwnAndGroupTasksOverManyNodesKeepTheCaps(t *testing.T) {
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	if _, err := cat.Pool.Exec(ctx, `
 		INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)
 		SELECT 'f' || lpad(g::text, 3, '0'), 'host=/nonexistent', 'f' || lpad(g::text, 3, '0'), 'primary', 2

@@ -6,10 +6,7 @@ import "testing"
 // past the group's first task are no candidates, so replicas that lag, however many sort
 // before the group's primary, never keep a claim from reaching it.
 func TestGroupTaskIsNotStarvedByLaggingReplicas(t *testing.T) {
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {

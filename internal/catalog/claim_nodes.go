@@ -89,7 +89,13 @@ WITH RECURSIVE own_walk(node, max_tasks, est, wrapped, n, locks, total) AS (
 	SELECT coalesce(array_agg(name), '{}') AS nodes, coalesce(array_agg(max_tasks), '{}') AS caps,
 		coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0) AS global
 	FROM locked
-)
+)` + lockedTail
+
+var lockNodesStmt = mustNamed(lockNodesSQL)
+
+// lockedTail ends both statements that lock nodes: inputs holds the nodes locked, their caps
+// and the global cap.
+const lockedTail = `
 -- The claim reads what this statement locked from the transaction's settings: it runs in the
 -- same round trip, and may count only on nodes locked before its snapshot was taken. A global
 -- cap needs one serialization point, taken once the node locks are held.
@@ -97,8 +103,6 @@ SELECT pg_catalog.set_config('deckhand.claim_nodes', nodes::text, true), pg_cata
 	pg_catalog.set_config('deckhand.claim_global', global::text, true),
 	CASE WHEN global > 0 THEN pg_catalog.pg_advisory_xact_lock(7306086::pg_catalog.int8) END
 FROM inputs`
-
-var lockNodesStmt = mustNamed(lockNodesSQL)
 
 // ownStep locks node c.node (l, without a row if another claimer holds it: the walk passes it
 // unread) and estimates what it could give the claim beyond w.total (e.est, 0 when it is not
@@ -203,14 +207,7 @@ WITH locked AS (
 		coalesce(array_agg(max_tasks ORDER BY name >= @start_node::text DESC, name), '{}') AS caps,
 		coalesce((SELECT value::int FROM deckhand.setting WHERE name = 'max_running_tasks'), 0) AS global
 	FROM locked
-)
--- The claim reads what this statement locked from the transaction's settings: it runs in the
--- same round trip, and may count only on nodes locked before its snapshot was taken. A global
--- cap needs one serialization point, taken once the node locks are held.
-SELECT pg_catalog.set_config('deckhand.claim_nodes', nodes::text, true), pg_catalog.set_config('deckhand.claim_caps', caps::text, true),
-	pg_catalog.set_config('deckhand.claim_global', global::text, true),
-	CASE WHEN global > 0 THEN pg_catalog.pg_advisory_xact_lock(7306086::pg_catalog.int8) END
-FROM inputs`
+)` + lockedTail
 
 var lockEveryNodeStmt = mustNamed(lockEveryNodeSQL)
 

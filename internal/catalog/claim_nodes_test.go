@@ -19,10 +19,7 @@ import (
 // members; reads as many buffers however many idle nodes there are; and a claimer that starts
 // where another holds the nodes passes on to others.
 func TestClaimLocksAFewOfManyNodes(t *testing.T) {
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
@@ -173,10 +170,7 @@ func TestClaimLocksAFewOfManyNodes(t *testing.T) {
 // A node whose name sorts last has its tasks claimed while every other node has more work
 // than claims take: claims start at a node picked at random (Catalog.Rand) and wrap around.
 func TestClaimReachesTheNodeThatSortsLast(t *testing.T) {
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	if _, err := cat.Pool.Exec(ctx, `
 		INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)
 		SELECT name, 'host=/nonexistent', name, 'primary', 2
@@ -215,10 +209,7 @@ func TestClaimReachesTheNodeThatSortsLast(t *testing.T) {
 // Claims that each see a few of many nodes keep the global max_running_tasks and every node's
 // max_tasks together, concurrent or not.
 func TestClaimsOverManyNodesKeepTheCaps(t *testing.T) {
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	if _, err := cat.Pool.Exec(ctx, `
 		INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)
 		SELECT 'n' || lpad(g::text, 4, '0'), 'host=/nonexistent', 'n' || lpad(g::text, 4, '0'), 'primary', 3

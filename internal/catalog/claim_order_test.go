@@ -7,10 +7,7 @@ import "testing"
 // task takes a priority 100 job's task of an idle node, submitted an hour ago, before a
 // priority -100 job's task that runs anywhere, submitted now.
 func TestNodeTaskGoesBeforeLowerPriorityTasksThatRunAnywhere(t *testing.T) {
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {

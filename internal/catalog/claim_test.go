@@ -299,10 +299,7 @@ func literal(v any) string {
 // joined rows whole into every locked row), and nothing spills to disk.
 func TestCompletionOfAFanOutIsOnePass(t *testing.T) {
 	const fan = 5000
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	job := catalog.NewJob{Description: "fan-out", Kind: "noop", Tasks: []catalog.NewTask{{Name: "root", Kind: "noop",
 		Owner: "app", MaxAttempts: 1, Timeout: time.Hour}}}
 	for i := range fan {

@@ -18,10 +18,7 @@ import (
 // executable by PUBLIC; every SECURITY DEFINER function pins its search_path.
 func TestCatalogPrivilegesKeepToTheTrustModel(t *testing.T) {
 	ctx := context.Background()
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	check := func(what, query string) {
 		t.Helper()
 		rows, _ := cat.Pool.Query(ctx, query)

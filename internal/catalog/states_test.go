@@ -28,10 +28,7 @@ type machines struct {
 
 func newMachines(t *testing.T) *machines {
 	t.Helper()
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	m := &machines{cat: cat, db: cat.Pool, now: time.Now(), seen: map[string]map[string]bool{}}
 	cat.Now = func() time.Time { return m.now }
 	return m

@@ -18,10 +18,7 @@ import (
 // trigger runs inside deckhand's functions, as their owner), and the counts stay exact.
 func TestSubmitterControlsAJobWithTallies(t *testing.T) {
 	ctx := context.Background()
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {

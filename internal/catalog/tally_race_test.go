@@ -15,10 +15,7 @@ import (
 // last ends the job right after its commit, however many tasks the other one held.
 func TestLastCompletionBehindABigBatchEndsTheJob(t *testing.T) {
 	ctx := context.Background()
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	w1, w2 := ct.Worker(ctx, t, cat.Pool, nil), ct.Worker(ctx, t, cat.Pool, nil) // 8 slots each: 132 is "few"
 	tasks := []ct.TaskOpts{{State: TaskRunning, WorkerID: w1}}
 	for range 200 { // finished on w2's slots while its previous batch was written

@@ -17,10 +17,7 @@ import (
 // neither waits for the other, and the counts add up once both have settled.
 func TestSettlingBesideACompletionOfTheSameJobs(t *testing.T) {
 	ctx := context.Background()
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {

@@ -18,10 +18,7 @@ import (
 // tallies not folded yet.
 func TestConcurrentLastCompletionsEndTheJob(t *testing.T) {
 	ctx := context.Background()
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	w1, w2 := ct.Worker(ctx, t, cat.Pool, nil), ct.Worker(ctx, t, cat.Pool, nil)
 	job := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{Tasks: []ct.TaskOpts{
 		{State: TaskDone}, {State: TaskRunning, WorkerID: w1}, {State: TaskRunning, WorkerID: w2}}})
@@ -87,10 +84,7 @@ func TestConcurrentLastCompletionsEndTheJob(t *testing.T) {
 // A tally that no completion settled (its settling failed) is folded by the leader's sweep.
 func TestLeaderSweepFoldsLeftoverTallies(t *testing.T) {
 	ctx := context.Background()
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	job := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{Tasks: []ct.TaskOpts{{State: TaskDone}, {State: TaskRunning}}})
 	// As a completion whose settling was lost: the task done and tallied, the job's row untouched.
 	if _, err := cat.Pool.Exec(ctx, `
@@ -115,10 +109,7 @@ func TestLeaderSweepFoldsLeftoverTallies(t *testing.T) {
 // it: that completion settles the job itself once it commits.
 func TestSettlingDoesNotWaitForCompletionsInFlight(t *testing.T) {
 	ctx := context.Background()
-	cat, _, _ := emptyCatalog(t)
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := migratedCatalog(t)
 	w := ct.Worker(ctx, t, cat.Pool, nil)
 	job := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{Tasks: []ct.TaskOpts{
 		{State: TaskRunning, WorkerID: w}, {State: TaskRunning, WorkerID: w}, {State: TaskRunning, WorkerID: w}}})
