@@ -60,6 +60,7 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 	named["now"] = c.now()
 	named["released_by"] = strconv.FormatInt(results[0].WorkerID, 10)
 	named["completer"] = results[0].WorkerID
+	named["notify_anywhere"] = limit <= 0
 	args, err := completeStmt.args(named)
 	if err != nil {
 		return Completion{}, nil, err
@@ -70,7 +71,8 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 			claimed []deckhandtype.ClaimedTask
 			err     error
 		)
-		scan := func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable) }
+		var anywhere int
+		scan := func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable, &anywhere) }
 		// Right after the commit, in the same round trip: the jobs these results may have
 		// ended are settled if, in a snapshot taken then, all their tasks have ended.
 		settle := func(b *pgx.Batch) { b.Queue(`SELECT deckhand.settle_ended($1::bigint[])`, named["ids"]) }
@@ -93,6 +95,11 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 		}
 		if err != nil {
 			return Completion{}, nil, fmt.Errorf("complete %d tasks: %w", len(results), err)
+		}
+		if limit > 0 && anywhere > 0 && len(claimed) >= limit {
+			// The claim filled its slots: what it left of the released tasks is for others.
+			// Without the wake-up they would find it at their next poll; the results stand.
+			c.Pool.Exec(ctx, `SELECT pg_catalog.pg_notify($1, $2)`, ChannelRunnable, named["released_by"]) //nolint:errcheck
 		}
 		return out, claimed, nil
 	}
@@ -215,7 +222,7 @@ WITH RECURSIVE locked AS MATERIALIZED (
 		node = CASE WHEN t.node_group IS NOT NULL AND d.new_state = 'runnable' THEN NULL ELSE t.node END
 	FROM decided d WHERE t.id = d.id
 	RETURNING t.id, t.job_id, t.runs, t.started_at, t.not_before, d.token, d.worker_id, d.outcome, d.new_state, d.err, d.finished_at,
-		t.state, t.pause
+		t.state, t.pause, t.node IS NOT NULL OR t.node_group IS NOT NULL AS bound
 ), recorded AS (
 	INSERT INTO deckhand.task_attempt (task_id, token, attempt, worker_id, outcome, started_at, finished_at,
 		sqlstate, message, detail, hint)
@@ -257,7 +264,7 @@ WITH RECURSIVE locked AS MATERIALIZED (
 		pending_deps = CASE WHEN d.doomed THEN t.pending_deps ELSE t.pending_deps - d.n END,
 		finished_at = CASE WHEN d.doomed THEN coalesce(@now, now()) END
 	FROM dependents d WHERE t.id = d.id
-	RETURNING t.id, t.job_id, t.state
+	RETURNING t.id, t.job_id, t.state, t.node IS NOT NULL OR t.node_group IS NOT NULL AS bound
 ), delta AS (
 	-- A job takes the slow path, through its own row, when its counters other than done change
 	-- or it is being paused (its tasks carry the pause, as locked above): those are rare. The
@@ -285,9 +292,15 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	ON CONFLICT (job_id, completer) DO UPDATE SET done = y.done + excluded.done
 	RETURNING y.job_id
 ), woken AS (
-	SELECT (SELECT count(*) FROM followed WHERE state = 'runnable')
-	     + (SELECT count(*) FROM moved WHERE state = 'runnable') AS n
+	SELECT count(*) FILTER (WHERE NOT bound) AS anywhere, count(*) FILTER (WHERE bound) AS bound
+	FROM (SELECT bound FROM followed WHERE state = 'runnable' UNION ALL SELECT bound FROM moved WHERE state = 'runnable') r
 )
-SELECT (SELECT count(*) FROM moved)::int, w.n::int
-FROM woken w, LATERAL (SELECT CASE WHEN w.n > 0 THEN pg_notify('deckhand_runnable', @released_by::text) END) notify,
+-- Other workers are woken for tasks bound to a node or group (a claim in this transaction may
+-- have passed their node, locked by another claimer that cannot see them yet), and for tasks
+-- that run anywhere unless this transaction claims too (notify_anywhere false): its claim sees
+-- them, holds their rows, and takes them unless it fills its slots, when the caller wakes the
+-- others (CompleteAndClaim).
+SELECT (SELECT count(*) FROM moved)::int, (w.anywhere + w.bound)::int, w.anywhere::int
+FROM woken w, LATERAL (SELECT CASE WHEN w.bound > 0 OR (w.anywhere > 0 AND @notify_anywhere::bool)
+	THEN pg_notify('deckhand_runnable', @released_by::text) END) notify,
 	LATERAL (SELECT count(*) FROM counted) c, LATERAL (SELECT count(*) FROM tallied) t`

@@ -15,7 +15,7 @@ func CompleteArgs(results []Result) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	args["now"], args["released_by"], args["completer"] = nil, "0", int64(0)
+	args["now"], args["released_by"], args["completer"], args["notify_anywhere"] = nil, "0", int64(0), true
 	return args, nil
 }
 

@@ -36,7 +36,7 @@ func TestLastCompletionBehindABigBatchEndsTheJob(t *testing.T) {
 		}
 		t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck
 		var applied, runnable int
-		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable); err != nil || applied != len(results) {
+		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, new(int)); err != nil || applied != len(results) {
 			t.Fatalf("complete %d tasks: applied %d (%v)", len(results), applied, err)
 		}
 		return tx

@@ -52,7 +52,7 @@ func TestSettlingBesideACompletionOfTheSameJobs(t *testing.T) {
 		}
 		args["completer"], args["released_by"] = w, "0"
 		var applied, runnable int
-		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable); err != nil || applied != 1 {
+		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, new(int)); err != nil || applied != 1 {
 			t.Fatalf("complete task %d: applied %d (%v)", task.ID, applied, err)
 		}
 	}

@@ -37,7 +37,7 @@ func TestConcurrentLastCompletionsEndTheJob(t *testing.T) {
 		}
 		t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck
 		var applied, runnable int
-		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable); err != nil || applied != 1 {
+		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, new(int)); err != nil || applied != 1 {
 			t.Fatalf("complete task %d: applied %d (%v)", task.ID, applied, err)
 		}
 		return tx
