@@ -25,20 +25,12 @@ func TestLastCompletionBehindABigBatchEndsTheJob(t *testing.T) {
 
 	begin := func(results []catalog.Result) pgx.Tx {
 		t.Helper()
-		args, err := catalog.CompleteArgs(results)
-		if err != nil {
-			t.Fatal(err)
-		}
-		args["completer"], args["released_by"], args["now"] = results[0].WorkerID, "0", nil
 		tx, err := cat.Pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck
-		var applied, runnable int
-		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, new(int)); err != nil || applied != len(results) {
-			t.Fatalf("complete %d tasks: applied %d (%v)", len(results), applied, err)
-		}
+		completeIn(t, tx, results)
 		return tx
 	}
 	settleEnded := func(results []catalog.Result) {

@@ -46,15 +46,7 @@ func TestSettlingBesideACompletionOfTheSameJobs(t *testing.T) {
 	// first job's, then the second's.
 	complete := func(tx pgx.Tx, task ct.TaskRow) {
 		t.Helper()
-		args, err := catalog.CompleteArgs([]catalog.Result{{TaskID: task.ID, Token: task.Token, WorkerID: w, Outcome: OutcomeDone}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		args["completer"], args["released_by"] = w, "0"
-		var applied, runnable int
-		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, new(int)); err != nil || applied != 1 {
-			t.Fatalf("complete task %d: applied %d (%v)", task.ID, applied, err)
-		}
+		completeIn(t, tx, []catalog.Result{{TaskID: task.ID, Token: task.Token, WorkerID: w, Outcome: OutcomeDone}})
 	}
 	tx, err := cat.Pool.Begin(ctx)
 	if err != nil {

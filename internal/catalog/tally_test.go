@@ -26,20 +26,12 @@ func TestConcurrentLastCompletionsEndTheJob(t *testing.T) {
 	// Each completion in a transaction of its own, left open until both have run.
 	begin := func(task ct.TaskRow) pgx.Tx {
 		t.Helper()
-		args, err := catalog.CompleteArgs([]catalog.Result{{TaskID: task.ID, Token: task.Token, WorkerID: task.WorkerID, Outcome: OutcomeDone}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		args["completer"], args["released_by"] = task.WorkerID, "0"
 		tx, err := cat.Pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck
-		var applied, runnable int
-		if err := tx.QueryRow(ctx, catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, new(int)); err != nil || applied != 1 {
-			t.Fatalf("complete task %d: applied %d (%v)", task.ID, applied, err)
-		}
+		completeIn(t, tx, []catalog.Result{{TaskID: task.ID, Token: task.Token, WorkerID: task.WorkerID, Outcome: OutcomeDone}})
 		return tx
 	}
 	// What a completion runs right after its commit.
@@ -140,5 +132,20 @@ func TestSettlingDoesNotWaitForCompletionsInFlight(t *testing.T) {
 	var done int
 	if err := cat.Pool.QueryRow(ctx, `SELECT tasks_done FROM deckhand.jobs WHERE id = $1`, job.ID).Scan(&done); err != nil || done != 2 {
 		t.Fatalf("jobs.tasks_done = %d (%v), want 2: the tally in flight counted once it committed", done, err)
+	}
+}
+
+// completeIn runs the completion statement for results in tx, as CompleteAndClaim does, the
+// first result's worker recording them, and fails the test unless every result applies.
+func completeIn(t *testing.T, tx pgx.Tx, results []catalog.Result) {
+	t.Helper()
+	args, err := catalog.CompleteArgs(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args["completer"] = results[0].WorkerID
+	var applied, runnable int
+	if err := tx.QueryRow(context.Background(), catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, new(int)); err != nil || applied != len(results) {
+		t.Fatalf("complete %d tasks: applied %d (%v)", len(results), applied, err)
 	}
 }
