@@ -31,14 +31,14 @@ func Refused(err error) bool { return errors.Is(err, ErrRefused) }
 
 // OwnerConn acquires a pooled session on the node connected as o.Role and checks, on the node
 // itself, that o.Submitter is a member of that role. Only a session that passed the check is
-// returned, reset to how it started (search_path SafeSearchPath); the caller hands it back
-// with Release.
+// returned, as it started (search_path SafeSearchPath): the pool resets every session handed
+// back (resetSession). The caller hands it back with Release.
 func (p *Pools) OwnerConn(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
 	return p.acquire(ctx, o, nil)
 }
 
 // acquire is OwnerConn; then queues statements that run in the same round trip, after the
-// reset and the check (the session set-up of an attempt). They run whatever the check finds,
+// check (the session set-up of an attempt). They run whatever the check finds,
 // so they must do nothing that matters before the caller has seen its result: set up, not act.
 func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch)) (*pgxpool.Conn, error) {
 	if o.Role == "" || o.Submitter == "" {
@@ -53,9 +53,6 @@ func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch)) (*p
 		return nil, connectError(o, err)
 	}
 	b := &pgx.Batch{}
-	for _, stmt := range resetStatements {
-		b.Queue(stmt)
-	}
 	var sessionUser string
 	var member bool
 	b.Queue(verifyOwnerSQL, o.Submitter).QueryRow(func(row pgx.Row) error { return row.Scan(&sessionUser, &member) })
@@ -73,24 +70,6 @@ func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch)) (*p
 		return nil, ownerError(o, err)
 	}
 	return conn, nil
-}
-
-// resetStatements put a pooled session back to how it started, whatever the last attempt left
-// in it: settings (the search_path returns to its startup value, SafeSearchPath), cursors,
-// listens, advisory locks, cached plans, sequences' state, temporary tables, prepared
-// statements. They run at the start of every use, in the round trip of the owner check,
-// rather than in a round trip of their own when the session is handed back. (DISCARD ALL would
-// do the same, but PostgreSQL refuses it inside the implicit transaction of a pipeline.)
-var resetStatements = []string{
-	"SET SESSION AUTHORIZATION DEFAULT",
-	"RESET ALL",
-	"CLOSE ALL",
-	"UNLISTEN *",
-	"SELECT pg_catalog.pg_advisory_unlock_all()",
-	"DISCARD PLANS",
-	"DISCARD SEQUENCES",
-	"DISCARD TEMP",
-	"DEALLOCATE ALL",
 }
 
 // connectError says why a session as o.Role could not be opened. A refused login cannot get

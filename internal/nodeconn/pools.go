@@ -73,6 +73,7 @@ func (p *Pools) get(ctx context.Context, dsn, user string) (*pgxpool.Pool, error
 	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, CancelRequestDelay: 0, DeadlineDelay: 5 * time.Second}
 	}
+	cfg.AfterRelease = resetSession
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -91,9 +92,9 @@ func (p *Pools) Close() {
 	}
 }
 
-// Release hands a session back to its pool; the next use resets what the task left in it
-// (settings, temporary tables, locks, prepared statements) before anything else runs. A
-// session left inside a transaction, broken, or whose context ended is closed instead.
+// Release hands a session back to its pool, which resets it (resetSession) before another use
+// may take it. A session left inside a transaction, broken, or whose context ended is closed
+// instead.
 func Release(ctx context.Context, conn *pgxpool.Conn) {
 	c := conn.Conn()
 	if c.PgConn().TxStatus() != 'I' || c.IsClosed() || ctx.Err() != nil {
@@ -101,3 +102,20 @@ func Release(ctx context.Context, conn *pgxpool.Conn) {
 	}
 	conn.Release()
 }
+
+// resetSession puts a session handed back to its pool back to how it started, whatever the
+// last attempt left in it: settings (the search_path returns to its startup value,
+// SafeSearchPath), session authorization, cursors, listens, advisory locks, cached plans,
+// sequences' state, temporary tables, prepared statements. The pool runs it on its own, after
+// the release, so no attempt waits for it; a session it fails on is closed, never handed out.
+// DISCARD ALL goes alone in a simple query: PostgreSQL refuses it in a transaction block,
+// implicit ones included, and its effects (UNLISTEN among them) are in force when it returns.
+func resetSession(conn *pgx.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
+	defer cancel()
+	_, err := conn.PgConn().Exec(ctx, "DISCARD ALL").ReadAll()
+	return err == nil && conn.PgConn().TxStatus() == 'I'
+}
+
+// resetTimeout bounds a reset; a session that cannot be reset in that time is closed.
+const resetTimeout = 10 * time.Second
