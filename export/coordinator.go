@@ -403,8 +403,10 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 func endSession(ctx context.Context, conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTimeout)
 	defer cancel()
-	conn.Exec(ctx, "ROLLBACK") //nolint:errcheck // none open (committed, or the session is lost): nothing to do
-	conn.Close(ctx)            //nolint:errcheck
+	if conn.PgConn().TxStatus() != 'I' {
+		conn.Exec(ctx, "ROLLBACK") //nolint:errcheck // a lost session's transaction ends with it
+	}
+	conn.Close(ctx) //nolint:errcheck
 }
 
 func deletePrefix(ctx context.Context, bucket *blob.Bucket, prefix string) {
