@@ -50,7 +50,7 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
+	defer endSession(ctx, conn)
 	rel, err := c.relation(ctx, conn, t, e)
 	if err != nil {
 		return err
@@ -127,7 +127,7 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 		return err
 	}
 
-	if err := c.waitForParts(ctx, conn, e, epoch, lsn); err != nil {
+	if err := c.waitForParts(ctx, conn, t, e, epoch, lsn); err != nil {
 		return err
 	}
 	return c.commit(ctx, conn, t, e, epoch, lsn, pages, cols, ours)
@@ -234,7 +234,14 @@ func planParts(pages, partSize int64) []catalog.ExportPart {
 // also watches the lock session — losing it means losing the consistency point — and the
 // group's standbys: each is recorded as eligible as soon as it has replayed past the point,
 // rather than at the leader's next probe.
-func (c Coordinator) waitForParts(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export, epoch int, lsn string) error {
+//
+// Once the job is being paused and none of its parts runs any more, the coordinator has its
+// attempt released, as a pause --now would: waiting on paused parts, it would only hold the
+// lock, and so the partition's writers, until the resume. The lock goes with the attempt;
+// after the resume the next attempt takes a new consistency point (epoch + 1) and every part
+// is read again, as after a lost coordinator.
+func (c Coordinator) waitForParts(ctx context.Context, conn *pgx.Conn, t *deckhandtype.ClaimedTask, e *deckhandtype.Export,
+	epoch int, lsn string) error {
 	poll := c.Poll
 	if poll <= 0 {
 		poll = 100 * time.Millisecond
@@ -249,7 +256,7 @@ func (c Coordinator) waitForParts(ctx context.Context, conn *pgx.Conn, e *deckha
 	}
 	var lastPing time.Time
 	for {
-		done, failed, total, err := c.Catalog.ExportProgress(ctx, e.ID, epoch)
+		done, failed, paused, total, err := c.Catalog.ExportProgress(ctx, e.ID, epoch)
 		if err != nil {
 			return err
 		}
@@ -258,6 +265,13 @@ func (c Coordinator) waitForParts(ctx context.Context, conn *pgx.Conn, e *deckha
 		}
 		if done == total {
 			return nil
+		}
+		// Parts are paused only while the job is: the catalog marks this attempt for release
+		// once no part runs, and its worker then cancels it (ctx) with the pause as the cause.
+		if paused > 0 {
+			if _, err := c.Catalog.ReleaseWhilePaused(ctx, t.ID, t.Token); err != nil {
+				return err
+			}
 		}
 		behind = c.watchReplay(ctx, behind, point)
 		if time.Since(lastPing) > 5*time.Second {
@@ -380,6 +394,19 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 		deletePrefix(ctx, bucket, fmt.Sprintf("export-%d/epoch-%d/", e.ID, old))
 	}
 	return nil
+}
+
+// endSession rolls back the session's transaction, if one is open, before closing it: the
+// server acknowledges the rollback once the lock is gone, so the lock never outlives the
+// attempt's result (a job recorded paused or failed no longer holds back the partition's
+// writers), which closing alone does not promise.
+func endSession(ctx context.Context, conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTimeout)
+	defer cancel()
+	if conn.PgConn().TxStatus() != 'I' {
+		conn.Exec(ctx, "ROLLBACK") //nolint:errcheck // a lost session's transaction ends with it
+	}
+	conn.Close(ctx) //nolint:errcheck
 }
 
 func deletePrefix(ctx context.Context, bucket *blob.Bucket, prefix string) {

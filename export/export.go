@@ -20,6 +20,11 @@
 // consistency point under a new epoch and every part is read again; parts of the old epoch are
 // cancelled and never listed. An export is never committed as a mix of two states.
 //
+// A paused export holds no lock. Once its job is being paused and none of its parts runs, the
+// coordinator has its attempt released, as `job pause --now` releases it at once (uncharged),
+// and the lock goes with its session: the job is paused, the partition's writers go on. After
+// the resume its next attempt takes a new consistency point, as after a lost coordinator.
+//
 // Failed or cancelled exports leave no files: the coordinator registers the export's
 // directory with the cleaner (policy on_failure) before any file is written.
 package export

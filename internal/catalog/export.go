@@ -297,18 +297,20 @@ func (c *Catalog) RecordExportPart(ctx context.Context, exportID int64, epoch, p
 	return nil
 }
 
-// ExportProgress counts the parts of an epoch: done, ended without success, and in all.
-func (c *Catalog) ExportProgress(ctx context.Context, exportID int64, epoch int) (done, failed, total int, err error) {
+// ExportProgress counts the parts of an epoch: done, ended without success, paused (their job
+// is being paused), and in all.
+func (c *Catalog) ExportProgress(ctx context.Context, exportID int64, epoch int) (done, failed, paused, total int, err error) {
 	err = c.Pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE p.finished_at IS NOT NULL AND t.state = 'done'),
 		       count(*) FILTER (WHERE t.state IN ('failed', 'cancelled', 'unscheduled')),
+		       count(*) FILTER (WHERE t.state = 'paused'),
 		       count(*)
 		FROM deckhand.export_part p JOIN deckhand.task t ON t.id = p.task_id
-		WHERE p.export_id = $1 AND p.epoch = $2`, exportID, epoch).Scan(&done, &failed, &total)
+		WHERE p.export_id = $1 AND p.epoch = $2`, exportID, epoch).Scan(&done, &failed, &paused, &total)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("export %d progress: %w", exportID, err)
+		return 0, 0, 0, 0, fmt.Errorf("export %d progress: %w", exportID, err)
 	}
-	return done, failed, total, nil
+	return done, failed, paused, total, nil
 }
 
 // ExportParts lists the parts of an epoch (0: the current one).

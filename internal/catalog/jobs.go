@@ -396,6 +396,27 @@ func (c *Catalog) ResumeJob(ctx context.Context, id int64) (deckhandtype.JobStat
 	return state, nil
 }
 
+// ReleaseWhilePaused releases a running task whose job is being paused, once no other task
+// of its job runs, as a pause "now" would: its pause becomes "now", and its worker, told
+// through deckhand_cancel, cancels it and records the attempt released (uncharged; the task
+// is then paused, and runs again after the resume). It is for a task that only waits on its
+// job's other tasks (an export's coordinator, on its parts): once they are paused it could
+// only hold on to what it holds until the resume, and its job would stay pausing. It reports
+// whether it marked the task. Guarded by the attempt token and the pause mode: after a resume,
+// or from an attempt that is over, it does nothing.
+func (c *Catalog) ReleaseWhilePaused(ctx context.Context, taskID, token int64) (bool, error) {
+	tag, err := c.Pool.Exec(ctx, `
+		UPDATE deckhand.task t SET pause = 'now'
+		WHERE t.id = $1 AND t.attempt_token = $2 AND t.state = 'running' AND t.pause = 'wait'
+		  AND NOT EXISTS (SELECT 1 FROM deckhand.task o
+		                  WHERE o.job_id = t.job_id AND o.id <> t.id AND o.state IN ('running', 'cancelling'))
+		RETURNING pg_notify($3, '')`, taskID, token, ChannelCancel)
+	if err != nil {
+		return false, fmt.Errorf("release task %d of its paused job: %w", taskID, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
 // RetryJob re-runs the failed, unscheduled and cancelled tasks of a failed or cancelled job,
 // with their attempt counters reset. Tasks that finished are not run again. The caller must
 // be allowed to act on the job, as for CancelJob.

@@ -35,6 +35,9 @@ import . "github.com/deckhandhq/deckhand/deckhandtype" //nolint:revive // the st
 // statements that would make it runnable make it paused instead; running tasks are not moved
 // by a pause: they finish, or with "now" their workers cancel and release them, uncharged.
 // Paused tasks are not in the runnable sets, so claims skip them through the same indexes.
+// A running task that only waits on its job's other tasks (an export's coordinator) turns its
+// own pause "wait" into "now" once none of them runs (ReleaseWhilePaused, which moves no
+// state): it is then released like the others, rather than holding on until the resume.
 //
 // blocked and runnable tasks are cancelled at once; running ones pass through cancelling while
 // their backend is cancelled on the target. A task that completes successfully while

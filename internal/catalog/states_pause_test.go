@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ func TestPauseStatementsFollowTheStateMachines(t *testing.T) {
 	m := newMachines(t)
 	t.Run("PauseJob", m.pauseJob)
 	t.Run("ResumeJob", m.resumeJob)
+	t.Run("ReleaseWhilePaused", m.releaseWhilePaused)
 }
 
 // everyTaskState is a job with a task in every state a job that has not ended may hold.
@@ -72,6 +74,64 @@ func (m *machines) resumeJob(t *testing.T) {
 		{"pausing, a task failed", ct.JobOpts{Pause: "wait", Tasks: []ct.TaskOpts{{State: TaskFailed}, {State: TaskRunning}}}},
 	} {
 		s.run(j.name, func(c *step) { c.do(resume(ct.Job(ctx, t, m.db, &j.opts).ID)) })
+	}
+	s.promised()
+}
+
+// releaseWhilePaused marks a running task of a job paused with "wait" for release once no
+// other task of the job runs, and nothing else: it moves no state, and its worker's next look
+// at its stops releases it, which pauses it and the job.
+func (m *machines) releaseWhilePaused(t *testing.T) {
+	s := m.statement(t, "ReleaseWhilePaused")
+	for _, c := range []struct {
+		name  string
+		opts  ct.JobOpts
+		stale bool
+		want  bool
+	}{
+		{"pausing, the others paused", ct.JobOpts{Pause: "wait", Tasks: []ct.TaskOpts{{Name: "x", State: TaskRunning},
+			{State: TaskDone}, {State: TaskPaused}}}, false, true},
+		{"pausing, another still running", ct.JobOpts{Pause: "wait", Tasks: []ct.TaskOpts{{Name: "x", State: TaskRunning},
+			{State: TaskRunning}, {State: TaskPaused}}}, false, false},
+		{"pausing, by an attempt that is over", ct.JobOpts{Pause: "wait", Tasks: []ct.TaskOpts{{Name: "x", State: TaskRunning},
+			{State: TaskPaused}}}, true, false},
+		{"paused now already", ct.JobOpts{Pause: "now", Tasks: []ct.TaskOpts{{Name: "x", State: TaskRunning},
+			{State: TaskPaused}}}, false, false},
+		{"not paused", ct.JobOpts{Tasks: []ct.TaskOpts{{Name: "x", State: TaskRunning}, {State: TaskRunnable}}}, false, false},
+	} {
+		s.run(c.name, func(st *step) {
+			job := ct.Job(ctx, t, m.db, &c.opts)
+			x := job.Task("x")
+			token := x.Token
+			if c.stale {
+				token--
+			}
+			var released bool
+			st.do(func() error {
+				var err error
+				released, err = m.cat.ReleaseWhilePaused(ctx, x.ID, token)
+				return err
+			})
+			stops, err := m.cat.StoppingTasks(ctx, x.WorkerID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if released != c.want || slices.Contains(stops.Release, x.ID) != (c.want || c.opts.Pause == "now") {
+				t.Errorf("%s: released %v, the worker's stops %+v; want released %v", c.name, released, stops, c.want)
+			}
+			if !c.want {
+				return
+			}
+			after := st.check("Complete", func() error {
+				_, err := m.cat.Complete(ctx, []catalog.Result{{TaskID: x.ID, Token: x.Token, WorkerID: x.WorkerID,
+					Outcome: OutcomeReleased}})
+				return err
+			})
+			if after.Tasks[x.ID].State != TaskPaused || after.Jobs[job.ID].State != JobPaused {
+				t.Errorf("%s: once released the task is %s, its job %s; want both paused", c.name,
+					after.Tasks[x.ID].State, after.Jobs[job.ID].State)
+			}
+		})
 	}
 	s.promised()
 }
