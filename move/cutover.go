@@ -18,14 +18,20 @@ import (
 
 // The cut-overs an attempt tries before it gives up (retryably) — a source whose tables are
 // never free for long enough, or a target that never catches up within the budget — and the
-// pause between two: it starts short and doubles, so that a busy moment passes, up to a few
+// pause between two: it starts short and doubles, so that a busy moment passes, up to four
+// times the budget (writers get at least that between two blocks) but no more than a few
 // seconds, so that a node slow for a while (a load peak) does not push every later try
-// minutes away. Each try blocks writers for at most the budget, and they go on between two.
+// minutes away. Each try blocks writers for at most the budget, however many there are.
 const (
 	maxCutOverTries     = 30
 	firstCutOverBackoff = 200 * time.Millisecond
 	cutOverBackoffCap   = 5 * time.Second
 )
+
+// backoffCap is the longest pause between two tries of a cut-over with budget.
+func backoffCap(budget time.Duration) time.Duration {
+	return min(cutOverBackoffCap, max(time.Second, 4*budget))
+}
 
 // cutOver is the last step of a move: with writes to the source blocked (EXCLUSIVE locks on
 // all its tables; reads go on) for at most budget, the target catches up to the source's WAL
@@ -84,7 +90,7 @@ func (c *cutOver) run(ctx context.Context) (time.Duration, error) {
 		if err := c.sleep(ctx, backoff+rand.N(backoff/2+1)); err != nil {
 			return 0, err
 		}
-		backoff = min(2*backoff, cutOverBackoffCap)
+		backoff = min(2*backoff, backoffCap(c.budget))
 	}
 	return 0, fmt.Errorf("gave up the cut-over after %d tries: %w", tries, last)
 }

@@ -48,14 +48,14 @@ func (m Mover) heldElsewhere(ctx context.Context, p Payload) error {
 	held := map[string][]string{} // what each other group holds, by group
 	var where []string            // "g3 (node n3)", once per group
 	for _, n := range nodes {
-		if n.Group == p.From || n.Group == p.To || (primaries[n.Group] && n.Role != "primary") {
+		if n.Group == p.From || n.Group == p.To || (primaries[n.Group] && n.Role != "primary") || held[n.Group] != nil {
 			continue
 		}
 		found, err := nodeconn.Held(ctx, m.Cleaner.Pools, n.DSN, names)
 		if err != nil {
 			return fmt.Errorf("check whether group %s (node %s) holds %s too: %w", n.Group, n.Name, p.What(), err)
 		}
-		if len(found) == 0 || held[n.Group] != nil {
+		if len(found) == 0 {
 			continue
 		}
 		for _, f := range found {
