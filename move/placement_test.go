@@ -165,3 +165,40 @@ func TestFailedMoveLeavesNoPlacement(t *testing.T) {
 		t.Errorf("deckhand placements lists fresh, which no move placed:\n%s", text)
 	}
 }
+
+// A schema of the moved name created on another group while the move runs is found by the
+// check after the cut-over, before the switch: the move fails instead of placing the name,
+// places nothing, and its failure puts the source back (writable) and removes the target's
+// copy.
+func TestMoveFailsWhenTheNameAppearsElsewhereDuringIt(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, `CREATE SCHEMA app; CREATE TABLE app.t (id int PRIMARY KEY); INSERT INTO app.t SELECT generate_series(1, 100)`)
+	other := testenv.Database(t, e.NodeCluster, "other")
+	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "other", DSN: e.Proxy.DSN(other, pgcluster.Superuser), Group: "g3", MaxTasks: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	e.worker(move.Mover{AfterStep: func(_ context.Context, step string) error {
+		if step == move.StepCutOver {
+			once.Do(func() { e.NodeExec(other, `CREATE SCHEMA app`) })
+		}
+		return nil
+	}})
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	job := e.Wait(id, 2*time.Minute)
+	if msg := e.lastError(id); job.State != deckhandtype.JobFailed || !strings.Contains(msg, "schema app also exists on group g3 (node other)") {
+		t.Fatalf("job %s (%s), want failed: app now exists on g3", job.State, msg)
+	}
+	if placed, moving := e.placementsNow(); len(placed) != 0 || len(moving) != 0 {
+		t.Errorf("after the failed move: placements %+v, moves under way %+v; want none", placed, moving)
+	}
+	e.cleanupRun()
+	if e.schemaExists(e.dst, "app") {
+		t.Error("the target kept the failed move's copy of app")
+	}
+	conn := e.NodeConn(e.src, e.owner)
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO app.t VALUES (101)`); err != nil {
+		t.Errorf("the source refuses writes after the failed move: %v", err)
+	}
+}
