@@ -23,7 +23,7 @@ type Placement struct {
 	Table  *string   `json:"table" db:"table_name"` // nil: the whole schema
 	Group  string    `json:"node_group" db:"node_group"`
 	Since  time.Time `json:"since" db:"since"`
-	// JobID is the move that put it there; nil when it was recorded where a move found it.
+	// JobID is the move that put it there (only a move's switch places anything).
 	JobID *int64 `json:"job_id" db:"job_id"`
 	// MovingJobID is the job moving it now, to MovingTo; nil when no live job is.
 	MovingJobID *int64  `json:"moving_job_id" db:"moving_job_id"`
@@ -31,6 +31,15 @@ type Placement struct {
 	// Version grows with every change of any placement; the deckhand_placement notification
 	// carries the highest one.
 	Version int64 `json:"version" db:"version"`
+}
+
+// PlacementMove is a move under way of a schema or a table, whether the catalog places it yet
+// or not (deckhand.placement_moves).
+type PlacementMove struct {
+	Schema string  `json:"schema" db:"schema_name"`
+	Table  *string `json:"table" db:"table_name"` // nil: the whole schema
+	JobID  int64   `json:"moving_job_id" db:"moving_job_id"`
+	To     string  `json:"moving_to" db:"moving_to"`
 }
 
 // RebalanceMove is one move of a rebalance's job.

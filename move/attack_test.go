@@ -279,14 +279,19 @@ func TestAttackMoveOfAnotherTenantsSchemaMarksNothing(t *testing.T) {
 	if d.Tasks[0].Attempts != 1 {
 		t.Errorf("the move of another tenant's schema took %d attempts, want it refused at the first", d.Tasks[0].Attempts)
 	}
-	placements, err := e.Client.Catalog().Placements(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	placements, moving := e.placementsNow()
 	for _, p := range placements {
 		if p.MovingJobID != nil && *p.MovingJobID == id {
 			t.Errorf("job %d (%s, %s) of a role that does not own schema victim marks it as being moved", id, d.State, e.lastError(id))
 		}
+	}
+	for _, m := range moving {
+		if m.JobID == id {
+			t.Errorf("job %d (%s, %s) of a role that does not own schema victim marks it as being moved", id, d.State, e.lastError(id))
+		}
+	}
+	if len(placements) != 0 {
+		t.Errorf("the refused move of victim placed something: %+v", placements)
 	}
 	if d.State != deckhandtype.JobFailed {
 		t.Errorf("the move of another tenant's schema is %s (%s), want failed at once", d.State, e.lastError(id))

@@ -89,6 +89,10 @@ func (mv *move) finish(ctx context.Context, st *structure, repl *pgconn.PgConn, 
 		return err
 	}
 	defer stopApply()
+	// A name created on another group since the move began is found before writers are blocked.
+	if err := mv.heldElsewhere(ctx, mv.p); err != nil {
+		return err
+	}
 	if err := mv.cutOver(ctx, st, waitFor); err != nil {
 		return err
 	}
@@ -366,7 +370,7 @@ func (mv *move) cutOver(ctx context.Context, st *structure, waitFor func(context
 	co := &cutOver{src: mv.srcConn, dst: mv.dstConn, flusher: flusher, pl: pl, st: st, budget: p.maxWriteBlock(), refusal: refusalFn,
 		message: "pg_catalog.format('relation %I.%I moved to group %s by job %s: write to it there', TG_TABLE_SCHEMA, TG_TABLE_NAME, " +
 			literal(p.To) + ", " + literal(strconv.FormatInt(mv.t.JobID, 10)) + ")",
-		waitFor: waitFor, log: c.Log().Info, sleep: sleep}
+		waitFor: waitFor, log: c.Log().Info, sleep: sleep, tries: mv.CutOverTries}
 	blocked, err := co.run(ctx)
 	if err != nil {
 		return fmt.Errorf("cut-over: %w", err)
@@ -380,9 +384,14 @@ func (mv *move) cutOver(ctx context.Context, st *structure, waitFor func(context
 
 // switchOver is the commit point: the operation succeeds (the target is kept, the source is
 // to go), then the placement switches. Should this attempt die in between, the next one finds
-// the operation succeeded and only switches (see Run).
+// the operation succeeded and only switches (see Run). Just before, the other groups are
+// asked a last time whether they hold the moved names: if one does now, the move fails
+// instead, and its failure removes what the cut-over changed (the source takes writes again).
 func (mv *move) switchOver(ctx context.Context) error {
 	c, op := mv.Cleaner, mv.op
+	if err := mv.heldElsewhere(ctx, mv.p); err != nil {
+		return err
+	}
 	if err := op.Succeed(ctx); err != nil {
 		return err
 	}

@@ -16,10 +16,22 @@ import (
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
 
-// maxCutOverTries bounds the cut-overs an attempt tries before it gives up (retryably): a
-// source whose tables are never free for long enough, or a target that never catches up
-// within the budget.
-const maxCutOverTries = 30
+// The cut-overs an attempt tries before it gives up (retryably) — a source whose tables are
+// never free for long enough, or a target that never catches up within the budget — and the
+// pause between two: it starts short and doubles, so that a busy moment passes, up to four
+// times the budget (writers get at least that between two blocks) but no more than a few
+// seconds, so that a node slow for a while (a load peak) does not push every later try
+// minutes away. Each try blocks writers for at most the budget, however many there are.
+const (
+	maxCutOverTries     = 30
+	firstCutOverBackoff = 200 * time.Millisecond
+	cutOverBackoffCap   = 5 * time.Second
+)
+
+// backoffCap is the longest pause between two tries of a cut-over with budget.
+func backoffCap(budget time.Duration) time.Duration {
+	return min(cutOverBackoffCap, max(time.Second, 4*budget))
+}
 
 // cutOver is the last step of a move: with writes to the source blocked (EXCLUSIVE locks on
 // all its tables; reads go on) for at most budget, the target catches up to the source's WAL
@@ -39,6 +51,7 @@ type cutOver struct {
 	log        func(msg string, args ...any)
 	sleep      func(ctx context.Context, d time.Duration) error
 	countLimit time.Duration
+	tries      int // 0: maxCutOverTries
 }
 
 // errRetryCutOver says a try did not fit in the budget: it was rolled back.
@@ -46,9 +59,13 @@ var errRetryCutOver = errors.New("the cut-over did not fit in --max-write-block"
 
 // run tries until a cut-over commits, and returns how long it blocked writers.
 func (c *cutOver) run(ctx context.Context) (time.Duration, error) {
-	backoff := 200 * time.Millisecond
+	tries := c.tries
+	if tries <= 0 {
+		tries = maxCutOverTries
+	}
+	backoff := firstCutOverBackoff
 	var last error
-	for try := 1; try <= maxCutOverTries; try++ {
+	for try := 1; try <= tries; try++ {
 		// Catch up without blocking anyone first, so that the wait under the locks is short.
 		var lsn string
 		if err := c.src.QueryRow(ctx, `SELECT pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text`).Scan(&lsn); err != nil {
@@ -73,9 +90,9 @@ func (c *cutOver) run(ctx context.Context) (time.Duration, error) {
 		if err := c.sleep(ctx, backoff+rand.N(backoff/2+1)); err != nil {
 			return 0, err
 		}
-		backoff = min(2*backoff, 30*time.Second)
+		backoff = min(2*backoff, backoffCap(c.budget))
 	}
-	return 0, fmt.Errorf("gave up the cut-over after %d tries: %w", maxCutOverTries, last)
+	return 0, fmt.Errorf("gave up the cut-over after %d tries: %w", tries, last)
 }
 
 // try is one cut-over; it returns errRetryCutOver (wrapped) when it rolled back for want of time.

@@ -41,6 +41,9 @@ type Mover struct {
 	AfterStep func(ctx context.Context, step string) error
 	// Sleep waits between cut-over tries; nil: a real timer.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// CutOverTries bounds the cut-overs an attempt tries; 0: 30. Each blocks writers for at
+	// most the move's --max-write-block, whatever the number.
+	CutOverTries int
 }
 
 // endpoint is a node of a move: the primary of a group, and the owner's identity there.
@@ -103,6 +106,9 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 		return err
 	}
 	if err := targetTaken(ctx, dstConn, pl, p, dst.node.Name); err != nil {
+		return err
+	}
+	if err := m.heldElsewhere(ctx, p); err != nil {
 		return err
 	}
 	if err := c.Catalog.BeginMove(ctx, t.JobID, p.objects(), p.From, p.To); err != nil {

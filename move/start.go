@@ -35,18 +35,18 @@ func Start(ctx context.Context, c *engine.Client, req Request) (int64, error) {
 			return 0, spec.Invalidf("node group %q has no nodes (see `deckhand node list`)", g)
 		}
 	}
-	placements, err := c.Catalog().Placements(ctx)
+	moving, err := c.Catalog().MovesUnderWay(ctx)
 	if err != nil {
 		return 0, err
 	}
 	for _, o := range p.objects() {
-		for _, pl := range placements {
-			if pl.MovingJobID == nil || pl.Schema != o.Schema {
+		for _, m := range moving {
+			if m.Schema != o.Schema {
 				continue
 			}
 			// A schema's move covers its tables, and a table's move is part of its schema's.
-			if o.Table == "" || pl.Table == nil || *pl.Table == o.Table {
-				return 0, spec.Invalidf("%s is already being moved by job %d", o, *pl.MovingJobID)
+			if o.Table == "" || m.Table == nil || *m.Table == o.Table {
+				return 0, spec.Invalidf("%s is already being moved by job %d", o, m.JobID)
 			}
 		}
 	}

@@ -17,6 +17,11 @@ import (
 // ChannelPlacement with the highest placement version as payload (never a name: any role that
 // can connect to the catalog's database can LISTEN); listeners then read deckhand.placements.
 //
+// Only a switch places anything. A mark of an object the catalog does not place yet is a row
+// without a group (a mark alone): deckhand.placements never shows it, and EndMove deletes it,
+// so a move that fails or is cancelled leaves the placements exactly as they were.
+// deckhand.placement_moves (MovesUnderWay) shows every move under way, placed or not.
+//
 // An object conflicts with another when they are the same, or one is the whole schema of the
 // other: a schema cannot be moved while a table of it is, and the other way round.
 
@@ -100,9 +105,9 @@ func otherMover(ctx context.Context, tx pgx.Tx, jobID int64, o deckhandtype.Plac
 // with an error wrapping ErrAlreadyMoving that names the other job, when another job that has
 // not ended moves one of them (or its schema, or a table of it); with one wrapping
 // ErrPlacedElsewhere when the catalog places one of them (or, for a schema, a table of it)
-// on a group other than from. Objects the catalog has no placement for are recorded on from.
-// Calling it again for the same job (a retried attempt) changes nothing, also once the job
-// switched them to to.
+// on a group other than from. It places nothing: an object the catalog has no placement for
+// gets a mark alone, which no reader of deckhand.placements sees. Calling it again for the
+// same job (a retried attempt) changes nothing, also once the job switched them to to.
 func (c *Catalog) BeginMove(ctx context.Context, jobID int64, objects []deckhandtype.PlacedObject, from, to string) error {
 	if err := checkObjects(objects); err != nil {
 		return fmt.Errorf("begin move of job %d: %w", jobID, err)
@@ -126,9 +131,11 @@ func (c *Catalog) BeginMove(ctx context.Context, jobID int64, objects []deckhand
 			rows, _ := tx.Query(ctx, `
 				SELECT p.table_name, p.node_group, p.job_id = $3 AND p.node_group = $4 AND p.moving_job_id IS NULL AS switched
 				FROM deckhand.placement p
-				WHERE p.schema_name = $1 AND ($2::text IS NULL OR p.table_name = $2
+				WHERE p.node_group IS NOT NULL
+				  AND p.schema_name = $1 AND ($2::text IS NULL OR p.table_name = $2
 				      OR (p.table_name IS NULL AND NOT EXISTS (SELECT 1 FROM deckhand.placement t
-				                                               WHERE t.schema_name = $1 AND t.table_name = $2)))`,
+				                                               WHERE t.schema_name = $1 AND t.table_name = $2
+				                                                 AND t.node_group IS NOT NULL)))`,
 				o.Schema, tableArg(o), jobID, to)
 			type placed struct {
 				Table    *string
@@ -157,14 +164,16 @@ func (c *Catalog) BeginMove(ctx context.Context, jobID int64, objects []deckhand
 					return fmt.Errorf("%w: %s is on group %s, not %s", ErrPlacedElsewhere, where, p.Group, from)
 				}
 			}
+			// A placed object keeps its placement and gains the mark; any other gets a mark
+			// alone (no group), which is no placement.
 			_, err = tx.Exec(ctx, `
 				INSERT INTO deckhand.placement AS p (schema_name, table_name, node_group, since, moving_job_id, moving_to)
-				VALUES ($1, $2, $3, coalesce($6, now()), $4, $5)
+				VALUES ($1, $2, NULL, coalesce($5, now()), $3, $4)
 				ON CONFLICT ON CONSTRAINT placement_schema_name_table_name_key DO UPDATE
 				SET moving_job_id = excluded.moving_job_id, moving_to = excluded.moving_to,
 				    version = nextval('deckhand.placement_version_seq')
 				WHERE p.moving_job_id IS DISTINCT FROM excluded.moving_job_id OR p.moving_to IS DISTINCT FROM excluded.moving_to`,
-				o.Schema, tableArg(o), from, jobID, to, c.now())
+				o.Schema, tableArg(o), jobID, to, c.now())
 			if err != nil {
 				return err
 			}
@@ -230,18 +239,26 @@ func (c *Catalog) SwitchPlacement(ctx context.Context, jobID int64, objects []de
 
 // EndMove clears the marks of job jobID (a move that failed or was cancelled before its
 // switch): on objects, or on everything the job marks when none are given. Its objects stay
-// where they are, free for other moves. A job of several moves (a rebalance) passes each
-// move's objects, so that one move's failure frees nothing its siblings still move.
+// where they are, free for other moves: a placement keeps its group, and a mark alone goes,
+// so what the catalog did not place before the move it does not place after it. A job of
+// several moves (a rebalance) passes each move's objects, so that one move's failure frees
+// nothing its siblings still move.
 func (c *Catalog) EndMove(ctx context.Context, jobID int64, objects ...deckhandtype.PlacedObject) error {
 	var schemas, tables []string // tables: "" for a whole schema
 	for _, o := range objects {
 		schemas, tables = append(schemas, o.Schema), append(tables, o.Table)
 	}
-	_, err := c.Pool.Exec(ctx, `
-		UPDATE deckhand.placement SET moving_job_id = NULL, moving_to = NULL, version = nextval('deckhand.placement_version_seq')
-		WHERE moving_job_id = $1
-		  AND ($2::text[] IS NULL OR (schema_name, coalesce(table_name, '')) IN (SELECT * FROM unnest($2::text[], $3::text[])))`,
-		jobID, schemas, tables)
+	const mine = `moving_job_id = $1
+		  AND ($2::text[] IS NULL OR (schema_name, coalesce(table_name, '')) IN (SELECT * FROM unnest($2::text[], $3::text[])))`
+	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM deckhand.placement WHERE node_group IS NULL AND `+mine, jobID, schemas, tables); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE deckhand.placement SET moving_job_id = NULL, moving_to = NULL, version = nextval('deckhand.placement_version_seq')
+			WHERE `+mine, jobID, schemas, tables)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("end move of job %d: %w", jobID, err)
 	}
@@ -256,6 +273,19 @@ func (c *Catalog) Placements(ctx context.Context) ([]deckhandtype.Placement, err
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.Placement])
 	if err != nil {
 		return nil, fmt.Errorf("list placements: %w", err)
+	}
+	return out, nil
+}
+
+// MovesUnderWay lists the moves under way (deckhand.placement_moves): every object a job that
+// has not ended is moving, whether the catalog places it or not, by schema then table.
+func (c *Catalog) MovesUnderWay(ctx context.Context) ([]deckhandtype.PlacementMove, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		SELECT schema_name, table_name, moving_job_id, moving_to
+		FROM deckhand.placement_moves ORDER BY schema_name, table_name NULLS FIRST`)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.PlacementMove])
+	if err != nil {
+		return nil, fmt.Errorf("list moves under way: %w", err)
 	}
 	return out, nil
 }

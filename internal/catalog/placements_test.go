@@ -89,9 +89,45 @@ func placementsOf(t *testing.T, c *catalog.Catalog) map[string]Placement {
 	return out
 }
 
+// movesOf reads deckhand.placement_moves as role c, keyed schema.table.
+func movesOf(t *testing.T, c *catalog.Catalog) map[string]PlacementMove {
+	t.Helper()
+	ms, err := c.MovesUnderWay(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]PlacementMove{}
+	for _, m := range ms {
+		out[m.Schema+"."+deref(m.Table)] = m
+	}
+	return out
+}
+
+// rows counts the rows of deckhand.placement, marks alone included, for schema s.
+func (p *placementCatalog) rows(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if err := p.admin.Pool.QueryRow(ctx, `SELECT count(*) FROM deckhand.placement WHERE schema_name = $1`, s).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// version is the version of the row of deckhand.placement of schema s (table NULL).
+func (p *placementCatalog) version(t *testing.T, s string) int64 {
+	t.Helper()
+	var v int64
+	if err := p.admin.Pool.QueryRow(ctx, `SELECT version FROM deckhand.placement WHERE schema_name = $1 AND table_name IS NULL`, s).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // A move marks what it moves; another live job's move of the same object, its schema or one of
 // its tables is refused naming that job; the same job's retried BeginMove is accepted; the
-// switch places the objects on the target, by the job, and frees them.
+// switch places the objects on the target, by the job, and frees them. A mark is no
+// placement: deckhand.placements shows an object only once a switch placed it, and a move
+// that ends without one leaves none.
 func TestBeginMoveRefusesAnotherJobAndIsIdempotent(t *testing.T) {
 	p := newPlacementCatalog(t)
 	w := p.worker
@@ -100,16 +136,19 @@ func TestBeginMoveRefusesAnotherJobAndIsIdempotent(t *testing.T) {
 	if err := w.BeginMove(ctx, a, objs(schemaObj("t1"), tableObj("t2", "orders")), "g1", "g2"); err != nil {
 		t.Fatal(err)
 	}
-	before := placementsOf(t, p.submitter)
-	if got := before["t1."]; got.Group != "g1" || deref(got.MovingJobID) != a || deref(got.MovingTo) != "g2" || got.JobID != nil {
+	if got := placementsOf(t, p.submitter); len(got) != 0 {
+		t.Errorf("BeginMove placed something: %+v", got)
+	}
+	if got := movesOf(t, p.submitter)["t1."]; got.JobID != a || got.To != "g2" {
 		t.Errorf("t1 after BeginMove: %+v", got)
 	}
 	// Retried by the same job: accepted, nothing rewritten.
+	begun := p.version(t, "t1")
 	if err := w.BeginMove(ctx, a, objs(schemaObj("t1"), tableObj("t2", "orders")), "g1", "g2"); err != nil {
 		t.Errorf("BeginMove retried by the same job: %v", err)
 	}
-	if again := placementsOf(t, p.submitter); again["t1."].Version != before["t1."].Version {
-		t.Errorf("retried BeginMove rewrote t1: version %d → %d", before["t1."].Version, again["t1."].Version)
+	if again := p.version(t, "t1"); again != begun {
+		t.Errorf("retried BeginMove rewrote t1: version %d → %d", begun, again)
 	}
 	for _, tc := range []struct {
 		name string
@@ -128,7 +167,7 @@ func TestBeginMoveRefusesAnotherJobAndIsIdempotent(t *testing.T) {
 		}
 	}
 	// The refusals marked nothing, not even the free schema listed before the conflict.
-	if _, marked := placementsOf(t, p.submitter)["free."]; marked {
+	if _, marked := movesOf(t, p.submitter)["free."]; marked || p.rows(t, "free") != 0 {
 		t.Error("a refused BeginMove left a mark")
 	}
 	// Another table of t2 is free.
@@ -141,8 +180,11 @@ func TestBeginMoveRefusesAnotherJobAndIsIdempotent(t *testing.T) {
 	if err := w.BeginMove(ctx, ended, objs(schemaObj("t3")), "g1", "g2"); err != nil {
 		t.Fatal(err)
 	}
-	if got := placementsOf(t, p.submitter)["t3."]; got.MovingJobID != nil {
+	if got, ok := movesOf(t, p.submitter)["t3."]; ok {
 		t.Errorf("t3 marked by ended job %d shows moving: %+v", ended, got)
+	}
+	if got, ok := placementsOf(t, p.submitter)["t3."]; ok {
+		t.Errorf("t3 marked by ended job %d shows placed: %+v", ended, got)
 	}
 	if err := w.BeginMove(ctx, b, objs(schemaObj("t3")), "g1", "g2"); err != nil {
 		t.Errorf("t3 after its mover ended: %v", err)
@@ -156,13 +198,31 @@ func TestBeginMoveRefusesAnotherJobAndIsIdempotent(t *testing.T) {
 	}
 	after := placementsOf(t, p.submitter)
 	for _, k := range []string{"t1.", "t2.orders"} {
-		if got := after[k]; got.Group != "g2" || deref(got.JobID) != a || got.MovingJobID != nil || got.MovingTo != nil || !got.Since.After(before[k].Since.Add(-time.Nanosecond)) {
+		if got := after[k]; got.Group != "g2" || deref(got.JobID) != a || got.MovingJobID != nil || got.MovingTo != nil || got.Since.IsZero() {
 			t.Errorf("%s after the switch: %+v", k, got)
+		}
+		if got, ok := movesOf(t, p.submitter)[k]; ok {
+			t.Errorf("%s still moving after the switch: %+v", k, got)
 		}
 	}
 	// BeginMove retried after the switch: accepted, nothing marked again.
 	if err := w.BeginMove(ctx, a, objs(schemaObj("t1")), "g1", "g2"); err != nil || placementsOf(t, p.submitter)["t1."].MovingJobID != nil {
 		t.Errorf("BeginMove retried after the switch: %v, %+v", err, placementsOf(t, p.submitter)["t1."])
+	}
+	// A move of a placed object marks its placement, which stays where it is; ending the move
+	// clears the mark alone.
+	c := p.job(t, JobRunning)
+	if err := w.BeginMove(ctx, c, objs(schemaObj("t1")), "g2", "g4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := placementsOf(t, p.submitter)["t1."]; got.Group != "g2" || deref(got.JobID) != a || deref(got.MovingJobID) != c || deref(got.MovingTo) != "g4" {
+		t.Errorf("t1 placed on g2 and being moved by job %d: %+v", c, got)
+	}
+	if err := w.EndMove(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := placementsOf(t, p.submitter)["t1."]; got.Group != "g2" || deref(got.JobID) != a || got.MovingJobID != nil || !got.Since.Equal(after["t1."].Since) {
+		t.Errorf("t1 after job %d's move of it ended: %+v", c, got)
 	}
 	// Moving t1 on now starts from g2, where it is; from g1 is refused.
 	if err := w.BeginMove(ctx, b, objs(schemaObj("t1")), "g1", "g3"); !errors.Is(err, catalog.ErrPlacedElsewhere) {
@@ -185,19 +245,24 @@ func TestBeginMoveRefusesAnotherJobAndIsIdempotent(t *testing.T) {
 	if err := w.EndMove(ctx, b, tableObj("t2", "items")); err != nil {
 		t.Fatal(err)
 	}
-	if got := placementsOf(t, p.submitter); got["t2.items"].MovingJobID != nil || deref(got["t3."].MovingJobID) != b {
-		t.Errorf("after EndMove of t2.items: t2.items %+v, t3 %+v", got["t2.items"], got["t3."])
+	if got := movesOf(t, p.submitter); len(got) != 1 || got["t3."].JobID != b {
+		t.Errorf("after EndMove of t2.items, the moves under way: %+v, want t3's alone", got)
 	}
 	if err := w.EndMove(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	for k, got := range placementsOf(t, p.submitter) {
-		if got.MovingJobID != nil {
-			t.Errorf("%s still moving after EndMove: %+v", k, got)
+	if got := movesOf(t, p.submitter); len(got) != 0 {
+		t.Errorf("moves under way after EndMove: %+v", got)
+	}
+	// What no switch placed is not placed after its move ended, and no row of it is left.
+	got := placementsOf(t, p.submitter)
+	for _, k := range []string{"t2.items", "t3."} {
+		if pl, ok := got[k]; ok {
+			t.Errorf("%s placed after its move ended: %+v", k, pl)
 		}
 	}
-	if got := placementsOf(t, p.submitter)["t2.items"]; got.Group != "g1" {
-		t.Errorf("t2.items after its move ended: %+v", got)
+	if n := p.rows(t, "t3"); n != 0 {
+		t.Errorf("%d rows of t3 left after its move ended", n)
 	}
 }
 
@@ -284,7 +349,10 @@ func TestSwitchPlacementNotifies(t *testing.T) {
 func TestPlacementsAreWrittenOnlyByWorkers(t *testing.T) {
 	p := newPlacementCatalog(t)
 	job := p.job(t, JobRunning)
-	if err := p.worker.BeginMove(ctx, job, objs(schemaObj("t")), "g1", "g2"); err != nil {
+	if err := p.worker.SwitchPlacement(ctx, job, objs(schemaObj("t")), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.worker.BeginMove(ctx, job, objs(schemaObj("m")), "g1", "g2"); err != nil {
 		t.Fatal(err)
 	}
 	for _, stmt := range []string{
@@ -303,8 +371,11 @@ func TestPlacementsAreWrittenOnlyByWorkers(t *testing.T) {
 		t.Error("a submitter's BeginMove was accepted")
 	}
 	got := placementsOf(t, p.submitter)
-	if len(got) != 1 || got["t."].Group != "g1" || deref(got["t."].MovingJobID) != job {
+	if len(got) != 1 || got["t."].Group != "g1" || deref(got["t."].JobID) != job {
 		t.Errorf("placements after the refused writes: %+v", got)
+	}
+	if moving := movesOf(t, p.submitter); len(moving) != 1 || moving["m."].JobID != job {
+		t.Errorf("moves under way after the refused writes: %+v", moving)
 	}
 	// A role without catalog access reads nothing.
 	cl := pgtest.Shared(t)
@@ -317,8 +388,10 @@ func TestPlacementsAreWrittenOnlyByWorkers(t *testing.T) {
 	})
 	db := p.admin.Pool.Config().ConnConfig.Database
 	conn := pgtest.Connect(t, cl.DSN(db, outsider))
-	if _, err := conn.Exec(ctx, `SELECT * FROM deckhand.placements`); err == nil {
-		t.Error("a role without catalog access read deckhand.placements")
+	for _, view := range []string{"deckhand.placements", "deckhand.placement_moves"} {
+		if _, err := conn.Exec(ctx, `SELECT * FROM `+view); err == nil {
+			t.Errorf("a role without catalog access read %s", view)
+		}
 	}
 }
 
@@ -347,9 +420,9 @@ func TestConcurrentBeginMovesOneWins(t *testing.T) {
 			t.Errorf("a concurrent BeginMove: %v", err)
 		}
 	}
-	got := placementsOf(t, p.submitter)["contested."]
-	if won != 1 || got.MovingJobID == nil {
-		t.Errorf("%d of %d concurrent BeginMoves succeeded; placement %+v", won, len(jobs), got)
+	got := movesOf(t, p.submitter)["contested."]
+	if won != 1 || got.JobID == 0 {
+		t.Errorf("%d of %d concurrent BeginMoves succeeded; move under way %+v", won, len(jobs), got)
 	}
 }
 
@@ -398,5 +471,47 @@ func TestRebalanceMovesView(t *testing.T) {
 	}
 	if id, err := p.submitter.UnfinishedRebalance(ctx); err != nil || id != 0 {
 		t.Errorf("another submitter's unfinished rebalance: %d, %v", id, err)
+	}
+}
+
+// Upgrading a catalog whose moves recorded their objects where they found them when they
+// began (before placements were written only by a switch): those rows are no placements. A
+// mark of a move under way stays a mark (no placement), the others go; placements a switch
+// made stay as they were.
+func TestMigrationKeepsOnlySwitchedPlacements(t *testing.T) {
+	cat, _, _ := emptyCatalog(t)
+	if _, err := cat.MigrateTo(ctx, 14); err != nil {
+		t.Fatal(err)
+	}
+	live := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{State: JobRunning}).ID
+	ended := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{State: JobFailed}).ID
+	_, err := cat.Pool.Exec(ctx, `
+		INSERT INTO deckhand.placement (schema_name, table_name, node_group, job_id, moving_job_id, moving_to) VALUES
+			('switched', NULL, 'g2', $2, NULL, NULL),            -- placed by a switch
+			('switched_moving', NULL, 'g2', $2, $1, 'g3'),       -- placed, and being moved
+			('found_moving', NULL, 'g1', NULL, $1, 'g2'),        -- recorded where a live move began
+			('found_failed', NULL, 'g1', NULL, $2, 'g2'),        -- recorded where a failed move began
+			('found_left', 'orders', 'g1', NULL, NULL, NULL)     -- recorded, mark cleared`, live, ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := placementsOf(t, cat)
+	if len(got) != 2 || got["switched."].Group != "g2" || deref(got["switched."].JobID) != ended ||
+		got["switched_moving."].Group != "g2" || deref(got["switched_moving."].MovingJobID) != live {
+		t.Errorf("placements after the upgrade: %+v", got)
+	}
+	moving := movesOf(t, cat)
+	if len(moving) != 2 || moving["switched_moving."].JobID != live || moving["found_moving."].JobID != live || moving["found_moving."].To != "g2" {
+		t.Errorf("moves under way after the upgrade: %+v", moving)
+	}
+	// Only a switch places: a mark alone ends with its move, and the move's switch places it.
+	if err := cat.SwitchPlacement(ctx, live, objs(schemaObj("found_moving")), "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := placementsOf(t, cat)["found_moving."]; got.Group != "g2" || deref(got.JobID) != live || got.MovingJobID != nil {
+		t.Errorf("found_moving after its switch: %+v", got)
 	}
 }

@@ -33,7 +33,9 @@ func (a *app) placementsCommand() *cobra.Command {
 		}))
 	cmd.Long = `List the placements of the catalog (view deckhand.placements): the node group that holds each
 tenant schema, or a table placed apart from its schema (TABLE * is the whole schema), since when,
-the move that put it there, and the move under way, if any. Moves record placements as they
-switch; a schema deckhand never moved has none.`
+the move that put it there, and the move under way of it, if any. Only a move's switch records
+a placement: a schema deckhand never moved has none, nor has one whose moves all failed or were
+cancelled. A move under way of a schema without a placement is not listed here (it is no
+placement until it switches): see view deckhand.placement_moves, or deckhand job list.`
 	return cmd
 }

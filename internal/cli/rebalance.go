@@ -164,15 +164,13 @@ func (a *app) planRebalance(ctx context.Context, c *engine.Client, groups []stri
 		return nil, err
 	}
 	// Schemas that another move holds now are left where they are.
-	placements, err := c.Catalog().Placements(ctx)
+	moving, err := c.Catalog().MovesUnderWay(ctx)
 	if err != nil {
 		return nil, err
 	}
 	busy := map[string]string{}
-	for _, pl := range placements {
-		if pl.MovingJobID != nil {
-			busy[pl.Schema] = fmt.Sprintf("being moved by job %d", *pl.MovingJobID)
-		}
+	for _, m := range moving {
+		busy[m.Schema] = fmt.Sprintf("being moved by job %d", m.JobID)
 	}
 	pools := nodeconn.NewPools(1)
 	defer pools.Close()

@@ -100,3 +100,53 @@ func Probe(ctx context.Context, pools *Pools, dsn string) (role, lsn string, err
 	}
 	return "primary", lsn, nil
 }
+
+// heldSQL reports, by position, which of the names ($1 schemas, $2 relations, empty for a
+// whole schema) the database holds. Everything is schema-qualified: the session's search_path is
+// SafeSearchPath already, but nothing here should depend on it.
+const heldSQL = `
+	SELECT n.ord::pg_catalog.int4
+	FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[])) WITH ORDINALITY AS n(s, r, ord)
+	WHERE CASE WHEN n.r OPERATOR(pg_catalog.=) '' THEN EXISTS (
+	          SELECT 1 FROM pg_catalog.pg_namespace ns WHERE ns.nspname OPERATOR(pg_catalog.=) n.s)
+	      ELSE EXISTS (
+	          SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace ns ON ns.oid OPERATOR(pg_catalog.=) c.relnamespace
+	          WHERE ns.nspname OPERATOR(pg_catalog.=) n.s AND c.relname OPERATOR(pg_catalog.=) n.r
+	            AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p,v,m,f}'::pg_catalog."char"[])) END
+	ORDER BY n.ord`
+
+// Held reports which of names a node's database holds: a name of one part is a schema, of two
+// a table (or a view, a materialized view, a foreign table) of a schema. Like Probe it
+// connects as the user the node's conninfo names, not as any task's owner: the answer must
+// not depend on whether an owner may log in there (a move's check that no other group holds
+// the name it places would otherwise pass for an owner the node does not know). It reads
+// names from pg_catalog and nothing else.
+func Held(ctx context.Context, pools *Pools, dsn string, names []pgx.Identifier) ([]pgx.Identifier, error) {
+	schemas, rels := make([]string, len(names)), make([]string, len(names))
+	for i, n := range names {
+		switch len(n) {
+		case 1:
+			schemas[i] = n[0]
+		case 2:
+			schemas[i], rels[i] = n[0], n[1]
+		default:
+			return nil, fmt.Errorf("held: %q is not a schema or a schema-qualified name", n.Sanitize())
+		}
+	}
+	pool, err := pools.get(ctx, dsn, "")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rows, _ := pool.Query(ctx, heldSQL, schemas, rels)
+	found, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]pgx.Identifier, 0, len(found))
+	for _, i := range found {
+		out = append(out, names[i-1])
+	}
+	return out, nil
+}

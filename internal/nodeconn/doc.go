@@ -9,7 +9,8 @@
 //     node itself confirmed that the job's submitter is a member of that role, and Session and
 //     TaskSession prepare it for an attempt;
 //   - names read as PostgreSQL reads them and resolved with a job's search_path;
-//   - backends: the application_name of an attempt, terminating it, probing a node's role.
+//   - backends: the application_name of an attempt, terminating it, probing a node's role,
+//     and which names a node holds (Held; both as the user the node's conninfo names).
 //
 // Every built-in kind and the cleaner reach nodes through this package only.
 package nodeconn
