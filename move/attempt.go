@@ -122,7 +122,7 @@ func (mv *move) structure(ctx context.Context) (*structure, error) {
 			}
 		}
 	}
-	if err := runScripts(ctx, mv.session(mv.dst.owner), st.preData, st.keys); err != nil {
+	if err := runScripts(ctx, mv.session(mv.dst.owner), st.preData); err != nil {
 		return nil, fmt.Errorf("create the structure on the target: %w", err)
 	}
 	if err := refuseOthersCode(ctx, mv.dstConn, mv.pl); err != nil {
@@ -181,7 +181,8 @@ func (mv *move) slot(ctx context.Context) (repl *pgconn.PgConn, snapshot string,
 }
 
 // copy copies the rows under the snapshot, as many tables at a time as both nodes take
-// tasks, then builds the other indexes and constraints.
+// tasks, into tables without indexes, then builds the keys, indexes and constraints (a build
+// from the rows costs less than keeping an index up to date row by row).
 func (mv *move) copy(ctx context.Context, snapshot string, st *structure) error {
 	c := mv.Cleaner
 	parallel := max(1, min(mv.src.node.MaxTasks, mv.dst.node.MaxTasks))
@@ -197,7 +198,9 @@ func (mv *move) copy(ctx context.Context, snapshot string, st *structure) error 
 	if err := mv.at(ctx, StepCopy); err != nil {
 		return err
 	}
-	if err := runScripts(ctx, mv.session(mv.dst.owner), st.postData); err != nil {
+	// Keys first: the rest of the post-data (a partition's key attached to its parent's)
+	// may refer to them.
+	if err := runScripts(ctx, mv.session(mv.dst.owner), st.keys, st.postData); err != nil {
 		return fmt.Errorf("create indexes and constraints on the target: %w", err)
 	}
 	// From here on, a later attempt can resume with what this one made.

@@ -1,6 +1,7 @@
 package move
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -109,6 +110,9 @@ func copyTables(ctx context.Context, src, dst sessionFunc, snapshot string, tabl
 	return g.Wait()
 }
 
+// copyChunk is how much of a table's rows crosses from the source to the target at a time.
+const copyChunk = 256 << 10
+
 // copyTable streams one table from src (in the snapshot's transaction) into dst, committed on
 // dst in a transaction of its own. Generated columns are left to the target to compute.
 func copyTable(ctx context.Context, src, dst *pgx.Conn, rel relation) (int64, error) {
@@ -133,7 +137,14 @@ func copyTable(ctx context.Context, src, dst *pgx.Conn, rel relation) (int64, er
 	pr, pw := io.Pipe()
 	out := make(chan error, 1)
 	go func() {
-		_, err := src.PgConn().CopyTo(ctx, pw, "COPY "+rel.ident()+" "+colList+" TO STDOUT (FORMAT binary)")
+		// CopyTo writes each row as it comes, and CopyFrom sends whatever one read returns as
+		// a message of its own: through the buffer, rows cross the pipe and reach the target
+		// in chunks, not one write (and one message) per row.
+		buf := bufio.NewWriterSize(pw, copyChunk)
+		_, err := src.PgConn().CopyTo(ctx, buf, "COPY "+rel.ident()+" "+colList+" TO STDOUT (FORMAT binary)")
+		if err == nil {
+			err = buf.Flush()
+		}
 		pw.CloseWithError(err)
 		out <- err
 	}()

@@ -25,8 +25,8 @@ import (
 //
 //	preData   tables (no indexes nor constraints but CHECK and NOT NULL), sequences,
 //	          types, functions, views: before the copy
-//	keys      primary keys: before the copy, so that changes can be applied by key
-//	postData  other indexes and constraints, policies, comments on them: after the copy
+//	keys      primary keys: right after the copy, before the catch-up applies changes by key
+//	postData  other indexes and constraints, policies, comments on them: after the keys
 //	triggers  the tables' triggers: at the cut-over, so that they never fire for the
 //	          copied rows or the applied changes (the source's own did)
 //
