@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
@@ -85,8 +83,7 @@ func TestSubmitBigFanOutFanIn(t *testing.T) {
 		job := fan()
 		c.change(&job)
 		_, err := cat.InsertJob(ctx, job)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Message != c.want {
+		if !errors.Is(err, catalog.ErrInvalid) || err.Error() != c.want {
 			t.Errorf("%s: got %v, want %q", c.name, err, c.want)
 		}
 	}
