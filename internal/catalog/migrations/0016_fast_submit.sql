@@ -8,7 +8,8 @@
 --     checks (unknown, itself, listed after, listed twice) and that the task_dep rows are
 --     written from; the statement that names the problem runs only when there is one;
 --   - has_dependents comes from that walk rather than from a second object of every name
---     depended on.
+--     depended on;
+--   - each timeout is read once, for the checks and the rows.
 
 CREATE OR REPLACE FUNCTION deckhand.submit_job(spec jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -33,6 +34,7 @@ DECLARE
     dependent int;   -- one dependency of the walk: position of the task that depends,
     prerequisite int; -- and of the task it depends on
     ids bigint[];    -- ids[position]: the id of each task, increasing along the spec
+    timeouts interval[]; -- timeouts[position]: the timeout of each task (see below)
     job_key text := spec ->> 'key';
     job_priority int;
     holder deckhand.job; -- the unfinished job of the submitter that holds job_key
@@ -89,6 +91,14 @@ BEGIN
      ORDER BY s.key LIMIT 1;
     IF msg IS NOT NULL THEN PERFORM deckhand.input_error(msg); END IF;
 
+    -- Each task's timeout, read once for the checks and for its row: the default when it has
+    -- none, 0 (refused below) when it is not a duration. No element is NULL, so that
+    -- timeouts[i] is found directly rather than by counting the NULLs before it.
+    timeouts := ARRAY(SELECT coalesce(deckhand.to_timeout(e.t -> 'timeout'),
+                                      CASE WHEN coalesce(jsonb_typeof(e.t -> 'timeout'), 'null') = 'null'
+                                           THEN interval '1 hour' ELSE interval '0' END)
+                      FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord) ORDER BY e.ord);
+
     -- Each task's fields, in one pass; the first problem in spec order is reported. The
     -- subquery reads each field once (OFFSET 0 keeps the planner from copying its expressions
     -- into every test that uses them).
@@ -120,7 +130,7 @@ BEGIN
                  OR f.attempts_type = 'number' AND ((f.t ->> 'max_attempts')::numeric NOT BETWEEN 1 AND 1000
                                                     OR (f.t ->> 'max_attempts')::numeric % 1 <> 0)
                 THEN format('task %L: max_attempts must be a whole number between 1 and 1000', f.name)
-            WHEN f.timeout_type NOT IN ('null') AND (f.timeout IS NULL OR f.timeout <= interval '0' OR f.timeout > max_timeout)
+            WHEN f.timeout_type NOT IN ('null') AND (f.timeout <= interval '0' OR f.timeout > max_timeout)
                 THEN format('task %L: timeout must be a positive duration of at most 24 days (PostgreSQL''s statement_timeout limit), got %s',
                             f.name, f.t -> 'timeout')
             WHEN f.transaction_type NOT IN ('boolean', 'null') THEN format('task %L: transaction must be true or false', f.name)
@@ -141,7 +151,7 @@ BEGIN
                    e.t ->> 'sql' AS sql, jsonb_typeof(e.t -> 'sql') AS sql_type,
                    jsonb_typeof(e.t -> 'payload') AS payload_type,
                    jsonb_typeof(e.t -> 'max_attempts') AS attempts_type,
-                   deckhand.to_timeout(e.t -> 'timeout') AS timeout, jsonb_typeof(e.t -> 'timeout') AS timeout_type,
+                   timeouts[e.ord] AS timeout, jsonb_typeof(e.t -> 'timeout') AS timeout_type,
                    jsonb_typeof(e.t -> 'transaction') AS transaction_type,
                    e.t -> 'depends_on' AS deps, jsonb_typeof(e.t -> 'depends_on') AS deps_type
             FROM jsonb_array_elements(tasks) WITH ORDINALITY AS e(t, ord)
@@ -229,7 +239,7 @@ BEGIN
     SELECT ids[e.ord], new_id, e.t ->> 'name', coalesce(nullif(e.t ->> 'kind', ''), 'sql'),
            nullif(e.t ->> 'node', ''), coalesce(e.t ->> 'owner', me), coalesce(e.t ->> 'sql', ''),
            nullif(e.t -> 'payload', 'null'), coalesce((e.t ->> 'transaction')::boolean, true),
-           coalesce((e.t ->> 'max_attempts')::int, 3), coalesce(deckhand.to_timeout(e.t -> 'timeout'), interval '1 hour'),
+           coalesce((e.t ->> 'max_attempts')::int, 3), timeouts[e.ord],
            CASE WHEN jsonb_array_length(coalesce(deps, '[]')) > 0 THEN 'blocked' ELSE 'runnable' END,
            jsonb_array_length(coalesce(deps, '[]')), seen[e.ord] <> 0,
            now() - make_interval(mins => job_priority)
