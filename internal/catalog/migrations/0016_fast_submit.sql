@@ -9,7 +9,8 @@
 --     written from; the statement that names the problem runs only when there is one;
 --   - has_dependents comes from that walk rather than from a second object of every name
 --     depended on;
---   - each timeout is read once, for the checks and the rows.
+--   - each timeout is read once, for the checks and the rows, and max_attempts is checked as
+--     the number it is rather than parsed twice from its text.
 
 CREATE OR REPLACE FUNCTION deckhand.submit_job(spec jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -127,8 +128,7 @@ BEGIN
             WHEN f.has_owner AND (f.owner = '' OR octet_length(f.owner) > 63)
                 THEN format('task %L: owner must be a role name', f.name)
             WHEN f.attempts_type NOT IN ('number', 'null')
-                 OR f.attempts_type = 'number' AND ((f.t ->> 'max_attempts')::numeric NOT BETWEEN 1 AND 1000
-                                                    OR (f.t ->> 'max_attempts')::numeric % 1 <> 0)
+                 OR f.attempts NOT BETWEEN 1 AND 1000 OR f.attempts % 1 <> 0
                 THEN format('task %L: max_attempts must be a whole number between 1 and 1000', f.name)
             WHEN f.timeout_type NOT IN ('null') AND (f.timeout <= interval '0' OR f.timeout > max_timeout)
                 THEN format('task %L: timeout must be a positive duration of at most 24 days (PostgreSQL''s statement_timeout limit), got %s',
@@ -151,6 +151,7 @@ BEGIN
                    e.t ->> 'sql' AS sql, jsonb_typeof(e.t -> 'sql') AS sql_type,
                    jsonb_typeof(e.t -> 'payload') AS payload_type,
                    jsonb_typeof(e.t -> 'max_attempts') AS attempts_type,
+                   CASE WHEN jsonb_typeof(e.t -> 'max_attempts') = 'number' THEN (e.t -> 'max_attempts')::numeric END AS attempts,
                    timeouts[e.ord] AS timeout, jsonb_typeof(e.t -> 'timeout') AS timeout_type,
                    jsonb_typeof(e.t -> 'transaction') AS transaction_type,
                    e.t -> 'depends_on' AS deps, jsonb_typeof(e.t -> 'depends_on') AS deps_type
