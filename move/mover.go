@@ -122,7 +122,7 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 		return err
 	}
 	switched := false
-	defer func() { m.settle(ctx, t, op, err, switched) }()
+	defer func() { m.settle(ctx, t, p, op, err, switched) }()
 	// Slots are per server, and a server may serve several catalogs: the random part keeps
 	// names of different catalogs' operations apart.
 	name := fmt.Sprintf("deckhand_move_%d_%08x", op.ID(), rand.Uint32())
@@ -168,9 +168,9 @@ func (m Mover) step(ctx context.Context, t *deckhandtype.ClaimedTask, name strin
 }
 
 // settle ends an attempt's operation after the move returned err: failed (unless it already
-// ended), the placements' marks cleared when the job will not retry, and the operation's due
-// records removed unless they are left to the cleaner.
-func (m Mover) settle(ctx context.Context, t *deckhandtype.ClaimedTask, op *cleanup.Operation, err error, switched bool) {
+// ended), the placements' marks of its objects cleared when the task will not retry, and the
+// operation's due records removed unless they are left to the cleaner.
+func (m Mover) settle(ctx context.Context, t *deckhandtype.ClaimedTask, p Payload, op *cleanup.Operation, err error, switched bool) {
 	c := m.Cleaner
 	if op.Ended() && err == nil {
 		return
@@ -188,8 +188,9 @@ func (m Mover) settle(ctx context.Context, t *deckhandtype.ClaimedTask, op *clea
 		c.Log().Warn("move: could not release the hold on its resources; they go when the job ends", "job", t.JobID, "err", herr)
 	}
 	if !switched && (!taskerr.Retryable(err) || t.Attempts >= t.MaxAttempts) {
-		// The job will not retry: its objects are free for other moves.
-		if eerr := c.Catalog.EndMove(fctx, t.JobID); eerr != nil {
+		// The task will not retry: its objects are free for other moves. Only its own: the
+		// job's other moves (a rebalance's) still hold theirs.
+		if eerr := c.Catalog.EndMove(fctx, t.JobID, p.objects()...); eerr != nil {
 			c.Log().Warn("move: could not clear the placements' marks", "job", t.JobID, "err", eerr)
 		}
 	}

@@ -82,7 +82,7 @@ func (m Mover) resume(ctx context.Context, t *deckhandtype.ClaimedTask, p Payloa
 	start, why, err := mv.takeOver(ctx, from, kept, recs, prog.Step)
 	if why != "" || err != nil {
 		if ctx.Err() != nil {
-			m.settle(ctx, t, op, ctx.Err(), false)
+			m.settle(ctx, t, p, op, ctx.Err(), false)
 			return true, ctx.Err()
 		}
 		if err != nil {
@@ -98,7 +98,7 @@ func (m Mover) resume(ctx context.Context, t *deckhandtype.ClaimedTask, p Payloa
 		}
 		return false, nil
 	}
-	defer func() { m.settle(ctx, t, op, err, err == nil) }()
+	defer func() { m.settle(ctx, t, p, op, err, err == nil) }()
 	// The catch-up writes again: what the target's tables run must still be the owner's own.
 	if err := refuseOthersCode(ctx, dstConn, pl); err != nil {
 		return true, err
