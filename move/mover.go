@@ -67,6 +67,20 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 		c.Log().Info("move: an earlier attempt already cut over; switching the placement", "task", t.ID, "operation", done)
 		return c.Catalog.SwitchPlacement(ctx, t.JobID, p.objects(), p.To)
 	}
+	// Until the operation below begins (and settle takes over), an attempt that ends the task
+	// frees the marks an earlier attempt of it left: a move refused on its retry (the name
+	// found on another group since, a target taken) must not keep its objects from other
+	// jobs for as long as its own job runs on (a rebalance's other moves).
+	settling := false
+	defer func() {
+		if !settling && err != nil && (!taskerr.Retryable(err) || t.Attempts >= t.MaxAttempts) {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if eerr := c.Catalog.EndMove(fctx, t.JobID, p.objects()...); eerr != nil {
+				c.Log().Warn("move: could not clear the placements' marks", "job", t.JobID, "err", eerr)
+			}
+		}
+	}()
 	src, err := m.endpoint(ctx, t, p.From)
 	if err != nil {
 		return err
@@ -78,6 +92,7 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 	// An earlier attempt that died after the copy left a target, a slot and a publication
 	// this one can keep: it resumes the catch-up where the target stands.
 	if resumed, err := m.resume(ctx, t, p, src, dst); resumed || err != nil {
+		settling = resumed // the resumed attempt settled itself
 		return err
 	}
 	// What an earlier attempt of this task left (it failed, or its worker died) goes first:
@@ -122,6 +137,7 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 		return err
 	}
 	switched := false
+	settling = true
 	defer func() { m.settle(ctx, t, p, op, err, switched) }()
 	// Slots are per server, and a server may serve several catalogs: the random part keeps
 	// names of different catalogs' operations apart.
