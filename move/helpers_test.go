@@ -102,6 +102,23 @@ func (e *moveEnv) submit(req move.Request) int64 {
 
 func jobOf(task spec.Task) *spec.Job { return &spec.Job{Description: "move", Tasks: []spec.Task{task}} }
 
+// schemaMoves are tasks of one job (a rebalance's shape): a move of each schema from g1 to
+// g2 as the owner, named move-SCHEMA, of at most maxAttempts attempts.
+func (e *moveEnv) schemaMoves(maxAttempts int, schemas ...string) []spec.Task {
+	e.T.Helper()
+	var tasks []spec.Task
+	for _, s := range schemas {
+		task, err := move.Request{Schema: s, From: "g1", To: "g2", Owner: e.owner}.Task("move-" + s)
+		if err != nil {
+			e.T.Fatal(err)
+		}
+		task.MaxAttempts = maxAttempts
+		task.Timeout = spec.Duration(2 * time.Minute)
+		tasks = append(tasks, task)
+	}
+	return tasks
+}
+
 // checksums returns, per table, an md5 of its rows in primary key order.
 func (e *moveEnv) checksums(db string, tables ...string) map[string]string {
 	e.T.Helper()

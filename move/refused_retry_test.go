@@ -26,16 +26,7 @@ func TestMoveRefusedOnItsRetryFreesItsMark(t *testing.T) {
 	if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: "other", DSN: e.Proxy.DSN(other, pgcluster.Superuser), Group: "g3", MaxTasks: 2}); err != nil {
 		t.Fatal(err)
 	}
-	var tasks []spec.Task
-	for _, s := range []string{"a", "b"} {
-		task, err := move.Request{Schema: s, From: "g1", To: "g2", Owner: e.owner}.Task("move-" + s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		task.MaxAttempts = 2
-		task.Timeout = spec.Duration(2 * time.Minute)
-		tasks = append(tasks, task)
-	}
+	tasks := e.schemaMoves(2, "a", "b")
 	var (
 		mu         sync.Mutex
 		structures int

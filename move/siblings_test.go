@@ -20,16 +20,7 @@ func TestFailedMoveLeavesItsSiblingsMarks(t *testing.T) {
 	e := newMoveEnv(t)
 	e.asOwner(e.src, `CREATE SCHEMA a; CREATE TABLE a.t (id int PRIMARY KEY);
 		CREATE SCHEMA b; CREATE TABLE b.t (id int PRIMARY KEY)`)
-	var tasks []spec.Task
-	for _, s := range []string{"a", "b"} {
-		task, err := move.Request{Schema: s, From: "g1", To: "g2", Owner: e.owner}.Task("move-" + s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		task.MaxAttempts = 1
-		task.Timeout = spec.Duration(2 * time.Minute)
-		tasks = append(tasks, task)
-	}
+	tasks := e.schemaMoves(1, "a", "b")
 	var mu sync.Mutex
 	copies := 0
 	failed := make(chan struct{})
