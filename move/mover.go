@@ -73,12 +73,10 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 	// jobs for as long as its own job runs on (a rebalance's other moves).
 	settling := false
 	defer func() {
-		if !settling && err != nil && (!taskerr.Retryable(err) || t.Attempts >= t.MaxAttempts) {
+		if !settling && err != nil {
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			if eerr := c.Catalog.EndMove(fctx, t.JobID, p.objects()...); eerr != nil {
-				c.Log().Warn("move: could not clear the placements' marks", "job", t.JobID, "err", eerr)
-			}
+			m.freeMarks(fctx, t, p, err)
 		}
 	}()
 	src, err := m.endpoint(ctx, t, p.From)
@@ -203,16 +201,24 @@ func (m Mover) settle(ctx context.Context, t *deckhandtype.ClaimedTask, p Payloa
 	if herr := m.releaseHold(fctx, t); herr != nil {
 		c.Log().Warn("move: could not release the hold on its resources; they go when the job ends", "job", t.JobID, "err", herr)
 	}
-	if !switched && (!taskerr.Retryable(err) || t.Attempts >= t.MaxAttempts) {
-		// The task will not retry: its objects are free for other moves. Only its own: the
-		// job's other moves (a rebalance's) still hold theirs.
-		if eerr := c.Catalog.EndMove(fctx, t.JobID, p.objects()...); eerr != nil {
-			c.Log().Warn("move: could not clear the placements' marks", "job", t.JobID, "err", eerr)
-		}
+	if !switched {
+		m.freeMarks(fctx, t, p, err)
 	}
 	if !m.LeaveToCleaner {
 		if _, rerr := op.RemoveDue(fctx, 0); rerr != nil {
 			c.Log().Warn("move: removal after failure left work to the cleaner", "operation", op.ID(), "err", rerr)
 		}
+	}
+}
+
+// freeMarks clears the marks of the move's objects when the attempt, ended by err, ends the
+// task (it will not retry): they are free for other moves. Only its own: the job's other moves
+// (a rebalance's) still hold theirs.
+func (m Mover) freeMarks(ctx context.Context, t *deckhandtype.ClaimedTask, p Payload, err error) {
+	if taskerr.Retryable(err) && t.Attempts < t.MaxAttempts {
+		return
+	}
+	if eerr := m.Cleaner.Catalog.EndMove(ctx, t.JobID, p.objects()...); eerr != nil {
+		m.Cleaner.Log().Warn("move: could not clear the placements' marks", "job", t.JobID, "err", eerr)
 	}
 }
