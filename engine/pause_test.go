@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,7 +184,9 @@ func TestPausedJobLeavesItsNodeToOthers(t *testing.T) {
 // A pause taken while a worker completes and claims a job's tasks as fast as it can: once the
 // job is paused nothing of it is runnable or runs, and nothing starts until the resume; then
 // every task runs and the job finishes, each task charged one attempt (a pause now releases
-// the tasks it stops without charging them).
+// the tasks it stops without charging them). One task (t45) holds until the test lets it go,
+// so that a task surely runs when the pause comes: a pause now releases it, a pause that waits
+// lets it finish.
 func TestPauseWhileTasksComplete(t *testing.T) {
 	t.Parallel()
 	for _, now := range []bool{false, true} {
@@ -192,9 +195,21 @@ func TestPauseWhileTasksComplete(t *testing.T) {
 }
 
 func pauseWhileTasksComplete(t *testing.T, now bool) {
-	nap := testenv.Kind("nap", false, engine.ExecutorFunc(func(ctx context.Context, _ *deckhandtype.ClaimedTask) error {
+	const held = "t45" // in the third link of its chain: it runs once 40 tasks may have finished
+	hold := make(chan struct{})
+	var letGo sync.Once
+	release := func() { letGo.Do(func() { close(hold) }) }
+	defer release()
+	nap := testenv.Kind("nap", false, engine.ExecutorFunc(func(ctx context.Context, tk *deckhandtype.ClaimedTask) error {
+		nap := time.After(50 * time.Millisecond)
+		var gate <-chan struct{}
+		if tk.Name == held {
+			nap, gate = nil, hold
+		}
 		select {
-		case <-time.After(50 * time.Millisecond):
+		case <-nap:
+			return nil
+		case <-gate:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -211,11 +226,23 @@ func pauseWhileTasksComplete(t *testing.T, now bool) {
 		tasks = append(tasks, tk)
 	}
 	id := submit(t, e, &spec.Job{Tasks: tasks})
-	testenv.Eventually(t, 10*time.Second, func() bool { return detail(t, e, id).TasksDone >= 40 }, "tasks complete")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		d := detail(t, e, id)
+		for _, tk := range d.Tasks {
+			if tk.Name == held {
+				return d.TasksDone >= 40 && tk.State == deckhandtype.TaskRunning
+			}
+		}
+		return false
+	}, "tasks complete and "+held+" runs")
 	if _, err := e.Client.Pause(ctx, id, now); err != nil {
 		t.Fatal(err)
 	}
+	if !now {
+		release() // the pause waits for it
+	}
 	waitState(t, e, id, deckhandtype.JobPaused)
+	release() // released by the pause now: it runs again after the resume
 	count := func() (runs int, states map[deckhandtype.TaskState]int) {
 		states = map[deckhandtype.TaskState]int{}
 		for _, tk := range detail(t, e, id).Tasks {
