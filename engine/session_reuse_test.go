@@ -12,8 +12,17 @@ import (
 
 // A task leaves all it can in its session (settings, a temporary table, a prepared statement, a
 // held cursor, an advisory lock, a LISTEN); the next task, in the same pooled backend, finds
-// none of it.
+// none of it. A task outside a transaction has its session reset by the pool after its
+// release; a transactional one has it reset in the round trip of its COMMIT: both are tried.
 func TestPooledSessionIsResetBetweenTasks(t *testing.T) {
+	for _, inTransaction := range []bool{false, true} {
+		t.Run(map[bool]string{false: "outside a transaction", true: "in a transaction"}[inTransaction], func(t *testing.T) {
+			testSessionReset(t, inTransaction)
+		})
+	}
+}
+
+func testSessionReset(t *testing.T, inTransaction bool) {
 	e := testenv.New(t)
 	db := e.AddNode("n1", 1)
 	e.Exec(db, `CREATE TABLE seen (task text, pid int, work_mem text, mark text, temp_tables int,
@@ -33,9 +42,15 @@ func TestPooledSessionIsResetBetweenTasks(t *testing.T) {
 	leave := `SET work_mem = '77kB'; SET leftover.mark = 'left'; CREATE TEMP TABLE leftover (x int);
 		PREPARE leftover_stmt AS SELECT 1; SELECT pg_advisory_lock(4711); LISTEN leftover_channel;
 		BEGIN; DECLARE leftover_cursor CURSOR WITH HOLD FOR SELECT 1; COMMIT;`
-	f := false
+	if inTransaction {
+		// In the task's own transaction: the held cursor and the LISTEN outlive its COMMIT,
+		// which comes after task a looks, so a sees its LISTEN as not yet in force.
+		leave = `SET work_mem = '77kB'; SET leftover.mark = 'left'; CREATE TEMP TABLE leftover (x int);
+		PREPARE leftover_stmt AS SELECT 1; SELECT pg_advisory_lock(4711); LISTEN leftover_channel;
+		DECLARE leftover_cursor CURSOR WITH HOLD FOR SELECT 1;`
+	}
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{
-		{Name: "a", Node: "n1", SQL: leave + observe("a"), Transaction: &f, MaxAttempts: 1},
+		{Name: "a", Node: "n1", SQL: leave + observe("a"), Transaction: &inTransaction, MaxAttempts: 1},
 		{Name: "b", Node: "n1", SQL: observe("b"), MaxAttempts: 1, DependsOn: []string{"a"}},
 	}})
 	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFinished {
@@ -60,7 +75,8 @@ func TestPooledSessionIsResetBetweenTasks(t *testing.T) {
 		got[task] = s
 	}
 	a, b := got["a"], got["b"]
-	if a.workMem != "77kB" || a.mark != "left" || a.temp != 1 || a.prepared != 1 || a.cursors != 1 || a.advisory != 1 || a.listening != 1 {
+	listened := map[bool]int{false: 1, true: 0}[inTransaction]
+	if a.workMem != "77kB" || a.mark != "left" || a.temp != 1 || a.prepared != 1 || a.cursors != 1 || a.advisory != 1 || a.listening != listened {
 		t.Fatalf("task a did not leave its state behind as it should have: %+v", a)
 	}
 	if b.pid != a.pid {
@@ -68,5 +84,47 @@ func TestPooledSessionIsResetBetweenTasks(t *testing.T) {
 	}
 	if b.workMem == "77kB" || b.mark != "" || b.temp != 0 || b.prepared != 0 || b.cursors != 0 || b.advisory != 0 || b.listening != 0 {
 		t.Errorf("task b found what task a left in the session: %+v", b)
+	}
+}
+
+// A task whose COMMIT the node refuses (a deferred constraint) fails with the node's error,
+// nothing of it is kept, and its session, reset in the same round trip, serves the next task
+// clean.
+func TestTaskWhoseCommitIsRefused(t *testing.T) {
+	e := testenv.New(t)
+	db := e.AddNode("n1", 1)
+	e.Exec(db, `CREATE TABLE parent (id int PRIMARY KEY);
+		CREATE TABLE child (parent int REFERENCES parent DEFERRABLE INITIALLY DEFERRED);
+		CREATE TABLE seen (pid int, work_mem text)`)
+	e.Worker(engine.Config{Concurrency: 1})
+	id := submit(t, e, &spec.Job{Tasks: []spec.Task{
+		{Name: "a", Node: "n1", MaxAttempts: 1,
+			SQL: `SET work_mem = '77kB'; INSERT INTO public.child VALUES (42); INSERT INTO public.seen SELECT pg_backend_pid(), 'a'`},
+	}})
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFailed {
+		t.Fatalf("job = %+v, want failed; attempts: %s", job, explain(detail(t, e, id)))
+	}
+	d := detail(t, e, id)
+	if a := d.Tasks[0]; a.State != deckhandtype.TaskFailed || a.LastError == nil || a.LastError.SQLState != "23503" {
+		t.Fatalf("task a = %+v, want failed with the foreign key's 23503 at its COMMIT; attempts: %s", a, explain(d))
+	}
+	var children int
+	if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM child`).Scan(&children); err != nil || children != 0 {
+		t.Fatalf("child rows = %d (%v), want none: the refused COMMIT keeps nothing", children, err)
+	}
+	// The same session runs the next task clean.
+	id = submit(t, e, &spec.Job{Tasks: []spec.Task{
+		{Name: "b", Node: "n1", MaxAttempts: 1, SQL: `INSERT INTO public.seen SELECT pg_backend_pid(), current_setting('work_mem')`},
+	}})
+	if job := e.Wait(id, 30*time.Second); job.State != deckhandtype.JobFinished {
+		t.Fatalf("job = %+v, want finished; attempts: %s", job, explain(detail(t, e, id)))
+	}
+	var workMem string
+	var rows int
+	if err := e.Pool(db).QueryRow(ctx, `SELECT count(*), max(work_mem) FROM seen`).Scan(&rows, &workMem); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 || workMem == "77kB" {
+		t.Fatalf("seen holds %d rows, work_mem %q: want only the next task's, without a's setting", rows, workMem)
 	}
 }

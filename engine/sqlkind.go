@@ -16,7 +16,8 @@ import (
 // search_path and settings, in a transaction unless the task says otherwise.
 //
 // A transactional task takes three round trips to the node: the session's set-up with BEGIN,
-// the task's SQL followed by a statement that reads the transaction's id, and COMMIT. Between
+// the task's SQL followed by a statement that reads the transaction's id, and COMMIT with the
+// session's reset. Between
 // the last two, when the transaction wrote anything (then it has an id), the id is made durable
 // in the catalog: should the worker die after the node committed and before the result reached
 // the catalog, whoever rescues the attempt asks the node whether it committed instead of
@@ -76,7 +77,8 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 			return err
 		}
 	}
-	_, err = conn.PgConn().Exec(ctx, "COMMIT").ReadAll()
+	// The session's reset goes in the COMMIT's round trip.
+	err = nodeconn.CommitAndReset(ctx, conn)
 	if err == nil {
 		afterNodeCommit(t)
 		return nil

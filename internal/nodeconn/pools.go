@@ -2,10 +2,7 @@ package nodeconn
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -106,34 +103,3 @@ func Release(ctx context.Context, conn *pgxpool.Conn) {
 	conn.Release()
 }
 
-// resetSession puts a session handed back to its pool back to how it started, whatever the
-// last attempt left in it: settings (the search_path returns to its startup value,
-// SafeSearchPath), session authorization, cursors, listens, advisory locks, cached plans,
-// sequences' state, temporary tables, prepared statements. The pool runs it on its own, after
-// the release, so no attempt waits for it; a session it fails on is closed, never handed out.
-// DISCARD ALL goes alone in a simple query: PostgreSQL refuses it in a transaction block,
-// implicit ones included, and its effects (UNLISTEN among them) are in force when it returns.
-// It leaves random()'s seed as the last attempt set it (setseed), which would make the next
-// attempt's random() predictable to whoever ran the last: a seed nobody knows replaces it.
-func resetSession(conn *pgx.Conn) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), resetTimeout)
-	defer cancel()
-	_, err := conn.PgConn().Exec(ctx, "DISCARD ALL").ReadAll()
-	if err == nil {
-		err = conn.PgConn().ExecParams(ctx, "SELECT pg_catalog.setseed($1::pg_catalog.float8)",
-			[][]byte{[]byte(strconv.FormatFloat(unknownSeed(), 'g', -1, 64))}, nil, nil, nil).Read().Err
-	}
-	return err == nil && conn.PgConn().TxStatus() == 'I'
-}
-
-// unknownSeed is a seed for setseed, in [-1, 1), from the system's secure random source.
-func unknownSeed() float64 {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on the systems Go supports
-	}
-	return float64(binary.BigEndian.Uint64(b[:])>>11)/(1<<52) - 1
-}
-
-// resetTimeout bounds a reset; a session that cannot be reset in that time is closed.
-const resetTimeout = 10 * time.Second
