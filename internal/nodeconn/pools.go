@@ -102,4 +102,3 @@ func Release(ctx context.Context, conn *pgxpool.Conn) {
 	}
 	conn.Release()
 }
-
