@@ -54,13 +54,13 @@ func CommitAndReset(ctx context.Context, conn *pgx.Conn) error {
 	p.SendQueryParams("COMMIT", nil, nil, nil, nil)
 	p.SendPipelineSync()
 	queueReset(p)
-	commitErr, resetErr := readCommit(p), error(nil)
-	if commitErr == nil || isServerError(commitErr) {
-		resetErr = finishReset(p, true)
-	} else {
+	commitErr := readCommit(p)
+	if commitErr != nil && !isServerError(commitErr) {
 		p.Close() //nolint:errcheck // the connection failed: the commit's error says so
+		return commitErr
 	}
-	if commitErr == nil && resetErr == nil && conn.PgConn().TxStatus() == 'I' {
+	// Refused or not, the commit ended the transaction before the reset's own began.
+	if finishReset(p, true) == nil && conn.PgConn().TxStatus() == 'I' {
 		conn.PgConn().CustomData()[resetDone] = true
 	}
 	return commitErr
