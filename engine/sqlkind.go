@@ -17,13 +17,12 @@ import (
 //
 // A transactional task takes three round trips to the node: the session's set-up with BEGIN,
 // the task's SQL followed by a statement that reads the transaction's id, and COMMIT with the
-// session's reset. Between
-// the last two, when the transaction wrote anything (then it has an id), the id is made durable
-// in the catalog: should the worker die after the node committed and before the result reached
-// the catalog, whoever rescues the attempt asks the node whether it committed instead of
-// running it again — exactly once. A transaction that wrote nothing has no id, and running it
-// again changes nothing. A task run outside a transaction is at least once: what a lost attempt
-// did is unknown.
+// session's reset. Between the last two, when the transaction wrote anything (then it has an
+// id), the id is made durable in the catalog: should the worker die after the node committed
+// and before the result reached the catalog, whoever rescues the attempt asks the node whether
+// it committed instead of running it again — exactly once. A transaction that wrote nothing has
+// no id, and running it again changes nothing. A task run outside a transaction is at least
+// once: what a lost attempt did is unknown.
 type sqlExecutor struct {
 	pools *nodeconn.Pools
 	xacts xactRecorder
