@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
+)
+
+// result classifies how an attempt ended.
+func (w *Worker) result(t *deckhandtype.ClaimedTask, err, cause error) catalog.Result {
+	r := catalog.Result{TaskID: t.ID, Token: t.Token, WorkerID: w.ID(), FinishedAt: w.injectedNow()}
+	switch {
+	case err == nil:
+		r.Outcome = deckhandtype.OutcomeDone
+	case errors.Is(cause, errJobCancelled):
+		r.Outcome = deckhandtype.OutcomeCancelled
+		r.Err = &deckhandtype.TaskError{Message: "cancelled: " + taskerr.Describe(err).String()}
+	case taskerr.IsSuperseded(err):
+		r.Outcome = deckhandtype.OutcomeCancelled
+		r.Err = taskerr.Describe(err)
+	case errors.Is(cause, errShutdown):
+		r.Outcome = deckhandtype.OutcomeReleased
+		r.Err = &deckhandtype.TaskError{Message: "released: the worker shut down while the task ran"}
+	case errors.Is(cause, errJobPaused):
+		r.Outcome = deckhandtype.OutcomeReleased
+		r.Err = &deckhandtype.TaskError{Message: "released: the job was paused while the task ran"}
+	case taskerr.Retryable(err):
+		r.Outcome = deckhandtype.OutcomeRetry
+		r.Err = taskerr.Describe(err)
+		r.Backoff = w.cfg.Backoff.Delay(t.Attempts, w.cfg.Rand())
+	default:
+		r.Outcome = deckhandtype.OutcomeFailed
+		r.Err = taskerr.Describe(err)
+	}
+	return r
+}
+
+// completer records results in batches: whatever accumulated while the previous batch was
+// being written goes in the next one, so a busy worker writes few large batches and an idle
+// one writes each result at once. It stops once every task has ended and its result is
+// recorded, or when ctx ends (a shutdown giving up).
+func (w *Worker) completer(ctx context.Context) {
+	defer close(w.completerDone)
+	const maxBatch = 2000
+	batch := make([]catalog.Result, 0, maxBatch)
+	for {
+		var r catalog.Result
+		select {
+		case r = <-w.results:
+		case <-w.tasksEnded:
+			// Every task has returned, so every result is in the channel.
+			select {
+			case r = <-w.results:
+			default:
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+		batch = append(batch[:0], r)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-w.results:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		if !w.record(ctx, batch) {
+			return
+		}
+	}
+}
+
+// record writes a batch, retrying with backoff until the catalog takes it: results are never
+// dropped, however long the catalog is away, until ctx ends (a shutdown giving up). It
+// reports whether the batch was recorded. It claims work for the free slots in the same
+// transaction: a dependent the batch releases starts at once, and the slots it frees on a node
+// change hands in one catalog commit rather than two (with a node's max_tasks reached, that
+// commit is what every next task there waits for).
+func (w *Worker) record(ctx context.Context, batch []catalog.Result) bool {
+	for try := 1; ; try++ {
+		err := w.recordOnce(ctx, batch)
+		if err == nil {
+			w.recorded(batch)
+			if try > 1 {
+				w.log.Info("results recorded", "tasks", len(batch), "tries", try)
+			}
+			for _, r := range batch {
+				if r.Outcome == deckhandtype.OutcomeRetry {
+					time.AfterFunc(r.Backoff, w.Nudge)
+				}
+			}
+			// The batch's own claim took what fitted; when it filled every slot it asked
+			// for, more may be waiting: the fetch loop claims again.
+			if w.saturated.Load() {
+				w.Nudge()
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		delay := catalogRetry.Delay(try, w.cfg.Rand())
+		w.log.Warn("could not record results; retrying", "tasks", len(batch), "err", err, "tries", try, "in", delay)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+	}
+}
+
+// recordOnce makes one attempt at recording a batch and claiming into the free slots, within
+// CatalogTimeout.
+func (w *Worker) recordOnce(ctx context.Context, batch []catalog.Result) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
+	defer cancel()
+	_, err := w.claimWith(ctx, "complete", func(limit int) ([]deckhandtype.ClaimedTask, error) {
+		_, claimed, err := w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
+		return claimed, err
+	})
+	return err
+}
+
+// injectedNow is the test clock's time, or zero to let the catalog use its own clock.
+func (w *Worker) injectedNow() time.Time {
+	if w.cat.Now == nil {
+		return time.Time{}
+	}
+	return w.cat.Now()
+}
