@@ -36,7 +36,7 @@ type Config struct {
 	LeaseTTL            time.Duration // a worker silent this long is declared dead; default 15s
 	HeartbeatInterval   time.Duration // default LeaseTTL/3
 	PollInterval        time.Duration // claim even without a notification this often; default 1s
-	MaintenanceInterval time.Duration // the leader rescues and probes this often; default 1s
+	MaintenanceInterval time.Duration // the leader rescues this often and probes the nodes every five; default 1s
 	ShutdownGrace       time.Duration // running tasks may finish this long after a stop; default 30s
 	// ShutdownRecordTimeout bounds what a stop does once the grace is over: waiting for the
 	// cancelled tasks to return and recording the results. Results not recorded by then are

@@ -21,7 +21,6 @@ func (w *Worker) lead(ctx context.Context) {
 	}
 	tick := time.NewTicker(w.cfg.MaintenanceInterval)
 	defer tick.Stop()
-	var lastProbe time.Time
 	stopServices := func() {}
 	defer func() { stopServices() }()
 	for {
@@ -48,10 +47,6 @@ func (w *Worker) lead(ctx context.Context) {
 			if err := w.cat.SettleJobs(ctx, nil); err != nil && ctx.Err() == nil {
 				w.log.Warn("settling jobs failed", "err", err)
 			}
-			if time.Since(lastProbe) >= 5*w.cfg.MaintenanceInterval {
-				w.probeNodes(ctx)
-				lastProbe = time.Now()
-			}
 		}
 		select {
 		case <-ctx.Done():
@@ -65,6 +60,8 @@ func (w *Worker) lead(ctx context.Context) {
 func (w *Worker) startServices(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.probeLoop(ctx) }()
 	for _, svc := range w.cfg.LeaderServices {
 		wg.Add(1)
 		go func() {
@@ -164,19 +161,5 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 		// node's oldest commit status: it did not commit recently enough to matter here.
 		lost.Err.Message += fmt.Sprintf("; the node reports its transaction %s as %q", xid, status)
 		return lost, true
-	}
-}
-
-// probeNodes records each node's role and WAL position, as its registered user sees them.
-func (w *Worker) probeNodes(ctx context.Context) {
-	nodes, err := w.cat.Nodes(ctx)
-	if err != nil {
-		return
-	}
-	for _, n := range nodes {
-		role, lsn, err := nodeconn.Probe(ctx, w.pools, n.DSN)
-		if err := w.cat.RecordNodeCheck(ctx, n.Name, role, lsn, err); err != nil && ctx.Err() == nil {
-			w.log.Warn("could not record node check", "node", n.Name, "err", err)
-		}
 	}
 }

@@ -75,6 +75,45 @@ func (c *Catalog) RecordNodeCheck(ctx context.Context, name, role, lsn string, c
 	return nil
 }
 
+// NodeCheck is what a probe of a node learned: its role and WAL position (empty when the
+// probe failed), or why the probe failed.
+type NodeCheck struct {
+	Name, Role, LSN string
+	Err             error
+}
+
+// RecordNodeChecks stores the checks of a probing round in one statement, each node's as
+// RecordNodeCheck would. A node that a claim holds locked is passed rather than waited for (its
+// next check records it), so a round never makes claims queue, nor claims the round. It returns
+// how many nodes it recorded.
+func (c *Catalog) RecordNodeChecks(ctx context.Context, checks []NodeCheck) (int, error) {
+	names, roles, lsns, errs := make([]string, len(checks)), make([]*string, len(checks)), make([]*string, len(checks)), make([]*string, len(checks))
+	for i, ch := range checks {
+		names[i] = ch.Name
+		if ch.Role != "" {
+			roles[i] = &ch.Role
+		}
+		if ch.LSN != "" {
+			lsns[i] = &ch.LSN
+		}
+		if ch.Err != nil {
+			msg := ch.Err.Error()
+			errs[i] = &msg
+		}
+	}
+	tag, err := c.Pool.Exec(ctx, `
+		UPDATE deckhand.node n SET role = coalesce(ch.role, n.role), replay_lsn = coalesce(ch.lsn::pg_lsn, n.replay_lsn),
+			checked_at = coalesce(@now, now()), last_error = deckhand.redact(ch.error)
+		FROM unnest(@names::text[], @roles::text[], @lsns::text[], @errors::text[]) AS ch(name, role, lsn, error)
+		WHERE n.name = ch.name
+		  AND n.name IN (SELECT f.name FROM deckhand.node f WHERE f.name = ANY (@names::text[]) FOR UPDATE SKIP LOCKED)`,
+		pgx.StrictNamedArgs{"names": names, "roles": roles, "lsns": lsns, "errors": errs, "now": c.now()})
+	if err != nil {
+		return 0, fmt.Errorf("record checks of %d nodes: %w", len(checks), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // NotifyRunnable wakes the workers, for example when a node became eligible for waiting tasks.
 func (c *Catalog) NotifyRunnable(ctx context.Context) error {
 	_, err := c.Pool.Exec(ctx, `SELECT pg_notify($1, '')`, ChannelRunnable)
