@@ -70,6 +70,7 @@ type Worker struct {
 	tasksWG     sync.WaitGroup
 
 	leading atomic.Bool
+	rescues rescues // the leader's rescues under way
 }
 
 type runningTask struct {

@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// rescueConcurrency bounds the nodes on which the leader settles orphaned attempts at once.
+const rescueConcurrency = 16
+
+// rescues tracks the nodes whose orphaned attempts are being settled, so that a round starts
+// each node's at most once.
+type rescues struct {
+	mu       sync.Mutex
+	inFlight map[string]bool // node conninfo; "" for tasks bound to no node
+	wg       sync.WaitGroup
+}
+
+// start claims the node for a rescue unless one runs there already or rescueConcurrency nodes
+// are being rescued.
+func (r *rescues) start(node string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inFlight == nil {
+		r.inFlight = map[string]bool{}
+	}
+	if r.inFlight[node] || len(r.inFlight) >= rescueConcurrency {
+		return false
+	}
+	r.inFlight[node] = true
+	r.wg.Add(1)
+	return true
+}
+
+func (r *rescues) done(node string) {
+	r.mu.Lock()
+	delete(r.inFlight, node)
+	r.mu.Unlock()
+	r.wg.Done()
+}
+
+// rescue hands the tasks of dead workers back to the queue. The old backend on the node is
+// terminated first, so a task never runs twice at the same time; if that is not possible
+// yet (node unreachable), the task waits for a later round. Orphans are settled node by node,
+// beside the round: a node that does not answer (each attempt to reach it waits up to 10 s)
+// holds up only its own orphans, and only until one of them finds it unreachable, never the
+// leader's rounds nor other nodes' orphans. The caller waits for w.rescues before it exits.
+func (w *Worker) rescue(ctx context.Context) {
+	orphans, err := w.cat.ExpireWorkers(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("could not look for dead workers", "err", err)
+		}
+		return
+	}
+	byNode := map[string][]catalog.Orphan{}
+	var nodes []string
+	for _, o := range orphans {
+		node := ""
+		if o.Node != nil && o.NodeDSN != nil {
+			node = *o.NodeDSN
+		}
+		if _, seen := byNode[node]; !seen {
+			nodes = append(nodes, node)
+		}
+		byNode[node] = append(byNode[node], o)
+	}
+	for _, node := range nodes {
+		if !w.rescues.start(node) {
+			continue // under way, or waiting for a free slot: a later round sees it again
+		}
+		go func() {
+			defer w.rescues.done(node)
+			w.rescueOn(ctx, byNode[node])
+		}()
+	}
+}
+
+// rescueOn settles the orphans of one node, one after another, and records the outcomes.
+func (w *Worker) rescueOn(ctx context.Context, orphans []catalog.Orphan) {
+	var results []catalog.Result
+	for _, o := range orphans {
+		r, err := w.rescueOne(ctx, o)
+		if err != nil {
+			if unreachable(err) {
+				break // the node's other orphans wait for a later round with this one
+			}
+			continue
+		}
+		results = append(results, r)
+	}
+	if len(results) == 0 {
+		return
+	}
+	comp, err := w.cat.Complete(ctx, results)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("could not rescue tasks", "err", err)
+		}
+		return
+	}
+	w.log.Info("rescued tasks of dead workers", "tasks", comp.Applied)
+	w.Nudge()
+}
+
+// unreachable reports whether err says a node could not be reached (rather than that one
+// attempt could not be settled there).
+func unreachable(err error) bool {
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &connectErr) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err)
+}
+
+// rescueOne decides what became of an orphaned attempt; an error when it must wait for a later
+// round (its node is unreachable, or could not say). The attempt's backend is terminated first, so the task
+// never runs twice at the same time and the attempt can commit nothing more. Then, for a
+// transactional attempt that recorded its node transaction, the node says whether it
+// committed: if so the task is done — its result is recovered, not run again.
+func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Result, error) {
+	lost := catalog.Result{TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: deckhandtype.OutcomeLost,
+		FinishedAt: w.injectedNow(),
+		Err:        &deckhandtype.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired", o.WorkerID)}}
+	if !o.InTransaction {
+		lost.Err.Message += "; the task does not run in a transaction, so its effect is unknown: it may have taken effect, and it runs again"
+	}
+	if o.Node == nil || o.NodeDSN == nil {
+		return lost, nil
+	}
+	owner := nodeconn.Owner{Node: *o.Node, DSN: *o.NodeDSN, Role: o.Owner, Submitter: o.SubmittedBy}
+	err := nodeconn.TerminateAttempt(ctx, w.pools, owner, o.TaskID, o.Token)
+	switch {
+	case nodeconn.Refused(err):
+		// The submitter may not act as the owner there: no attempt can have run as it, so there
+		// is nothing to terminate. The task goes back and its next attempt is refused the same way.
+		w.log.Warn("orphaned task's owner refused on its node; nothing to terminate", "task", o.TaskID, "node", *o.Node, "err", err)
+		return lost, nil
+	case err != nil:
+		w.log.Warn("could not terminate orphaned backend; will retry", "task", o.TaskID, "node", *o.Node, "err", err)
+		return catalog.Result{}, err
+	}
+	if !o.InTransaction {
+		return lost, nil
+	}
+	xid, err := w.cat.AttemptXID(ctx, o.TaskID, o.Token)
+	if err != nil {
+		w.log.Warn("could not read the orphaned attempt's node transaction; will retry", "task", o.TaskID, "err", err)
+		return catalog.Result{}, err
+	}
+	if xid == "" {
+		return lost, nil // it committed nothing that wrote
+	}
+	status, err := nodeconn.XactStatus(ctx, w.pools, owner, xid)
+	if err != nil {
+		w.log.Warn("could not ask the node about the orphaned attempt's transaction; will retry", "task", o.TaskID, "node", *o.Node, "err", err)
+		return catalog.Result{}, err
+	}
+	switch status {
+	case nodeconn.XactCommitted:
+		w.log.Info("recovered the result of a dead worker's attempt from its node", "task", o.TaskID, "xid", xid)
+		return catalog.Result{TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: deckhandtype.OutcomeDone,
+			FinishedAt: w.injectedNow(),
+			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("recovered: worker %d stopped before recording the result; "+
+				"the node had committed the attempt's transaction %s, so the task did its work and does not run again", o.WorkerID, xid)}}, nil
+	case nodeconn.XactAborted:
+		return lost, nil
+	default:
+		// In progress cannot be, with its backend gone; unknown means an id older than the
+		// node's oldest commit status: it did not commit recently enough to matter here.
+		lost.Err.Message += fmt.Sprintf("; the node reports its transaction %s as %q", xid, status)
+		return lost, nil
+	}
+}
