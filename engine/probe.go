@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -59,6 +60,10 @@ func (w *Worker) probeNodes(ctx context.Context) {
 			go func() {
 				defer func() { <-slots; wg.Done() }()
 				role, lsn, err := nodeconn.Probe(ctx, w.pools, n.DSN)
+				if _, parseErr := deckhandtype.ParseLSN(lsn); err == nil && lsn != "" && parseErr != nil {
+					// Checked here, not by the cast in the catalog: one node's answer must not fail its batch.
+					role, lsn, err = "", "", fmt.Errorf("the node reported a WAL position that is not one: %q", lsn)
+				}
 				checks <- catalog.NodeCheck{Name: n.Name, Role: role, LSN: lsn, Err: err}
 			}()
 		}
@@ -79,8 +84,16 @@ func (w *Worker) probeNodes(ctx context.Context) {
 				break drain
 			}
 		}
-		if _, err := w.cat.RecordNodeChecks(ctx, batch); err != nil && ctx.Err() == nil {
+		passed, err := w.cat.RecordNodeChecks(ctx, batch)
+		if err != nil && ctx.Err() == nil {
 			w.log.Warn("could not record node checks", "nodes", len(batch), "err", err)
+		}
+		// Nodes a claim held: one by one, each waiting for its claim to commit, so that a node
+		// claimed from without a pause still has its check recorded.
+		for _, c := range passed {
+			if err := w.cat.RecordNodeCheck(ctx, c.Name, c.Role, c.LSN, c.Err); err != nil && ctx.Err() == nil {
+				w.log.Warn("could not record node check", "node", c.Name, "err", err)
+			}
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 // A probing round's checks are recorded in one statement, each node's as a check of its own
 // would be (a failed probe's message redacted); a node a claim holds locked is passed, not
-// waited for, and recorded by the next round.
+// waited for, and returned for the caller to record on its own.
 func TestRecordNodeChecksPassesLockedNodes(t *testing.T) {
 	cat := migratedCatalog(t)
 	if _, err := cat.Pool.Exec(ctx, `INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks, replay_lsn) VALUES
@@ -35,9 +35,9 @@ func TestRecordNodeChecksPassesLockedNodes(t *testing.T) {
 	}
 	round, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	n, err := cat.RecordNodeChecks(round, checks)
-	if err != nil || n != 2 {
-		t.Fatalf("RecordNodeChecks = %d, %v; want 2 (b passed while locked)", n, err)
+	passed, err := cat.RecordNodeChecks(round, checks)
+	if err != nil || len(passed) != 1 || passed[0].Name != "b" {
+		t.Fatalf("RecordNodeChecks passed %+v, %v; want b alone (locked)", passed, err)
 	}
 	type row struct {
 		role, lsn, lastError string
@@ -65,8 +65,8 @@ func TestRecordNodeChecksPassesLockedNodes(t *testing.T) {
 	if err := claimer.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := cat.RecordNodeChecks(ctx, checks[1:2]); err != nil || n != 1 {
-		t.Fatalf("RecordNodeChecks of b once free = %d, %v; want 1", n, err)
+	if passed, err := cat.RecordNodeChecks(ctx, checks[1:2]); err != nil || len(passed) != 0 {
+		t.Fatalf("RecordNodeChecks of b once free passed %+v, %v; want none", passed, err)
 	}
 	if got, want := read("b"), (row{"standby", "0/20", "", true}); got != want {
 		t.Errorf("b: %+v, want %+v", got, want)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
@@ -83,10 +84,10 @@ type NodeCheck struct {
 }
 
 // RecordNodeChecks stores the checks of a probing round in one statement, each node's as
-// RecordNodeCheck would. A node that a claim holds locked is passed rather than waited for (its
-// next check records it), so a round never makes claims queue, nor claims the round. It returns
-// how many nodes it recorded.
-func (c *Catalog) RecordNodeChecks(ctx context.Context, checks []NodeCheck) (int, error) {
+// RecordNodeCheck would. A node that a claim holds locked is passed rather than waited for:
+// the statement holds the rows it updated until it commits, and a wait would keep claims off
+// all of them. It returns the checks it passed, for RecordNodeCheck to store one by one.
+func (c *Catalog) RecordNodeChecks(ctx context.Context, checks []NodeCheck) (passed []NodeCheck, err error) {
 	names, roles, lsns, errs := make([]string, len(checks)), make([]*string, len(checks)), make([]*string, len(checks)), make([]*string, len(checks))
 	for i, ch := range checks {
 		names[i] = ch.Name
@@ -101,17 +102,24 @@ func (c *Catalog) RecordNodeChecks(ctx context.Context, checks []NodeCheck) (int
 			errs[i] = &msg
 		}
 	}
-	tag, err := c.Pool.Exec(ctx, `
+	rows, _ := c.Pool.Query(ctx, `
 		UPDATE deckhand.node n SET role = coalesce(ch.role, n.role), replay_lsn = coalesce(ch.lsn::pg_lsn, n.replay_lsn),
 			checked_at = coalesce(@now, now()), last_error = deckhand.redact(ch.error)
 		FROM unnest(@names::text[], @roles::text[], @lsns::text[], @errors::text[]) AS ch(name, role, lsn, error)
 		WHERE n.name = ch.name
-		  AND n.name IN (SELECT f.name FROM deckhand.node f WHERE f.name = ANY (@names::text[]) FOR UPDATE SKIP LOCKED)`,
+		  AND n.name IN (SELECT f.name FROM deckhand.node f WHERE f.name = ANY (@names::text[]) FOR UPDATE SKIP LOCKED)
+		RETURNING n.name`,
 		pgx.StrictNamedArgs{"names": names, "roles": roles, "lsns": lsns, "errors": errs, "now": c.now()})
+	recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return 0, fmt.Errorf("record checks of %d nodes: %w", len(checks), err)
+		return nil, fmt.Errorf("record checks of %d nodes: %w", len(checks), err)
 	}
-	return int(tag.RowsAffected()), nil
+	for _, ch := range checks {
+		if !slices.Contains(recorded, ch.Name) {
+			passed = append(passed, ch)
+		}
+	}
+	return passed, nil
 }
 
 // NotifyRunnable wakes the workers, for example when a node became eligible for waiting tasks.
