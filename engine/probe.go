@@ -60,9 +60,14 @@ func (w *Worker) probeNodes(ctx context.Context) {
 			go func() {
 				defer func() { <-slots; wg.Done() }()
 				role, lsn, err := nodeconn.Probe(ctx, w.pools, n.DSN)
-				if _, parseErr := deckhandtype.ParseLSN(lsn); err == nil && lsn != "" && parseErr != nil {
-					// Checked here, not by the cast in the catalog: one node's answer must not fail its batch.
-					role, lsn, err = "", "", fmt.Errorf("the node reported a WAL position that is not one: %q", lsn)
+				if err == nil && lsn != "" {
+					// What the catalog stores is the position as deckhand reads it, never the
+					// node's text: one node's answer must not fail the batch its check joins.
+					if at, parseErr := deckhandtype.ParseLSN(lsn); parseErr != nil {
+						role, lsn, err = "", "", fmt.Errorf("the node reported a WAL position that is not one: %q", lsn)
+					} else {
+						lsn = at.String()
+					}
 				}
 				checks <- catalog.NodeCheck{Name: n.Name, Role: role, LSN: lsn, Err: err}
 			}()
@@ -84,16 +89,12 @@ func (w *Worker) probeNodes(ctx context.Context) {
 				break drain
 			}
 		}
-		passed, err := w.cat.RecordNodeChecks(ctx, batch)
+		skipped, err := w.cat.RecordNodeChecks(ctx, batch)
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("could not record node checks", "nodes", len(batch), "err", err)
 		}
-		// Nodes a claim held: one by one, each waiting for its claim to commit, so that a node
-		// claimed from without a pause still has its check recorded.
-		for _, c := range passed {
-			if err := w.cat.RecordNodeCheck(ctx, c.Name, c.Role, c.LSN, c.Err); err != nil && ctx.Err() == nil {
-				w.log.Warn("could not record node check", "node", c.Name, "err", err)
-			}
+		if len(skipped) > 0 {
+			w.log.Debug("node rows held by others; their checks wait for the next round", "nodes", skipped)
 		}
 	}
 }

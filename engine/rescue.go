@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -13,45 +15,82 @@ import (
 )
 
 // rescueConcurrency bounds the nodes on which the leader settles orphaned attempts at once.
+// Nodes that were unreachable at their last try get half of the slots at most, so that an
+// outage of many nodes leaves room for the others.
 const rescueConcurrency = 16
 
-// rescues tracks the nodes whose orphaned attempts are being settled, so that a round starts
-// each node's at most once.
+// rescues tracks the nodes whose orphaned attempts are being settled, and those found
+// unreachable, so that a round starts each node's at most once and tries the others first.
 type rescues struct {
-	mu       sync.Mutex
-	inFlight map[string]bool // node conninfo; "" for tasks bound to no node
-	wg       sync.WaitGroup
+	mu          sync.Mutex
+	inFlight    map[string]bool  // node conninfo: whether it was unreachable at its last try
+	unreachable map[string]int64 // node conninfo: when (in tries) it was last found unreachable
+	tries       int64
+	wg          sync.WaitGroup
 }
 
-// start claims the node for a rescue unless one runs there already or rescueConcurrency nodes
-// are being rescued.
+// start claims the node for a rescue unless one runs there already, or there is no slot free
+// for it.
 func (r *rescues) start(node string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.inFlight == nil {
-		r.inFlight = map[string]bool{}
+		r.inFlight, r.unreachable = map[string]bool{}, map[string]int64{}
 	}
-	if r.inFlight[node] || len(r.inFlight) >= rescueConcurrency {
+	_, busy := r.inFlight[node]
+	_, suspect := r.unreachable[node]
+	if busy || len(r.inFlight) >= rescueConcurrency || suspect && r.suspectsInFlight() >= rescueConcurrency/2 {
 		return false
 	}
-	r.inFlight[node] = true
+	r.inFlight[node] = suspect
 	r.wg.Add(1)
 	return true
 }
 
-func (r *rescues) done(node string) {
+func (r *rescues) suspectsInFlight() int {
+	n := 0
+	for _, suspect := range r.inFlight {
+		if suspect {
+			n++
+		}
+	}
+	return n
+}
+
+// done ends the node's rescue, noting whether it found the node unreachable.
+func (r *rescues) done(node string, unreachable bool) {
 	r.mu.Lock()
 	delete(r.inFlight, node)
+	if unreachable {
+		r.tries++
+		r.unreachable[node] = r.tries
+	} else {
+		delete(r.unreachable, node)
+	}
 	r.mu.Unlock()
 	r.wg.Done()
 }
 
+// order puts the nodes never found unreachable first, as they are, then the others from the one
+// found unreachable longest ago; it forgets the nodes that have no orphans any more.
+func (r *rescues) order(nodes []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for node := range r.unreachable {
+		if _, busy := r.inFlight[node]; !busy && !slices.Contains(nodes, node) {
+			delete(r.unreachable, node)
+		}
+	}
+	slices.SortStableFunc(nodes, func(a, b string) int { return cmp.Compare(r.unreachable[a], r.unreachable[b]) })
+}
+
 // rescue hands the tasks of dead workers back to the queue. The old backend on the node is
 // terminated first, so a task never runs twice at the same time; if that is not possible
-// yet (node unreachable), the task waits for a later round. Orphans are settled node by node,
-// beside the round: a node that does not answer (each attempt to reach it waits up to 10 s)
-// holds up only its own orphans, and only until one of them finds it unreachable, never the
-// leader's rounds nor other nodes' orphans. The caller waits for w.rescues before it exits.
+// yet (node unreachable), the task waits for a later round. Tasks bound to no node are settled
+// at once; the others node by node, beside the round: a node that does not answer (each
+// attempt to reach it waits up to 10 s) holds up only its own orphans, and only until one of
+// them finds it unreachable, never the leader's rounds nor other nodes' orphans. The caller
+// waits for w.rescues before it exits.
 func (w *Worker) rescue(ctx context.Context) {
 	orphans, err := w.cat.ExpireWorkers(ctx)
 	if err != nil {
@@ -60,36 +99,44 @@ func (w *Worker) rescue(ctx context.Context) {
 		}
 		return
 	}
+	var nowhere []catalog.Orphan
 	byNode := map[string][]catalog.Orphan{}
 	var nodes []string
 	for _, o := range orphans {
-		node := ""
-		if o.Node != nil && o.NodeDSN != nil {
-			node = *o.NodeDSN
+		if o.Node == nil || o.NodeDSN == nil {
+			nowhere = append(nowhere, o)
+			continue
 		}
-		if _, seen := byNode[node]; !seen {
-			nodes = append(nodes, node)
+		if _, seen := byNode[*o.NodeDSN]; !seen {
+			nodes = append(nodes, *o.NodeDSN)
 		}
-		byNode[node] = append(byNode[node], o)
+		byNode[*o.NodeDSN] = append(byNode[*o.NodeDSN], o)
 	}
+	if len(nowhere) > 0 {
+		w.rescueOn(ctx, nowhere) // nothing to reach: no backend to terminate
+	}
+	w.rescues.order(nodes)
 	for _, node := range nodes {
 		if !w.rescues.start(node) {
-			continue // under way, or waiting for a free slot: a later round sees it again
+			continue // under way, or no slot free: a later round sees it again
 		}
 		go func() {
-			defer w.rescues.done(node)
-			w.rescueOn(ctx, byNode[node])
+			unreachable := false
+			defer func() { w.rescues.done(node, unreachable) }()
+			unreachable = w.rescueOn(ctx, byNode[node])
 		}()
 	}
 }
 
-// rescueOn settles the orphans of one node, one after another, and records the outcomes.
-func (w *Worker) rescueOn(ctx context.Context, orphans []catalog.Orphan) {
+// rescueOn settles the orphans of one node (or of none), one after another, and records the
+// outcomes. It reports whether it found the node unreachable.
+func (w *Worker) rescueOn(ctx context.Context, orphans []catalog.Orphan) (nodeUnreachable bool) {
 	var results []catalog.Result
 	for _, o := range orphans {
 		r, err := w.rescueOne(ctx, o)
 		if err != nil {
 			if unreachable(err) {
+				nodeUnreachable = true
 				break // the node's other orphans wait for a later round with this one
 			}
 			continue
@@ -97,17 +144,18 @@ func (w *Worker) rescueOn(ctx context.Context, orphans []catalog.Orphan) {
 		results = append(results, r)
 	}
 	if len(results) == 0 {
-		return
+		return nodeUnreachable
 	}
 	comp, err := w.cat.Complete(ctx, results)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("could not rescue tasks", "err", err)
 		}
-		return
+		return nodeUnreachable
 	}
 	w.log.Info("rescued tasks of dead workers", "tasks", comp.Applied)
 	w.Nudge()
+	return nodeUnreachable
 }
 
 // unreachable reports whether err says a node could not be reached (rather than that one

@@ -10,8 +10,8 @@ import (
 )
 
 // A probing round's checks are recorded in one statement, each node's as a check of its own
-// would be (a failed probe's message redacted); a node a claim holds locked is passed, not
-// waited for, and returned for the caller to record on its own.
+// would be (a failed probe's message redacted); a node whose row stays locked is waited for
+// briefly, then left to the next round and returned.
 func TestRecordNodeChecksPassesLockedNodes(t *testing.T) {
 	cat := migratedCatalog(t)
 	if _, err := cat.Pool.Exec(ctx, `INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks, replay_lsn) VALUES
@@ -35,9 +35,13 @@ func TestRecordNodeChecksPassesLockedNodes(t *testing.T) {
 	}
 	round, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	passed, err := cat.RecordNodeChecks(round, checks)
-	if err != nil || len(passed) != 1 || passed[0].Name != "b" {
-		t.Fatalf("RecordNodeChecks passed %+v, %v; want b alone (locked)", passed, err)
+	began := time.Now()
+	skipped, err := cat.RecordNodeChecks(round, checks)
+	if err != nil || len(skipped) != 1 || skipped[0] != "b" {
+		t.Fatalf("RecordNodeChecks skipped %v, %v; want b alone (locked)", skipped, err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("RecordNodeChecks took %s: it waited for the locked row", took)
 	}
 	type row struct {
 		role, lsn, lastError string
@@ -65,8 +69,8 @@ func TestRecordNodeChecksPassesLockedNodes(t *testing.T) {
 	if err := claimer.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if passed, err := cat.RecordNodeChecks(ctx, checks[1:2]); err != nil || len(passed) != 0 {
-		t.Fatalf("RecordNodeChecks of b once free passed %+v, %v; want none", passed, err)
+	if skipped, err := cat.RecordNodeChecks(ctx, checks[1:2]); err != nil || len(skipped) != 0 {
+		t.Fatalf("RecordNodeChecks of b once free skipped %v, %v; want none", skipped, err)
 	}
 	if got, want := read("b"), (row{"standby", "0/20", "", true}); got != want {
 		t.Errorf("b: %+v, want %+v", got, want)

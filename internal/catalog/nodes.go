@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrNotFound is returned when a named node or numbered job does not exist.
@@ -51,29 +55,10 @@ func (c *Catalog) NodesByName(ctx context.Context, names []string) (map[string]d
 	return out, nil
 }
 
-// RecordNodeCheck stores what the leader learned when it last probed a node.
+// RecordNodeCheck stores what a probe of a node learned, waiting for the node's row if a claim
+// holds it.
 func (c *Catalog) RecordNodeCheck(ctx context.Context, name, role, lsn string, checkErr error) error {
-	var errText *string
-	if checkErr != nil {
-		s := checkErr.Error()
-		errText = &s
-	}
-	var lsnArg, roleArg *string
-	if lsn != "" {
-		lsnArg = &lsn
-	}
-	if role != "" {
-		roleArg = &role
-	}
-	_, err := c.Pool.Exec(ctx, `
-		UPDATE deckhand.node SET role = coalesce(@role, role), replay_lsn = coalesce(@lsn::pg_lsn, replay_lsn),
-			checked_at = coalesce(@now, now()), last_error = deckhand.redact(@error)
-		WHERE name = @name`,
-		pgx.StrictNamedArgs{"name": name, "role": roleArg, "lsn": lsnArg, "error": errText, "now": c.now()})
-	if err != nil {
-		return fmt.Errorf("record check of node %s: %w", name, err)
-	}
-	return nil
+	return c.recordNodeCheck(ctx, NodeCheck{Name: name, Role: role, LSN: lsn, Err: checkErr}, 0)
 }
 
 // NodeCheck is what a probe of a node learned: its role and WAL position (empty when the
@@ -83,24 +68,21 @@ type NodeCheck struct {
 	Err             error
 }
 
-// RecordNodeChecks stores the checks of a probing round in one statement, each node's as
-// RecordNodeCheck would. A node that a claim holds locked is passed rather than waited for:
-// the statement holds the rows it updated until it commits, and a wait would keep claims off
-// all of them. It returns the checks it passed, for RecordNodeCheck to store one by one.
-func (c *Catalog) RecordNodeChecks(ctx context.Context, checks []NodeCheck) (passed []NodeCheck, err error) {
+// nodeCheckLockWait bounds how long RecordNodeChecks waits for a node's row that a claim holds.
+// Claims hold a node's row for a few milliseconds; a row held longer (a session left open in a
+// transaction) leaves its node's check to the next round rather than holding up the rest.
+const nodeCheckLockWait = 200 * time.Millisecond
+
+// RecordNodeChecks stores the checks of a probing round, in one statement. That statement
+// passes nodes that claims hold locked (waiting would keep claims off every node it has
+// updated until it commits); they are then recorded one by one, each waiting for its row at
+// most nodeCheckLockWait, and those still locked are left to the next round and returned. A
+// batch the catalog refuses is recorded one by one too, so that no node's answer costs another
+// its check.
+func (c *Catalog) RecordNodeChecks(ctx context.Context, checks []NodeCheck) (skipped []string, err error) {
 	names, roles, lsns, errs := make([]string, len(checks)), make([]*string, len(checks)), make([]*string, len(checks)), make([]*string, len(checks))
 	for i, ch := range checks {
-		names[i] = ch.Name
-		if ch.Role != "" {
-			roles[i] = &ch.Role
-		}
-		if ch.LSN != "" {
-			lsns[i] = &ch.LSN
-		}
-		if ch.Err != nil {
-			msg := ch.Err.Error()
-			errs[i] = &msg
-		}
+		names[i], roles[i], lsns[i], errs[i] = ch.Name, nonEmpty(ch.Role), nonEmpty(ch.LSN), checkMessage(ch.Err)
 	}
 	rows, _ := c.Pool.Query(ctx, `
 		UPDATE deckhand.node n SET role = coalesce(ch.role, n.role), replay_lsn = coalesce(ch.lsn::pg_lsn, n.replay_lsn),
@@ -111,15 +93,59 @@ func (c *Catalog) RecordNodeChecks(ctx context.Context, checks []NodeCheck) (pas
 		RETURNING n.name`,
 		pgx.StrictNamedArgs{"names": names, "roles": roles, "lsns": lsns, "errors": errs, "now": c.now()})
 	recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("record checks of %d nodes: %w", len(checks), err)
 	}
+	var failed []error
+	if err != nil {
+		failed = append(failed, fmt.Errorf("record checks of %d nodes at once: %w", len(checks), err))
+	}
 	for _, ch := range checks {
-		if !slices.Contains(recorded, ch.Name) {
-			passed = append(passed, ch)
+		if slices.Contains(recorded, ch.Name) {
+			continue
+		}
+		err := c.recordNodeCheck(ctx, ch, nodeCheckLockWait)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+			skipped = append(skipped, ch.Name)
+		case err != nil:
+			failed = append(failed, err)
 		}
 	}
-	return passed, nil
+	return skipped, errors.Join(failed...)
+}
+
+// recordNodeCheck stores one node's check, waiting for its row at most lockWait (0: as long as
+// it takes).
+func (c *Catalog) recordNodeCheck(ctx context.Context, ch NodeCheck, lockWait time.Duration) error {
+	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		if lockWait > 0 {
+			if _, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('lock_timeout', $1, true)`, strconv.FormatInt(lockWait.Milliseconds(), 10)); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE deckhand.node SET role = coalesce(@role, role), replay_lsn = coalesce(@lsn::pg_lsn, replay_lsn),
+				checked_at = coalesce(@now, now()), last_error = deckhand.redact(@error)
+			WHERE name = @name`,
+			pgx.StrictNamedArgs{"name": ch.Name, "role": nonEmpty(ch.Role), "lsn": nonEmpty(ch.LSN), "error": checkMessage(ch.Err), "now": c.now()})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record check of node %s: %w", ch.Name, err)
+	}
+	return nil
+}
+
+// checkMessage is a failed check's message as the catalog can store it: whatever a node (or
+// anything listening where its conninfo points) answered, as valid UTF-8 without NUL bytes.
+func checkMessage(err error) *string {
+	if err == nil {
+		return nil
+	}
+	msg := strings.ReplaceAll(strings.ToValidUTF8(err.Error(), "\uFFFD"), "\x00", "")
+	return &msg
 }
 
 // NotifyRunnable wakes the workers, for example when a node became eligible for waiting tasks.
