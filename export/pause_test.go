@@ -1,6 +1,7 @@
 package export_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,7 +53,15 @@ func TestPausedExportReleasesThePartition(t *testing.T) {
 	}
 	coordinator := d.Tasks[0]
 	if coordinator.Kind != export.KindCoordinator || coordinator.State != deckhandtype.TaskPaused {
-		t.Fatalf("task %s (%s) is %s; want the coordinator paused", coordinator.Name, coordinator.Kind, coordinator.State)
+		var tasks, attempts []string
+		for _, task := range d.Tasks {
+			tasks = append(tasks, fmt.Sprintf("%s=%s", task.Name, task.State))
+		}
+		for _, a := range d.Attempts {
+			attempts = append(attempts, fmt.Sprintf("%s#%d=%s", a.TaskName, a.Attempt, a.Outcome))
+		}
+		t.Fatalf("task %s (%s) is %s; want the coordinator paused (job %s; tasks %v; attempts %v)",
+			coordinator.Name, coordinator.Kind, coordinator.State, d.State, tasks, attempts)
 	}
 	released := 0
 	for _, a := range d.Attempts {
