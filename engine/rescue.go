@@ -166,10 +166,10 @@ func unreachable(err error) bool {
 }
 
 // rescueOne decides what became of an orphaned attempt; an error when it must wait for a later
-// round (its node is unreachable, or could not say). The attempt's backend is terminated first, so the task
-// never runs twice at the same time and the attempt can commit nothing more. Then, for a
-// transactional attempt that recorded its node transaction, the node says whether it
-// committed: if so the task is done — its result is recovered, not run again.
+// round (its node is unreachable, or could not say). The attempt's backend is terminated
+// first, so the task never runs twice at the same time and the attempt can commit nothing
+// more. Then, for a transactional attempt that recorded its node transaction, the node says
+// whether it committed: if so the task is done — its result is recovered, not run again.
 func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Result, error) {
 	lost := catalog.Result{TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: deckhandtype.OutcomeLost,
 		FinishedAt: w.injectedNow(),
