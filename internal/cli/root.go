@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/deckhandhq/deckhand/engine"
@@ -122,6 +123,20 @@ func (a *app) client(ctx context.Context) (*engine.Client, error) {
 		return nil, Failed("%w", err)
 	}
 	return c, nil
+}
+
+// requireWorker refuses, in one line naming the grant, a catalog login that may not do what a
+// worker does (serve, cleanup run): PostgreSQL would only say "permission denied for table".
+func requireWorker(ctx context.Context, c *engine.Client, what string) error {
+	role, ok, err := c.Catalog().MayWork(ctx)
+	if err != nil {
+		return Failed("%w", err)
+	}
+	if !ok {
+		return Usage("%s may not %s: that takes the deckhand_worker role (GRANT deckhand_worker TO %s); see docs/security.md",
+			role, what, pgx.Identifier{role}.Sanitize())
+	}
+	return nil
 }
 
 // classify maps engine and catalog errors to exit codes: bad input and unknown objects are
