@@ -287,6 +287,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"node", "add", "n1"}, []string{"--dsn is required"}},
 		{[]string{"node", "add", "--dsn", "host=x"}, []string{"expected NAME"}},
 		{[]string{"node", "remove"}, []string{"expected NAME"}},
+		{[]string{"export", "--table", "t", "--group", "g", "--to", "file:///x", "--max-attempts", "0"}, []string{"--max-attempts must be between 1 and 1000, got 0"}},
 	} {
 		wantUsage(t, deckhand(t, "", append([]string{"--catalog", bad}, tc.args...)...), tc.fragments...)
 	}
