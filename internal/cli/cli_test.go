@@ -332,6 +332,21 @@ func TestNodeCommands(t *testing.T) {
 		t.Errorf("node list table:\n%s", r.stdout)
 	}
 
+	// node add of a registered node updates it, keeping the group and max tasks it is not
+	// given: a standby re-added to change its limit stays in its primary's group.
+	r = e.run("node", "add", "n1", "--dsn", dsn, "--max-tasks", "3")
+	want(t, r, 0)
+	if !strings.Contains(r.stderr, "node n1 updated") {
+		t.Errorf("node add of a registered node: %s", r)
+	}
+	want(t, e.run("node", "add", "n1", "--dsn", dsn+" application_name=x"), 0)
+	for _, n := range decode[[]deckhandtype.Node](t, e.run("node", "list", "-o", "json")) {
+		if n.Name == "n1" && (n.Group != "g1" || n.MaxTasks != 3 || n.DSN != dsn+" application_name=x") {
+			t.Errorf("n1 after updates = %+v, want group g1, max_tasks 3 and the new conninfo", n)
+		}
+	}
+	want(t, e.run("node", "add", "n1", "--dsn", dsn, "--group", "g1", "--max-tasks", "2"), 0)
+
 	// Passwords never reach the catalog: workers take them from their environment.
 	for _, conninfo := range []string{
 		"host=localhost dbname=app user=app password=s3cr3t",
