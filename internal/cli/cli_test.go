@@ -297,6 +297,15 @@ func TestUsageErrors(t *testing.T) {
 	if !strings.Contains(r.stdout, "submit") || !strings.Contains(r.stdout, "wait") {
 		t.Errorf("deckhand job should list its subcommands: %s", r)
 	}
+	// A catalog conninfo that cannot be parsed is bad input (2), without its password.
+	for _, dsn := range []string{"garbage", "host=x password=s3cr3t port=abc", "postgres://u:s3cr3t@x:abc/db"} {
+		r := deckhand(t, "", "--catalog", dsn, "node", "list")
+		wantUsage(t, r, "catalog DSN", "cannot parse")
+		wantUsage(t, deckhand(t, "", "--catalog", dsn, "init"), "catalog DSN", "cannot parse")
+		if strings.Contains(r.stderr, "s3cr3t") {
+			t.Errorf("the refusal repeats the password: %q", r.stderr)
+		}
+	}
 	// An unreachable catalog is an operational failure (1), not bad usage.
 	wantOneLineError(t, deckhand(t, "", "--catalog", bad, "node", "list"), cli.ExitFailed, "connect to catalog")
 }

@@ -119,6 +119,9 @@ func (a *app) client(ctx context.Context) (*engine.Client, error) {
 		return nil, Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
 	}
 	c, err := engine.Open(ctx, a.catalogDSN, features()...)
+	if errors.Is(err, catalog.ErrBadDSN) {
+		return nil, Usage("%v", err)
+	}
 	if err != nil {
 		return nil, Failed("%w", err)
 	}
@@ -169,6 +172,9 @@ func (a *app) initCommand() *cobra.Command {
 				return Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
 			}
 			cat, err := catalog.Open(cmd.Context(), a.catalogDSN)
+			if errors.Is(err, catalog.ErrBadDSN) {
+				return Usage("%v", err)
+			}
 			if err != nil {
 				return Failed("%w", err)
 			}
