@@ -38,6 +38,16 @@ type Catalog struct {
 // New wraps a pool. The pool's connections must reach the catalog database.
 func New(pool *pgxpool.Pool) *Catalog { return &Catalog{Pool: pool} }
 
+// ErrBadDSN is what Open returns (wrapped) for a catalog conninfo that cannot be parsed: bad
+// input, not a failure to connect. The message never repeats a password (pgx masks it).
+var ErrBadDSN = errors.New("catalog conninfo cannot be parsed")
+
+type badDSNError struct{ err error }
+
+func (e badDSNError) Error() string        { return e.err.Error() }
+func (e badDSNError) Unwrap() error        { return e.err }
+func (e badDSNError) Is(target error) bool { return target == ErrBadDSN }
+
 // Open connects to the catalog database.
 func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	if dsn == "" {
@@ -45,7 +55,7 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("catalog DSN: %w", err)
+		return nil, fmt.Errorf("catalog DSN: %w", badDSNError{err})
 	}
 	// A worker's loops (claim, complete, heartbeat, lead, clean) each hold a connection at
 	// times; pgxpool's default of max(4, CPUs) makes them queue behind one another.

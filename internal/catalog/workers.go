@@ -27,6 +27,17 @@ func (c *Catalog) RegisterWorker(ctx context.Context, name string, concurrency i
 	return id, nil
 }
 
+// MayWork reports whether the catalog login may do a worker's writes (it holds deckhand_worker,
+// owns the catalog or is a superuser), and the login's name.
+func (c *Catalog) MayWork(ctx context.Context) (role string, ok bool, err error) {
+	err = c.Pool.QueryRow(ctx, `SELECT session_user::text,
+		pg_catalog.has_table_privilege('deckhand.worker'::pg_catalog.text, 'INSERT'::pg_catalog.text)`).Scan(&role, &ok)
+	if err != nil {
+		return "", false, fmt.Errorf("read the catalog login's privileges: %w", err)
+	}
+	return role, ok, nil
+}
+
 // Stops are the tasks a worker runs that must stop: Cancel, whose job is being cancelled (their
 // attempts end cancelled); Release, whose job was paused at once (their attempts are released,
 // uncharged, and the tasks paused).

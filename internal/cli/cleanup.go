@@ -87,6 +87,9 @@ they are free, for up to --wait. Exits 1 if a record failed for good during the 
 				return err
 			}
 			defer c.Close()
+			if err := requireWorker(cmd.Context(), c, "run the cleaner"); err != nil {
+				return err
+			}
 			pools := nodeconn.NewPools(4)
 			defer pools.Close()
 			cl := cleanup.New(c.Catalog(), pools)

@@ -287,6 +287,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"node", "add", "n1"}, []string{"--dsn is required"}},
 		{[]string{"node", "add", "--dsn", "host=x"}, []string{"expected NAME"}},
 		{[]string{"node", "remove"}, []string{"expected NAME"}},
+		{[]string{"export", "--table", "t", "--group", "g", "--to", "file:///x", "--max-attempts", "0"}, []string{"--max-attempts must be between 1 and 1000, got 0"}},
 	} {
 		wantUsage(t, deckhand(t, "", append([]string{"--catalog", bad}, tc.args...)...), tc.fragments...)
 	}
@@ -295,6 +296,15 @@ func TestUsageErrors(t *testing.T) {
 	want(t, r, 0)
 	if !strings.Contains(r.stdout, "submit") || !strings.Contains(r.stdout, "wait") {
 		t.Errorf("deckhand job should list its subcommands: %s", r)
+	}
+	// A catalog conninfo that cannot be parsed is bad input (2), without its password.
+	for _, dsn := range []string{"garbage", "host=x password=s3cr3t port=abc", "postgres://u:s3cr3t@x:abc/db"} {
+		r := deckhand(t, "", "--catalog", dsn, "node", "list")
+		wantUsage(t, r, "catalog DSN", "cannot parse")
+		wantUsage(t, deckhand(t, "", "--catalog", dsn, "init"), "catalog DSN", "cannot parse")
+		if strings.Contains(r.stderr, "s3cr3t") {
+			t.Errorf("the refusal repeats the password: %q", r.stderr)
+		}
 	}
 	// An unreachable catalog is an operational failure (1), not bad usage.
 	wantOneLineError(t, deckhand(t, "", "--catalog", bad, "node", "list"), cli.ExitFailed, "connect to catalog")
@@ -330,6 +340,21 @@ func TestNodeCommands(t *testing.T) {
 		!strings.Contains(r.stdout, "g1") || !strings.Contains(r.stdout, "0/2") {
 		t.Errorf("node list table:\n%s", r.stdout)
 	}
+
+	// node add of a registered node updates it, keeping the group and max tasks it is not
+	// given: a standby re-added to change its limit stays in its primary's group.
+	r = e.run("node", "add", "n1", "--dsn", dsn, "--max-tasks", "3")
+	want(t, r, 0)
+	if !strings.Contains(r.stderr, "node n1 updated") {
+		t.Errorf("node add of a registered node: %s", r)
+	}
+	want(t, e.run("node", "add", "n1", "--dsn", dsn+" application_name=x"), 0)
+	for _, n := range decode[[]deckhandtype.Node](t, e.run("node", "list", "-o", "json")) {
+		if n.Name == "n1" && (n.Group != "g1" || n.MaxTasks != 3 || n.DSN != dsn+" application_name=x") {
+			t.Errorf("n1 after updates = %+v, want group g1, max_tasks 3 and the new conninfo", n)
+		}
+	}
+	want(t, e.run("node", "add", "n1", "--dsn", dsn, "--group", "g1", "--max-tasks", "2"), 0)
 
 	// Passwords never reach the catalog: workers take them from their environment.
 	for _, conninfo := range []string{

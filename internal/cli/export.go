@@ -10,6 +10,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/spec"
 )
 
 func (a *app) exportCommand() *cobra.Command {
@@ -36,6 +37,10 @@ A destination that already has an export (in the catalog, or a _manifest.json in
 is refused unless --force.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// 0 means the default to the Go API, not to the command line, whose default is shown.
+			if r.MaxAttempts < 1 || r.MaxAttempts > spec.MaxMaxAttempts {
+				return Usage("--max-attempts must be between 1 and %d, got %d", spec.MaxMaxAttempts, r.MaxAttempts)
+			}
 			if partSize != "" {
 				n, err := parseSize(partSize)
 				if err != nil {

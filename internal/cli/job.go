@@ -405,7 +405,11 @@ func (a *app) jobWait() *cobra.Command {
 						return classify(err)
 					}
 				}
-				return Timeout("timed out after %s waiting for job %d: still %s, %s", timeout, id, job.State, progressText(job))
+				if !job.State.Terminal() {
+					return Timeout("timed out after %s waiting for job %d: still %s, %s", timeout, id, job.State, progressText(job))
+				}
+				// The job had ended before the deadline: it is not a timeout.
+				err = nil
 			}
 			if err != nil {
 				bar.Clear()

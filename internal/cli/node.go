@@ -29,16 +29,35 @@ func (a *app) nodeCommand() *cobra.Command {
 			}
 			defer c.Close()
 			n.Name = args[0]
+			// A registered node is updated: what the command is not given it keeps, rather than
+			// taking the defaults (a standby re-added with a new limit stays in its group).
+			nodes, err := c.Nodes(cmd.Context())
+			if err != nil {
+				return classify(err)
+			}
+			done := "registered"
+			for _, old := range nodes {
+				if old.Name != n.Name {
+					continue
+				}
+				done = "updated"
+				if !cmd.Flags().Changed("group") {
+					n.Group = old.Group
+				}
+				if !cmd.Flags().Changed("max-tasks") {
+					n.MaxTasks = old.MaxTasks
+				}
+			}
 			if err := c.AddNode(cmd.Context(), n); err != nil {
 				return classify(err)
 			}
-			fmt.Fprintf(a.stderr, "node %s registered\n", n.Name)
+			fmt.Fprintf(a.stderr, "node %s %s\n", n.Name, done)
 			return nil
 		},
 	}
 	add.Flags().StringVar(&n.DSN, "dsn", "", "conninfo of the node, without password")
-	add.Flags().StringVar(&n.Group, "group", "", "node group: a primary and its standbys (default: the node's name)")
-	add.Flags().IntVar(&n.MaxTasks, "max-tasks", 4, "most tasks running on this node at once")
+	add.Flags().StringVar(&n.Group, "group", "", "node group: a primary and its standbys (default: the node's name; a registered node keeps its own)")
+	add.Flags().IntVar(&n.MaxTasks, "max-tasks", 4, "most tasks running on this node at once (a registered node keeps its own)")
 
 	list := listCommand(a, "list", "List nodes", (*engine.Client).Nodes,
 		[]string{"name", "group", "role", "tasks", "dsn"}, eachRow(func(n deckhandtype.Node) []string {

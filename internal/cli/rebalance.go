@@ -34,7 +34,7 @@ type rebalanceFlags struct {
 type rebalancePlan struct {
 	rebalance.Plan
 	Steps   []rebalance.Step `json:"steps"`
-	Skipped []string         `json:"skipped,omitempty"`
+	Skipped []string         `json:"skipped"`
 	JobID   *int64           `json:"job_id"` // nil: a dry run, or nothing to move
 }
 
@@ -186,7 +186,14 @@ func (a *app) planRebalance(ctx context.Context, c *engine.Client, groups []stri
 		lanes[g] = n.MaxTasks
 	}
 	plan := rebalance.PlanMoves(groups, sizing.Schemas, threshold)
-	return &rebalancePlan{Plan: plan, Steps: rebalance.Schedule(plan.Moves, lanes), Skipped: sizing.Skipped}, nil
+	if plan.Moves == nil { // a list in JSON, as steps and skipped
+		plan.Moves = []rebalance.Move{}
+	}
+	skipped := sizing.Skipped
+	if skipped == nil {
+		skipped = []string{}
+	}
+	return &rebalancePlan{Plan: plan, Steps: rebalance.Schedule(plan.Moves, lanes), Skipped: skipped}, nil
 }
 
 // printPlan writes the plan for people: the groups before and after, then the moves.

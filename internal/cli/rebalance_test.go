@@ -221,3 +221,28 @@ func TestRebalanceSubmitsOneJobAtATime(t *testing.T) {
 		t.Errorf("third rebalance: %s", third)
 	}
 }
+
+// A plan with nothing to move still has every key the docs name, with empty lists rather than
+// null or nothing: scripts read moves, steps and skipped without checking for them first.
+func TestRebalanceEmptyPlanJSON(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.AddNode("n1", 2)
+	e.AddNode("n2", 2)
+	r := e.run("rebalance", "--groups", "n1,n2", "--dry-run", "-o", "json")
+	want(t, r, 0)
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
+		t.Fatalf("%v\n%s", err, r)
+	}
+	for _, key := range []string{"threshold", "mean_bytes", "before", "after", "balanced", "moves", "steps", "skipped", "job_id"} {
+		if _, ok := raw[key]; !ok {
+			t.Errorf("rebalance -o json has no %q: %s", key, r.stdout)
+		}
+	}
+	for _, key := range []string{"moves", "steps", "skipped"} {
+		if got := string(raw[key]); got != "[]" {
+			t.Errorf("rebalance -o json: %s is %s, want []", key, got)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/deckhandhq/deckhand/engine"
@@ -118,10 +119,27 @@ func (a *app) client(ctx context.Context) (*engine.Client, error) {
 		return nil, Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
 	}
 	c, err := engine.Open(ctx, a.catalogDSN, features()...)
+	if errors.Is(err, catalog.ErrBadDSN) {
+		return nil, Usage("%v", err)
+	}
 	if err != nil {
 		return nil, Failed("%w", err)
 	}
 	return c, nil
+}
+
+// requireWorker refuses, in one line naming the grant, a catalog login that may not do what a
+// worker does (serve, cleanup run): PostgreSQL would only say "permission denied for table".
+func requireWorker(ctx context.Context, c *engine.Client, what string) error {
+	role, ok, err := c.Catalog().MayWork(ctx)
+	if err != nil {
+		return Failed("%w", err)
+	}
+	if !ok {
+		return Usage("%s may not %s: that takes the deckhand_worker role (GRANT deckhand_worker TO %s); see docs/security.md",
+			role, what, pgx.Identifier{role}.Sanitize())
+	}
+	return nil
 }
 
 // classify maps engine and catalog errors to exit codes: bad input and unknown objects are
@@ -154,6 +172,9 @@ func (a *app) initCommand() *cobra.Command {
 				return Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
 			}
 			cat, err := catalog.Open(cmd.Context(), a.catalogDSN)
+			if errors.Is(err, catalog.ErrBadDSN) {
+				return Usage("%v", err)
+			}
 			if err != nil {
 				return Failed("%w", err)
 			}

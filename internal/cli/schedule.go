@@ -39,6 +39,9 @@ func (a *app) scheduleAdd() *cobra.Command {
 				if err != nil {
 					return Usage("--every %q: want a duration such as 30s, 5m or 1h", every)
 				}
+				if d < schedule.MinEvery {
+					return Usage("--every %s: the shortest interval is %s", every, schedule.MinEvery)
+				}
 				r.Every = d
 			}
 			if _, err := schedule.ParseTiming(r.Cron, r.Timezone, r.Every); err != nil {

@@ -26,6 +26,10 @@ func TestScheduleCommands(t *testing.T) {
 	wantUsage(t, e.runIn(spec, "schedule", "add", "x", "--cron", "99 * * * *", "-"), "cron")
 	wantUsage(t, e.runIn(spec, "schedule", "add", "x", "--cron", "0 3 * * *", "--timezone", "Nowhere/City", "-"), "unknown time zone")
 	wantUsage(t, e.runIn(spec, "schedule", "add", "x", "--every", "soon", "-"), "--every")
+	// An interval that is zero or negative is named as such, not taken for a missing one.
+	wantUsage(t, e.runIn(spec, "schedule", "add", "x", "--every", "0s", "-"), "--every 0s", "the shortest interval is 1s")
+	wantUsage(t, e.runIn(spec, "schedule", "add", "x", "--every", "-5m", "-"), "--every -5m", "the shortest interval is 1s")
+	wantUsage(t, e.runIn(spec, "schedule", "add", "x", "--every", "500ms", "-"), "--every 500ms", "the shortest interval is 1s")
 	wantUsage(t, e.runIn(`{"tasks": []}`, "schedule", "add", "x", "--every", "1m", "-"), "no tasks")
 	wantUsage(t, e.runIn(spec, "schedule", "add", "bad name", "--every", "1m", "-"), "schedule name")
 

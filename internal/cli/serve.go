@@ -28,6 +28,10 @@ func (a *app) serveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := requireWorker(cmd.Context(), c, "run a worker"); err != nil {
+				c.Close()
+				return err
+			}
 			// What the process opened is closed in reverse order once the worker has stopped,
 			// within closeTimeout: a catalog or node that stopped answering must not hold the
 			// process after the worker's own bounded shutdown.

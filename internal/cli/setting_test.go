@@ -15,6 +15,33 @@ func TestSettingCommands(t *testing.T) {
 	wantUsage(t, e.run("setting", "set", "Bad-Name", "x"), "lower-case word")
 	wantUsage(t, e.run("setting", "set", "retention"), "expected NAME VALUE")
 
+	// The values of the settings deckhand reads are checked: a max_running_tasks that is not a
+	// number would make every claim fail, a bad duration would be replaced by the default.
+	for _, bad := range [][]string{
+		{"max_running_tasks", "abc", "not a whole number"},
+		{"max_running_tasks", "3000000000", "not a whole number"},
+		{"api_max_event_streams", "ten", "not a whole number"},
+		{"retention", "1x", "not a positive duration"},
+		{"retention", "0s", "not a positive duration"},
+		{"cleanup_lock_timeout", "0", "not a positive duration"},
+		{"cleanup_lock_timeout", "900h", "at most 2147483647ms"},
+	} {
+		wantUsage(t, e.run("setting", "set", bad[0], bad[1]), "setting "+bad[0], bad[2])
+	}
+	if got := decode[map[string]string](t, e.run("setting", "list", "-o", "json")); len(got) != 1 {
+		t.Fatalf("settings after refused values: %v", got)
+	}
+	for _, ok := range [][]string{
+		{"max_running_tasks", "50"}, {"max_running_tasks", "0"}, {"api_max_event_streams", "10"},
+		{"cleanup_lock_timeout", "1m30s"}, {"cleanup_lock_timeout", "200ms"}, {"retention", "1.5h"},
+		{"custom_setting", "any text"}, {"retention", "48h"},
+	} {
+		want(t, e.run("setting", "set", ok[0], ok[1]), 0)
+	}
+	for _, name := range []string{"max_running_tasks", "api_max_event_streams", "cleanup_lock_timeout", "custom_setting"} {
+		want(t, e.run("setting", "reset", name), 0)
+	}
+
 	submitter, _ := e.Submitter("setter")
 	as := func(args ...string) result {
 		return deckhand(t, "", append([]string{"--catalog", e.RoleDSN(submitter)}, args...)...)
