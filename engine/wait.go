@@ -57,12 +57,14 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.
 			}
 			return err
 		}()
-		switch {
-		case ctx.Err() != nil:
-			return job, ctx.Err()
-		case err != nil && !CatalogUnreachable(err):
-			return job, err
-		case err != nil:
+		// A job read is reported even when ctx ended meanwhile: an ended job is not a timeout.
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return job, ctx.Err()
+			case !CatalogUnreachable(err):
+				return job, err
+			}
 			failures++
 			l.close() // its connection went with the catalog, most likely
 			if !sleep(ctx, catalogRetry.Delay(failures, rand.Float64())) {
