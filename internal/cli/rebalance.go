@@ -244,7 +244,7 @@ func (a *app) rebalanceStatusCommand() *cobra.Command {
 			defer c.Close()
 			s, err := c.Catalog().LatestRebalance(cmd.Context())
 			if errors.Is(err, catalog.ErrNotFound) {
-				return Failed("no rebalance to show: none was submitted that you may see")
+				return Usage("no rebalance to show: none was submitted that you may see")
 			}
 			if err != nil {
 				return classify(err)

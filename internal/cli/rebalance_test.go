@@ -246,3 +246,15 @@ func TestRebalanceEmptyPlanJSON(t *testing.T) {
 		}
 	}
 }
+
+// rebalance status without any rebalance is an unknown object, as `job show` of an unknown id:
+// exit 2, with one line saying so.
+func TestRebalanceStatusWithoutRebalance(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.run("rebalance", "status", "-o", "json")
+	want(t, r, 2)
+	if !strings.Contains(r.stderr, "no rebalance to show") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Fatalf("stderr %q; want one line saying there is no rebalance", r.stderr)
+	}
+}
