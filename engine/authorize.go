@@ -2,14 +2,12 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -109,7 +107,7 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 
 // checkOwners asks the server at dsn about each role, over one connection.
 func checkOwners(ctx context.Context, dsn, submitter string, roles []string) ([]ownerCheck, error) {
-	conn, err := connectToCheck(ctx, dsn)
+	conn, err := nodeconn.ConnectToCheck(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -131,16 +129,3 @@ const checkOwnerSQL = `
 	       CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1::pg_catalog.name)
 	             AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $2::pg_catalog.name)
 	            THEN pg_catalog.pg_has_role($1::pg_catalog.name, $2::pg_catalog.name, 'MEMBER'::pg_catalog.text) ELSE false END`
-
-// connectToCheck connects to a node for the submission checks, with only pg_catalog on the
-// search_path.
-func connectToCheck(ctx context.Context, dsn string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, errors.New("node conninfo cannot be parsed")
-	}
-	cfg.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return pgx.ConnectConfig(cctx, cfg)
-}

@@ -122,10 +122,6 @@ func resolveRelation(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export
 	if version < 140000 {
 		return catalog.ExportRelation{}, taskerr.Permanent(fmt.Errorf("export needs PostgreSQL 14 or later (TID range scans); the primary runs %d", version))
 	}
-	source, err := qualifiedName(e.SourceTable)
-	if err != nil {
-		return catalog.ExportRelation{}, taskerr.Permanent(fmt.Errorf("table: %w", err))
-	}
 	partition, err := qualifiedName(e.Partition)
 	if err != nil {
 		return catalog.ExportRelation{}, taskerr.Permanent(fmt.Errorf("partition: %w", err))
@@ -146,31 +142,10 @@ func resolveRelation(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export
 			return rel, taskerr.Permanent(fmt.Errorf("relation %s does not exist on node %s", e.Partition, node))
 		}
 	}
-	sourceOID, sourceKind, ok, err := lookupName(ctx, conn, source)
-	if err != nil {
+	if problem, err := leafProblem(ctx, conn, e.SourceTable, e.Partition, rel.OID, kind, node); err != nil {
 		return rel, err
-	}
-	if !ok {
-		return rel, taskerr.Permanent(fmt.Errorf("relation %s does not exist on node %s", e.SourceTable, node))
-	}
-	switch {
-	case sourceOID == rel.OID && kind == "r":
-	case sourceOID == rel.OID && kind == "p":
-		return rel, taskerr.Permanent(fmt.Errorf("%s is partitioned: name a leaf partition with --partition", e.SourceTable))
-	case kind == "p":
-		return rel, taskerr.Permanent(fmt.Errorf("%s is not a leaf partition (it is partitioned itself)", e.Partition))
-	case kind != "r":
-		return rel, taskerr.Permanent(fmt.Errorf("%s is not a table", e.Partition))
-	case sourceKind != "p":
-		return rel, taskerr.Permanent(fmt.Errorf("%s is not a partition of %s", e.Partition, e.SourceTable))
-	default:
-		var isLeaf bool
-		if err := conn.QueryRow(ctx, isAncestorSQL, rel.OID, sourceOID).Scan(&isLeaf); err != nil {
-			return rel, err
-		}
-		if !isLeaf {
-			return rel, taskerr.Permanent(fmt.Errorf("%s is not a partition of %s", e.Partition, e.SourceTable))
-		}
+	} else if problem != "" {
+		return rel, taskerr.Permanent(errors.New(problem))
 	}
 	// Before anything reads it, since planning may already call a policy's functions.
 	var untrusted bool
@@ -186,4 +161,41 @@ func resolveRelation(ctx context.Context, conn *pgx.Conn, e *deckhandtype.Export
 		return rel, taskerr.Permanent(err)
 	}
 	return rel, nil
+}
+
+// leafProblem says why the relation partition (OID relOID, of kind relkind) is not what an
+// export of source reads — a leaf partition of source, or the plain table source itself —,
+// in words for the user, or "" when it is. Both names are in canonical spelling.
+func leafProblem(ctx context.Context, conn *pgx.Conn, source, partition string, relOID uint32, relkind, node string) (string, error) {
+	sourceID, err := qualifiedName(source)
+	if err != nil {
+		return "table: " + err.Error(), nil
+	}
+	sourceOID, sourceKind, ok, err := lookupName(ctx, conn, sourceID)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return fmt.Sprintf("relation %s does not exist on node %s", source, node), nil
+	}
+	switch {
+	case sourceOID == relOID && relkind == "r":
+		return "", nil
+	case sourceOID == relOID && relkind == "p":
+		return fmt.Sprintf("%s is partitioned: name a leaf partition with --partition", source), nil
+	case relkind == "p":
+		return fmt.Sprintf("%s is not a leaf partition (it is partitioned itself)", partition), nil
+	case relkind != "r":
+		return fmt.Sprintf("%s is not a table", partition), nil
+	case sourceKind != "p":
+		return fmt.Sprintf("%s is not a partition of %s", partition, source), nil
+	}
+	var isLeaf bool
+	if err := conn.QueryRow(ctx, isAncestorSQL, relOID, sourceOID).Scan(&isLeaf); err != nil {
+		return "", err
+	}
+	if !isLeaf {
+		return fmt.Sprintf("%s is not a partition of %s", partition, source), nil
+	}
+	return "", nil
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // Start starts an export of a partition. It normalizes and checks the request, finds the
-// group's primary and checks there that the submitter may act as the owner (for a clear
-// refusal: the workers check again on every node before anything runs). The catalog's
+// group's primary and checks there that the submitter may act as the owner and that the
+// partition is one an export reads (for a clear refusal: the workers check again on every node
+// before anything runs). The catalog's
 // deckhand.submit_export then decides where the submitter may write, and refuses a
 // destination that already has an export unless req.Force.
 func Start(ctx context.Context, c *engine.Client, req Request) (*deckhandtype.Export, error) {
@@ -33,10 +34,13 @@ func Start(ctx context.Context, c *engine.Client, req Request) (*deckhandtype.Ex
 	if owner == "" {
 		owner = submitter
 	}
-	if err := c.CheckOwner(ctx, primary, owner, submitter); err != nil {
+	if err := c.CheckOwner(ctx, primary.Name, owner, submitter); err != nil {
 		return nil, err
 	}
-	exportID, _, err := c.Catalog().CreateExport(ctx, req.Record(primary, owner))
+	if err := checkPartition(ctx, primary, req); err != nil {
+		return nil, err
+	}
+	exportID, _, err := c.Catalog().CreateExport(ctx, req.Record(primary.Name, owner))
 	if errors.Is(err, catalog.ErrExportExists) {
 		return nil, spec.Invalidf("%v", err)
 	}
@@ -48,10 +52,10 @@ func Start(ctx context.Context, c *engine.Client, req Request) (*deckhandtype.Ex
 
 // groupPrimary finds the primary of a node group, probing the members when the leader has not
 // recorded their roles yet.
-func groupPrimary(ctx context.Context, c *engine.Client, group string) (string, error) {
+func groupPrimary(ctx context.Context, c *engine.Client, group string) (deckhandtype.Node, error) {
 	nodes, err := c.Nodes(ctx)
 	if err != nil {
-		return "", err
+		return deckhandtype.Node{}, err
 	}
 	var members []deckhandtype.Node
 	for _, n := range nodes {
@@ -60,28 +64,62 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (string, 
 		}
 	}
 	if len(members) == 0 {
-		return "", spec.Invalidf("node group %q has no nodes (see `deckhand node list`)", group)
+		return deckhandtype.Node{}, spec.Invalidf("node group %q has no nodes (see `deckhand node list`)", group)
 	}
 	pools := nodeconn.NewPools(1)
 	defer pools.Close()
-	var primaries []string
+	var primaries []deckhandtype.Node
 	for _, n := range members {
 		role := n.Role
 		if role == "unknown" {
 			if role, _, err = nodeconn.Probe(ctx, pools, n.DSN); err != nil {
-				return "", fmt.Errorf("node %s of group %s: %w", n.Name, group, err)
+				return deckhandtype.Node{}, fmt.Errorf("node %s of group %s: %w", n.Name, group, err)
 			}
 		}
 		if role == "primary" {
-			primaries = append(primaries, n.Name)
+			primaries = append(primaries, n)
 		}
 	}
 	switch len(primaries) {
 	case 0:
-		return "", spec.Invalidf("node group %q has no primary", group)
+		return deckhandtype.Node{}, spec.Invalidf("node group %q has no primary", group)
 	case 1:
 		return primaries[0], nil
 	default:
-		return "", spec.Invalidf("node group %q has %d primaries (%v): a group is one primary and its standbys", group, len(primaries), primaries)
+		names := make([]string, len(primaries))
+		for i, n := range primaries {
+			names[i] = n.Name
+		}
+		return deckhandtype.Node{}, spec.Invalidf("node group %q has %d primaries (%v): a group is one primary and its standbys", group, len(primaries), names)
 	}
+}
+
+// checkPartition refuses, before anything is written, a partition the primary does not have or
+// that is not what an export reads (leafProblem). It asks over the node's registered conninfo,
+// as the owner check does; the coordinator checks again, as the owner, when it runs.
+func checkPartition(ctx context.Context, primary deckhandtype.Node, req Request) error {
+	conn, err := nodeconn.ConnectToCheck(ctx, primary.DSN)
+	if err != nil {
+		return fmt.Errorf("check the partition on node %s: %w", primary.Name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
+	partition, err := qualifiedName(req.Partition)
+	if err != nil {
+		return spec.Invalidf("--partition: %v", err)
+	}
+	oid, kind, ok, err := lookupName(ctx, conn, partition)
+	if err != nil {
+		return fmt.Errorf("check the partition on node %s: %w", primary.Name, err)
+	}
+	if !ok {
+		return spec.Invalidf("relation %s does not exist on node %s", req.Partition, primary.Name)
+	}
+	problem, err := leafProblem(ctx, conn, req.Table, req.Partition, oid, kind, primary.Name)
+	if err != nil {
+		return fmt.Errorf("check the partition on node %s: %w", primary.Name, err)
+	}
+	if problem != "" {
+		return spec.Invalidf("%s", problem)
+	}
+	return nil
 }

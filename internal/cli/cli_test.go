@@ -23,6 +23,7 @@ import (
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/cli"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
@@ -790,4 +791,19 @@ func TestBinaryExitCodes(t *testing.T) {
 	if jobs := decode[[]deckhandtype.Job](t, r); len(jobs) != 3 {
 		t.Errorf("job list -o json = %+v, want 3 jobs", jobs)
 	}
+}
+
+// The first init on a cluster creates deckhand's roles: run by a login without CREATEROLE, it
+// fails with one line that says what to do, rather than PostgreSQL's words alone.
+func TestInitWithoutCreateRole(t *testing.T) {
+	t.Parallel()
+	cl := pgtest.New(t, pgcluster.Options{}) // a cluster of its own: roles are cluster-wide
+	ctx := context.Background()
+	for _, q := range []string{`CREATE ROLE catalog_owner LOGIN`, `CREATE DATABASE deckhand OWNER catalog_owner`} {
+		if err := cl.Exec(ctx, "postgres", q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := deckhand(t, "", "--catalog", cl.DSN("deckhand", "catalog_owner"), "init")
+	wantOneLineError(t, r, cli.ExitFailed, "permission denied to create role", "CREATEROLE", "deckhand_worker")
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/deckhandhq/deckhand/engine"
@@ -180,6 +181,10 @@ func (a *app) initCommand() *cobra.Command {
 			}
 			defer cat.Close()
 			applied, err := cat.Migrate(cmd.Context())
+			if needsCreateRole(err) {
+				return Failed("%w: the first init creates deckhand's roles (deckhand_submitter, deckhand_admin, deckhand_worker), "+
+					"once per cluster: run it as a role with CREATEROLE, or have one create them first (see docs/security.md)", err)
+			}
 			if err != nil {
 				return Failed("%w", err)
 			}
@@ -197,4 +202,10 @@ func (a *app) initCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// needsCreateRole reports whether a migration failed because the login may not create roles.
+func needsCreateRole(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501" && strings.Contains(pgErr.Message, "create role")
 }
