@@ -288,7 +288,8 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 }
 
 // serverError tells the client in one line why its request failed: 403 with the catalog's
-// message when the catalog refused the caller's role, else 500, logged in full.
+// message when the catalog refused the caller's role, 502 when a node a submission had to
+// check could not be asked, else 500, logged in full.
 func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return // the client went away; nothing to tell
@@ -300,6 +301,15 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 			msg = catalog.ExplainRefusal(pgErr.Message)
 		}
 		writeError(w, http.StatusForbidden, nodeconn.Redact(msg))
+		return
+	}
+	// A node that a submission had to ask (the owner roles on it) could not be reached or
+	// refused the node's registered user: the node's problem, told as such. Its
+	// authentication errors say nothing of the caller's own catalog session.
+	var nodeErr *engine.NodeCheckError
+	if errors.As(err, &nodeErr) {
+		s.log.Warn("api request failed on a node", "method", r.Method, "path", r.URL.Path, "node", nodeErr.Node, "err", nodeconn.Redact(err.Error()))
+		writeError(w, http.StatusBadGateway, nodeconn.Redact(err.Error()))
 		return
 	}
 	// The catalog no longer lets the caller's role in (its password changed, or it may no
