@@ -543,9 +543,13 @@ func TestExportsAndCleanupAreListed(t *testing.T) {
 	if len(cleanup.Items) != 1 || cleanup.Items[0].ID != recID || cleanup.Items[0].Policy != deckhandtype.PolicyOnFailure {
 		t.Fatalf("cleanup: %+v", cleanup)
 	}
-	for _, q := range []string{"/api/exports?limit=0", "/api/cleanup?job=x", "/api/cleanup?limit=9999"} {
-		if r := h.get(q); r.code != http.StatusBadRequest {
-			t.Errorf("GET %s: %d, want 400", q, r.code)
+	h.mustGet(fmt.Sprintf("/api/cleanup?job=%d&state=pending", jobID), &cleanup)
+	if len(cleanup.Items) != 1 || cleanup.Items[0].ID != recID {
+		t.Fatalf("cleanup records pending: %+v", cleanup)
+	}
+	for _, q := range []string{"/api/exports?limit=0", "/api/cleanup?job=x", "/api/cleanup?limit=9999", "/api/cleanup?state=gone"} {
+		if r := h.get(q); r.code != http.StatusBadRequest || !strings.Contains(r.body, `"error"`) {
+			t.Errorf("GET %s: %d %s, want 400 with an error", q, r.code, r.body)
 		}
 	}
 	var meta api.Meta
