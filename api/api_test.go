@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -420,6 +421,24 @@ func TestPagesAreAddedByRegistering(t *testing.T) {
 	for _, name := range []string{"jobs", "Bad Name", ""} {
 		if err := h.srv.AddPage(api.Page{Name: name, List: func(*http.Request) (any, error) { return nil, nil }}); err == nil {
 			t.Errorf("AddPage(%q) succeeded", name)
+		}
+	}
+	// A column the dashboard could not show as asked is refused rather than shown as text.
+	for i, c := range []api.Column{{Key: "size", Format: "duration"}, {Key: "size", Format: "Bytes"},
+		{Key: "done", Format: "progress"}, {Format: "number"}} {
+		err := h.srv.AddPage(api.Page{Name: fmt.Sprintf("badcolumn%d", i), Columns: []api.Column{c}, List: func(*http.Request) (any, error) { return nil, nil }})
+		if err == nil {
+			t.Errorf("AddPage with column %+v succeeded", c)
+		}
+	}
+	if r := h.get("/api/badcolumn0"); r.code != http.StatusNotFound {
+		t.Errorf("a refused page is served: %d", r.code)
+	}
+	for _, f := range []string{"", "text", "state", "job", "time", "duration_ms", "bytes", "bytes_per_s", "number", "error"} {
+		err := h.srv.AddPage(api.Page{Name: "format-" + strings.ReplaceAll(cmp.Or(f, "none"), "_", "-"), Columns: []api.Column{{Key: "v", Format: f}},
+			List: func(*http.Request) (any, error) { return nil, nil }})
+		if err != nil {
+			t.Errorf("AddPage with format %q: %v", f, err)
 		}
 	}
 	if r := h.get("/api/nonexistent"); r.code != http.StatusNotFound || !strings.Contains(r.body, "no such endpoint") {
