@@ -444,6 +444,18 @@ func TestPagesAreAddedByRegistering(t *testing.T) {
 	if r := h.get("/api/nonexistent"); r.code != http.StatusNotFound || !strings.Contains(r.body, "no such endpoint") {
 		t.Errorf("unknown endpoint: %d %s", r.code, r.body)
 	}
+	// An endpoint asked with another method says which it takes.
+	for _, c := range []struct{ method, path, allow string }{
+		{"GET", "/api/jobs/1/cancel", "POST"},
+		{"DELETE", "/api/jobs/1", "GET"},
+		{"POST", "/api/things", "GET"},
+		{"PUT", "/api/jobs", "GET, POST"},
+	} {
+		r := h.do(c.method, c.path, "")
+		if r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != c.allow || !strings.Contains(r.body, `"error"`) {
+			t.Errorf("%s %s: %d Allow %q %s, want 405 with Allow %q", c.method, c.path, r.code, r.header.Get("Allow"), r.body, c.allow)
+		}
+	}
 }
 
 func TestDashboardIsServedWithAStrictPolicy(t *testing.T) {

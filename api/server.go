@@ -202,15 +202,35 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/summary", s.summary)
 	s.mux.HandleFunc("GET /api/events", s.events)
 	s.mux.HandleFunc("GET /api/meta", s.meta)
-	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
-	})
+	s.mux.HandleFunc("/api/", s.noEndpoint)
 
 	s.mux.HandleFunc("GET /{$}", s.index)
 	s.mux.Handle("GET /assets/", assetHandler())
 	s.mux.HandleFunc("POST /login", s.login)
 	s.mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/", http.StatusSeeOther) })
 	s.mux.HandleFunc("POST /logout", s.logout)
+}
+
+// noEndpoint answers a request under /api/ that no endpoint takes: 405 with Allow when the
+// path is an endpoint's under another method (GET of a cancel), else 404.
+func (s *Server) noEndpoint(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		other := r.Clone(r.Context())
+		other.Method = m
+		if _, pattern := s.mux.Handler(other); pattern != "" && pattern != "/api/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: this endpoint takes %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
+		return
+	}
+	writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 }
 
 // Handler is the server's root handler: every route behind authentication and the
