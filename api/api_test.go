@@ -39,6 +39,14 @@ func TestCheckListen(t *testing.T) {
 	}
 }
 
+// r2s shows an optional id.
+func r2s(p *int64) string {
+	if p == nil {
+		return "null"
+	}
+	return fmt.Sprint(*p)
+}
+
 func TestJobsArePagedNewestFirst(t *testing.T) {
 	h := newHarness(t)
 	var ids []int64
@@ -83,6 +91,13 @@ func TestJobsArePagedNewestFirst(t *testing.T) {
 	h.mustGet(fmt.Sprintf("/api/jobs?state=cancelled&limit=3&before=%d", *l.NextBefore), &l)
 	if len(l.Jobs) != 1 || l.Jobs[0].ID != ids[0] || l.Jobs[0].State != deckhandtype.JobCancelled {
 		t.Fatalf("cancelled, second page: %+v", l)
+	}
+	// A last page that is full says there is no next one, rather than lead to an empty page.
+	for _, q := range []string{"state=cancelled&limit=4", fmt.Sprintf("state=cancelled&limit=2&before=%d", ids[2])} {
+		h.mustGet("/api/jobs?"+q, &l)
+		if len(l.Jobs) == 0 || l.NextBefore != nil {
+			t.Errorf("GET /api/jobs?%s: %d jobs, next_before %s, want the last page with next_before null", q, len(l.Jobs), r2s(l.NextBefore))
+		}
 	}
 
 	for _, q := range []string{"state=done", "limit=0", "limit=501", "limit=x", "before=-1", "before=abc"} {
