@@ -12,6 +12,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/api"
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -400,6 +401,23 @@ func TestWorkersShowTheLeader(t *testing.T) {
 	h.mustGet("/api/workers", &l)
 	if l.LeaderID == nil || *l.LeaderID != w.ID() || len(l.Workers) != 1 || !l.Workers[0].IsLeader || !l.Workers[0].Alive {
 		t.Fatalf("workers: %+v", l)
+	}
+	_, stop := h.Worker(engine.Config{Concurrency: 1, ShutdownGrace: 200 * time.Millisecond, Logger: quiet})
+	stop()
+	for _, q := range []string{"", "?stopped=0", "?stopped=false"} {
+		h.mustGet("/api/workers"+q, &l)
+		if len(l.Workers) != 1 {
+			t.Errorf("GET /api/workers%s: %d workers, want the live one", q, len(l.Workers))
+		}
+	}
+	for _, q := range []string{"?stopped=1", "?stopped=true"} {
+		h.mustGet("/api/workers"+q, &l)
+		if len(l.Workers) != 2 {
+			t.Errorf("GET /api/workers%s: %d workers, want the stopped one too", q, len(l.Workers))
+		}
+	}
+	if r := h.get("/api/workers?stopped=yes"); r.code != http.StatusBadRequest || !strings.Contains(r.body, "stopped") {
+		t.Errorf("GET /api/workers?stopped=yes: %d %s, want 400", r.code, r.body)
 	}
 }
 
