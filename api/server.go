@@ -309,7 +309,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // serverError tells the client in one line why its request failed: 403 with the catalog's
 // message when the catalog refused the caller's role, 502 when a node a submission had to
-// check could not be asked, else 500, logged in full.
+// check could not be asked, 503 when the catalog did not answer, else 500, logged in full.
 func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return // the client went away; nothing to tell
@@ -337,6 +337,13 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 	if sess := callerOf(r); sess != nil && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28") {
 		go s.sessions.remove(sess.key)
 		writeError(w, http.StatusUnauthorized, "your session has ended: sign in again")
+		return
+	}
+	// The catalog could not be reached or went away (restarting, failing over, the network):
+	// asking again later may well work.
+	if engine.CatalogUnreachable(err) {
+		s.log.Warn("api request failed: the catalog did not answer", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "the catalog did not answer: "+nodeconn.Redact(err.Error()))
 		return
 	}
 	s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
