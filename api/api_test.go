@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/api"
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
@@ -36,6 +38,14 @@ func TestCheckListen(t *testing.T) {
 			t.Errorf("CheckListen(%q): error is not one line: %q", c.addr, err)
 		}
 	}
+}
+
+// r2s shows an optional id.
+func r2s(p *int64) string {
+	if p == nil {
+		return "null"
+	}
+	return fmt.Sprint(*p)
 }
 
 func TestJobsArePagedNewestFirst(t *testing.T) {
@@ -82,6 +92,13 @@ func TestJobsArePagedNewestFirst(t *testing.T) {
 	h.mustGet(fmt.Sprintf("/api/jobs?state=cancelled&limit=3&before=%d", *l.NextBefore), &l)
 	if len(l.Jobs) != 1 || l.Jobs[0].ID != ids[0] || l.Jobs[0].State != deckhandtype.JobCancelled {
 		t.Fatalf("cancelled, second page: %+v", l)
+	}
+	// A last page that is full says there is no next one, rather than lead to an empty page.
+	for _, q := range []string{"state=cancelled&limit=4", fmt.Sprintf("state=cancelled&limit=2&before=%d", ids[2])} {
+		h.mustGet("/api/jobs?"+q, &l)
+		if len(l.Jobs) == 0 || l.NextBefore != nil {
+			t.Errorf("GET /api/jobs?%s: %d jobs, next_before %s, want the last page with next_before null", q, len(l.Jobs), r2s(l.NextBefore))
+		}
 	}
 
 	for _, q := range []string{"state=done", "limit=0", "limit=501", "limit=x", "before=-1", "before=abc"} {
@@ -385,6 +402,23 @@ func TestWorkersShowTheLeader(t *testing.T) {
 	if l.LeaderID == nil || *l.LeaderID != w.ID() || len(l.Workers) != 1 || !l.Workers[0].IsLeader || !l.Workers[0].Alive {
 		t.Fatalf("workers: %+v", l)
 	}
+	_, stop := h.Worker(engine.Config{Concurrency: 1, ShutdownGrace: 200 * time.Millisecond, Logger: quiet})
+	stop()
+	for _, q := range []string{"", "?stopped=0", "?stopped=false"} {
+		h.mustGet("/api/workers"+q, &l)
+		if len(l.Workers) != 1 {
+			t.Errorf("GET /api/workers%s: %d workers, want the live one", q, len(l.Workers))
+		}
+	}
+	for _, q := range []string{"?stopped=1", "?stopped=true"} {
+		h.mustGet("/api/workers"+q, &l)
+		if len(l.Workers) != 2 {
+			t.Errorf("GET /api/workers%s: %d workers, want the stopped one too", q, len(l.Workers))
+		}
+	}
+	if r := h.get("/api/workers?stopped=yes"); r.code != http.StatusBadRequest || !strings.Contains(r.body, "stopped") {
+		t.Errorf("GET /api/workers?stopped=yes: %d %s, want 400", r.code, r.body)
+	}
 }
 
 func TestPagesAreAddedByRegistering(t *testing.T) {
@@ -422,8 +456,38 @@ func TestPagesAreAddedByRegistering(t *testing.T) {
 			t.Errorf("AddPage(%q) succeeded", name)
 		}
 	}
+	// A column the dashboard could not show as asked is refused rather than shown as text.
+	for i, c := range []api.Column{{Key: "size", Format: "duration"}, {Key: "size", Format: "Bytes"},
+		{Key: "done", Format: "progress"}, {Format: "number"}} {
+		err := h.srv.AddPage(api.Page{Name: fmt.Sprintf("badcolumn%d", i), Columns: []api.Column{c}, List: func(*http.Request) (any, error) { return nil, nil }})
+		if err == nil {
+			t.Errorf("AddPage with column %+v succeeded", c)
+		}
+	}
+	if r := h.get("/api/badcolumn0"); r.code != http.StatusNotFound {
+		t.Errorf("a refused page is served: %d", r.code)
+	}
+	for _, f := range []string{"", "text", "state", "job", "time", "duration_ms", "bytes", "bytes_per_s", "number", "error"} {
+		err := h.srv.AddPage(api.Page{Name: "format-" + strings.ReplaceAll(cmp.Or(f, "none"), "_", "-"), Columns: []api.Column{{Key: "v", Format: f}},
+			List: func(*http.Request) (any, error) { return nil, nil }})
+		if err != nil {
+			t.Errorf("AddPage with format %q: %v", f, err)
+		}
+	}
 	if r := h.get("/api/nonexistent"); r.code != http.StatusNotFound || !strings.Contains(r.body, "no such endpoint") {
 		t.Errorf("unknown endpoint: %d %s", r.code, r.body)
+	}
+	// An endpoint asked with another method says which it takes.
+	for _, c := range []struct{ method, path, allow string }{
+		{"GET", "/api/jobs/1/cancel", "POST"},
+		{"DELETE", "/api/jobs/1", "GET"},
+		{"POST", "/api/things", "GET"},
+		{"PUT", "/api/jobs", "GET, POST"},
+	} {
+		r := h.do(c.method, c.path, "")
+		if r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != c.allow || !strings.Contains(r.body, `"error"`) {
+			t.Errorf("%s %s: %d Allow %q %s, want 405 with Allow %q", c.method, c.path, r.code, r.header.Get("Allow"), r.body, c.allow)
+		}
 	}
 }
 
@@ -543,9 +607,13 @@ func TestExportsAndCleanupAreListed(t *testing.T) {
 	if len(cleanup.Items) != 1 || cleanup.Items[0].ID != recID || cleanup.Items[0].Policy != deckhandtype.PolicyOnFailure {
 		t.Fatalf("cleanup: %+v", cleanup)
 	}
-	for _, q := range []string{"/api/exports?limit=0", "/api/cleanup?job=x", "/api/cleanup?limit=9999"} {
-		if r := h.get(q); r.code != http.StatusBadRequest {
-			t.Errorf("GET %s: %d, want 400", q, r.code)
+	h.mustGet(fmt.Sprintf("/api/cleanup?job=%d&state=pending", jobID), &cleanup)
+	if len(cleanup.Items) != 1 || cleanup.Items[0].ID != recID {
+		t.Fatalf("cleanup records pending: %+v", cleanup)
+	}
+	for _, q := range []string{"/api/exports?limit=0", "/api/cleanup?job=x", "/api/cleanup?limit=9999", "/api/cleanup?state=gone"} {
+		if r := h.get(q); r.code != http.StatusBadRequest || !strings.Contains(r.body, `"error"`) {
+			t.Errorf("GET %s: %d %s, want 400 with an error", q, r.code, r.body)
 		}
 	}
 	var meta api.Meta

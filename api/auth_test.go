@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/api"
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -459,5 +461,30 @@ func TestSessionEndsWhenTheCatalogNoLongerLetsTheRoleIn(t *testing.T) {
 	}, "the session ends once the catalog refuses alice's password")
 	if r := h.do("GET", "/api/meta", "", asAlice...); r.code != http.StatusUnauthorized {
 		t.Errorf("the ended session still answers: %d", r.code)
+	}
+}
+
+// A node that refuses the submission's check (its registered user cannot log in there) is a
+// problem of the node: the caller's session, which the catalog still lets in, goes on.
+func TestNodeThatRefusesTheCheckKeepsTheSession(t *testing.T) {
+	h := newHarness(t)
+	db := pgtest.NewDatabase(t)
+	if err := h.Client.AddNode(ctx, deckhandtype.Node{Name: "locked", DSN: h.Cluster.DSN(db, "no_such_role_on_the_node"), MaxTasks: 2}); err != nil {
+		t.Fatal(err)
+	}
+	alice := h.catalogUser("alice", "deckhand_submitter")
+	for _, as := range [][]string{
+		{"Authorization", "", "Cookie", h.session(alice)},
+		{"Authorization", alice.basic()},
+	} {
+		r := h.do("POST", "/api/jobs", `{"tasks": [{"name": "a", "node": "locked", "sql": "SELECT 1"}]}`, as...)
+		var e struct{ Error string }
+		r.json(t, &e)
+		if r.code != http.StatusBadGateway || !strings.Contains(e.Error, "node locked") || strings.Contains(e.Error, "session has ended") {
+			t.Errorf("submitting to a node that refuses the check: %d %q, want 502 naming the node", r.code, e.Error)
+		}
+		if r := h.do("GET", "/api/jobs", "", as...); r.code != http.StatusOK {
+			t.Errorf("after the node refused the check, the caller's session: %d %s, want 200", r.code, r.body)
+		}
 	}
 }

@@ -25,7 +25,7 @@ const MaxPageSize = 500
 const maxSpecBytes = 8 << 20
 
 // JobList is the answer to GET /api/jobs. NextBefore, when set, is the ?before= of the next
-// (older) page.
+// (older) page; it is nil on the last page.
 type JobList struct {
 	Jobs       []deckhandtype.Job `json:"jobs"`
 	NextBefore *int64             `json:"next_before"`
@@ -54,18 +54,23 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
+	// One job more than the page tells whether an older page exists, so that a full last
+	// page has no next_before leading to an empty one.
+	limit := f.Limit
+	f.Limit++
 	jobs, err := CallerClient(r).Jobs(r.Context(), f)
 	if err != nil {
 		s.serverError(w, r, err)
 		return
 	}
 	out := JobList{Jobs: jobs}
+	if len(jobs) > limit {
+		out.Jobs = jobs[:limit]
+		last := out.Jobs[limit-1].ID
+		out.NextBefore = &last
+	}
 	if out.Jobs == nil {
 		out.Jobs = []deckhandtype.Job{}
-	}
-	if len(jobs) == f.Limit {
-		last := jobs[len(jobs)-1].ID
-		out.NextBefore = &last
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -125,6 +126,9 @@ func (s *Server) listCleanup(r *http.Request) (any, error) {
 		return nil, err
 	}
 	f := deckhandtype.CleanupFilter{State: deckhandtype.CleanupState(r.URL.Query().Get("state")), Limit: limit}
+	if f.State != "" && !slices.Contains(deckhandtype.CleanupStates, f.State) {
+		return nil, &BadRequest{Msg: fmt.Sprintf("state: unknown cleanup state %q (want one of %v)", f.State, deckhandtype.CleanupStates)}
+	}
 	if v := r.URL.Query().Get("job"); v != "" {
 		if f.JobID, err = strconv.ParseInt(v, 10, 64); err != nil || f.JobID < 1 {
 			return nil, &BadRequest{Msg: fmt.Sprintf("job: want a job id, got %q", v)}

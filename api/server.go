@@ -202,15 +202,35 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/summary", s.summary)
 	s.mux.HandleFunc("GET /api/events", s.events)
 	s.mux.HandleFunc("GET /api/meta", s.meta)
-	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
-	})
+	s.mux.HandleFunc("/api/", s.noEndpoint)
 
 	s.mux.HandleFunc("GET /{$}", s.index)
 	s.mux.Handle("GET /assets/", assetHandler())
 	s.mux.HandleFunc("POST /login", s.login)
 	s.mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/", http.StatusSeeOther) })
 	s.mux.HandleFunc("POST /logout", s.logout)
+}
+
+// noEndpoint answers a request under /api/ that no endpoint takes: 405 with Allow when the
+// path is an endpoint's under another method (GET of a cancel), else 404.
+func (s *Server) noEndpoint(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		other := r.Clone(r.Context())
+		other.Method = m
+		if _, pattern := s.mux.Handler(other); pattern != "" && pattern != "/api/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: this endpoint takes %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
+		return
+	}
+	writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 }
 
 // Handler is the server's root handler: every route behind authentication and the
@@ -288,7 +308,8 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 }
 
 // serverError tells the client in one line why its request failed: 403 with the catalog's
-// message when the catalog refused the caller's role, else 500, logged in full.
+// message when the catalog refused the caller's role, 502 when a node a submission had to
+// check could not be asked, 503 when the catalog did not answer, else 500, logged in full.
 func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return // the client went away; nothing to tell
@@ -302,11 +323,27 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 		writeError(w, http.StatusForbidden, nodeconn.Redact(msg))
 		return
 	}
+	// A node that a submission had to ask (the owner roles on it) could not be reached or
+	// refused the node's registered user: the node's problem, told as such. Its
+	// authentication errors say nothing of the caller's own catalog session.
+	var nodeErr *engine.NodeCheckError
+	if errors.As(err, &nodeErr) {
+		s.log.Warn("api request failed on a node", "method", r.Method, "path", r.URL.Path, "node", nodeErr.Node, "err", nodeconn.Redact(err.Error()))
+		writeError(w, http.StatusBadGateway, nodeconn.Redact(err.Error()))
+		return
+	}
 	// The catalog no longer lets the caller's role in (its password changed, or it may no
 	// longer log in): the session is over, whatever its connections still open allowed.
 	if sess := callerOf(r); sess != nil && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28") {
 		go s.sessions.remove(sess.key)
 		writeError(w, http.StatusUnauthorized, "your session has ended: sign in again")
+		return
+	}
+	// The catalog could not be reached or went away (restarting, failing over, the network):
+	// asking again later may well work.
+	if engine.CatalogUnreachable(err) {
+		s.log.Warn("api request failed: the catalog did not answer", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "the catalog did not answer: "+nodeconn.Redact(err.Error()))
 		return
 	}
 	s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)

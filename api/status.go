@@ -1,8 +1,11 @@
 package api
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -38,7 +41,11 @@ type WorkerList struct {
 }
 
 func (s *Server) listWorkers(w http.ResponseWriter, r *http.Request) {
-	all := r.URL.Query().Get("stopped") == "true" || r.URL.Query().Get("stopped") == "1"
+	all, err := strconv.ParseBool(cmp.Or(r.URL.Query().Get("stopped"), "false"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("stopped must be true or false, got %q", r.URL.Query().Get("stopped")))
+		return
+	}
 	workers, err := CallerClient(r).Workers(r.Context(), all)
 	if err != nil {
 		s.serverError(w, r, err)

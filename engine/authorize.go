@@ -11,6 +11,18 @@ import (
 	"github.com/deckhandhq/deckhand/spec"
 )
 
+// NodeCheckError is a submission's check that a node could not make: connecting to the node
+// with its registered conninfo, or asking it about the owner roles, failed. It concerns the
+// node (its conninfo, its server, its pg_hba.conf), not the catalog or the submitter's own
+// connection to it.
+type NodeCheckError struct {
+	Node string // the first node, in task order, registered with that conninfo
+	Err  error  // what the check met, with the task it was made for
+}
+
+func (e *NodeCheckError) Error() string { return e.Err.Error() }
+func (e *NodeCheckError) Unwrap() error { return e.Err }
+
 // checkParallelism bounds the nodes a submission checks at once.
 const checkParallelism = 16
 
@@ -91,7 +103,8 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 		}
 		dsn, role := nodes[t.Node].DSN, owner(t)
 		if err := failed[dsn]; err != nil {
-			return fmt.Errorf("task %q: check the owner on node %s: %w", t.Name, firstNode[dsn], err)
+			return &NodeCheckError{Node: firstNode[dsn],
+				Err: fmt.Errorf("task %q: check the owner on node %s: %w", t.Name, firstNode[dsn], err)}
 		}
 		switch r := results[[2]string{dsn, role}]; {
 		case !r.ownerExists:

@@ -18,8 +18,9 @@ type Client struct {
 	kinds registry // what Submit accepts besides sql and noop: the features' kinds
 }
 
-// Catalog is the client's catalog handle, for deckhand's own feature packages and tools (its
-// type is internal to deckhand); programs use the Client's methods.
+// Catalog is the client's catalog handle. Programs pass it to NewWorker to run a worker (its
+// type is internal to deckhand: the handle is all they need of it); deckhand's own feature
+// packages and tools use it directly. Everything else goes through the Client's methods.
 func (c *Client) Catalog() *catalog.Catalog { return c.cat }
 
 // Open connects a client to the catalog at dsn and checks its schema version.

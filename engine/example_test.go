@@ -74,17 +74,18 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// A worker normally runs in its own process (deckhand serve); here it shares ours.
-	cat, err := catalog.Open(ctx, catalogDSN)
+	// A worker normally runs in its own process (deckhand serve); here it shares ours, on a
+	// catalog connection of its own.
+	workerClient, err := engine.Open(ctx, catalogDSN)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cat.Close()
+	defer workerClient.Close()
 	workerCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w := engine.NewWorker(cat, engine.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		w := engine.NewWorker(workerClient.Catalog(), engine.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		w.Run(workerCtx) //nolint:errcheck
 	}()
 	defer func() { stop(); <-done }()

@@ -82,7 +82,9 @@ type runningTask struct {
 // attempt names one attempt of a task: the task and the attempt's fencing token.
 type attempt struct{ task, token int64 }
 
-// NewWorker prepares a worker; Run starts it.
+// NewWorker prepares a worker on the catalog handle of a Client opened for it (Client.Catalog:
+// give a worker a client of its own, as its claims should not queue behind other callers);
+// Run starts it.
 func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 	cfg = cfg.withDefaults()
 	if cfg.Clock != (systemClock{}) && cat.Now == nil {

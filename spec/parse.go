@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -75,8 +77,10 @@ func toJSON(data []byte) ([]byte, error) {
 		if jerr == nil {
 			return trimmed, nil
 		}
-		// Maybe a YAML flow mapping such as {tasks: [...]}; if not, the JSON error is the useful one.
-		if doc, err := yaml.YAMLToJSONStrict(data); err == nil {
+		// Maybe a YAML flow mapping such as {tasks: [...]}; if not, the JSON error is the useful
+		// one. JSON followed by more text reads as YAML's first document with the rest
+		// dropped: that is a JSON error too.
+		if doc, err := yaml.YAMLToJSONStrict(data); err == nil && oneDocument(data) == nil {
 			return doc, nil
 		}
 		var se *json.SyntaxError
@@ -90,7 +94,29 @@ func toJSON(data []byte) ([]byte, error) {
 	if err != nil {
 		return nil, &Error{Msg: "spec: " + yamlMessage(err), Err: err}
 	}
+	if err := oneDocument(data); err != nil {
+		return nil, err
+	}
 	return doc, nil
+}
+
+// oneDocument refuses YAML that holds more than the job: a second document (after "---"), or
+// text after the first one. The conversion to JSON reads the first document alone and would
+// drop the rest without a word. Empty documents (a trailing "---") are allowed.
+func oneDocument(data []byte) error {
+	dec := yamlv2.NewDecoder(bytes.NewReader(data))
+	for n := 0; ; n++ {
+		var v any
+		err := dec.Decode(&v)
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return &Error{Msg: "spec: text after the end of the job: " + yamlMessage(err), Err: err}
+		case n > 0 && v != nil:
+			return Invalidf("spec: more than one YAML document: a spec is one job")
+		}
+	}
 }
 
 // yamlMessage flattens a YAML error to one line without the library's prefixes:
