@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The catalog accepts a duration setting exactly when the workers read it as the duration it
@@ -47,5 +49,33 @@ func TestDurationSettingsAreWhatWorkersRead(t *testing.T) {
 	}
 	if public {
 		t.Error("deckhand.go_duration_ms(text) is executable by PUBLIC")
+	}
+}
+
+// A catalog upgraded with a value stored before set_setting checked values — a
+// max_running_tasks of 'abc' makes every claim fail, so that no worker runs anything — keeps no
+// such value: the upgrade removes what set_setting would refuse (back to the default) and
+// keeps the rest.
+func TestUpgradeKeepsNoSettingValueWorkersCannotRead(t *testing.T) {
+	ctx := context.Background()
+	cat, _, _ := emptyCatalog(t)
+	if _, err := cat.MigrateTo(ctx, 16); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Pool.Exec(ctx, `INSERT INTO deckhand.setting (name, value) VALUES
+		('max_running_tasks', 'abc'), ('retention', '1x'), ('cleanup_lock_timeout', '900h'),
+		('api_max_event_streams', '10'), ('export_destinations', 'file:///x')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := cat.Pool.Query(ctx, `SELECT name || '=' || value FROM deckhand.setting ORDER BY name`)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"api_max_event_streams=10", "export_destinations=file:///x"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("settings after the upgrade = %v, want %v", got, want)
 	}
 }
