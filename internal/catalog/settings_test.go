@@ -54,8 +54,9 @@ func TestDurationSettingsAreWhatWorkersRead(t *testing.T) {
 
 // A catalog upgraded with a value stored before set_setting checked values — a
 // max_running_tasks of 'abc' makes every claim fail, so that no worker runs anything — keeps no
-// such value: the upgrade removes what set_setting would refuse (back to the default) and
-// keeps the rest.
+// such value: the upgrade removes what no worker can read (back to the default), keeps what
+// workers read in the spelling set_setting takes (' 5' was a limit of 5, '+90s' 90 seconds),
+// and keeps the rest.
 func TestUpgradeKeepsNoSettingValueWorkersCannotRead(t *testing.T) {
 	ctx := context.Background()
 	cat, _, _ := emptyCatalog(t)
@@ -76,6 +77,26 @@ func TestUpgradeKeepsNoSettingValueWorkersCannotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want := []string{"api_max_event_streams=10", "export_destinations=file:///x"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("settings after the upgrade = %v, want %v", got, want)
+	}
+
+	cat2, _, _ := emptyCatalog(t)
+	if _, err := cat2.MigrateTo(ctx, 16); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat2.Pool.Exec(ctx, `INSERT INTO deckhand.setting (name, value) VALUES
+		('max_running_tasks', ' 5 '), ('api_max_event_streams', '+7'), ('retention', '+90s'),
+		('cleanup_lock_timeout', '5µs')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat2.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ = cat2.Pool.Query(ctx, `SELECT name || '=' || value FROM deckhand.setting ORDER BY name`)
+	if got, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"api_max_event_streams=7", "cleanup_lock_timeout=5us", "max_running_tasks=5", "retention=90s"}; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("settings after the upgrade = %v, want %v", got, want)
 	}
 }

@@ -1,8 +1,9 @@
 -- The check of a setting's value is one function, setting_problem, that set_setting asks and
 -- that this migration applies to the values stored before set_setting checked them (0017): a
 -- catalog upgraded with a max_running_tasks of 'abc' kept it, and every claim kept failing on
--- it, so that no worker ran anything. Such values are removed, which puts their settings back
--- to the default (what the workers already took for a bad duration).
+-- it, so that no worker ran anything. Values that no worker reads are removed, which puts their
+-- settings back to the default (what the workers already took for a bad duration); values the
+-- workers read, spelled as set_setting does not take them, are respelled.
 
 -- setting_problem says why value is no value of setting name, in one line, or NULL when it is
 -- one; only the settings deckhand reads are checked.
@@ -57,4 +58,18 @@ BEGIN
     ON CONFLICT ON CONSTRAINT setting_pkey DO UPDATE SET value = EXCLUDED.value;
 END $$;
 
+-- Values the workers read, in a spelling set_setting does not take, are respelled first: the
+-- claim's cast to integer takes spaces around the number and a sign, Go's strconv.Atoi a sign,
+-- Go's time.ParseDuration a sign and the micro sign.
+UPDATE deckhand.setting s SET value = s.value::bigint::text
+ WHERE s.name = 'max_running_tasks' AND deckhand.setting_problem(s.name, s.value) IS NOT NULL
+   AND s.value ~ '^[[:space:]]*\+?[0-9]{1,18}[[:space:]]*$';
+UPDATE deckhand.setting s SET value = s.value::bigint::text
+ WHERE s.name = 'api_max_event_streams' AND deckhand.setting_problem(s.name, s.value) IS NOT NULL
+   AND s.value ~ '^\+?[0-9]{1,18}$';
+-- (The micro signs, U+00B5 and U+03BC, are written as regular expression escapes: this file
+-- stays ASCII for catalogs in any encoding.)
+UPDATE deckhand.setting s SET value = regexp_replace(regexp_replace(s.value, '^\+', ''), '(\u00b5|\u03bc)s', 'us', 'g')
+ WHERE s.name IN ('retention', 'cleanup_lock_timeout') AND deckhand.setting_problem(s.name, s.value) IS NOT NULL;
+-- What is still refused no worker reads.
 DELETE FROM deckhand.setting s WHERE deckhand.setting_problem(s.name, s.value) IS NOT NULL;
