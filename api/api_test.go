@@ -579,7 +579,7 @@ func btoi(b bool) int {
 func TestExportsAndCleanupAreListed(t *testing.T) {
 	h := newHarness(t)
 	cat := h.Client.Catalog()
-	if err := cat.AddNode(ctx, deckhandtype.Node{Name: "eu1", DSN: "host=eu1.invalid", Group: "eu", MaxTasks: 1}); err != nil {
+	if _, err := cat.AddNode(ctx, deckhandtype.Node{Name: "eu1", DSN: "host=eu1.invalid", Group: "eu", MaxTasks: 1}); err != nil {
 		t.Fatal(err)
 	}
 	exportID, jobID, err := cat.CreateExport(ctx, catalog.NewExport{SourceTable: "orders", Partition: "orders_2024_q1", Group: "eu",

@@ -120,6 +120,8 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 
 // checkOwners asks the server at dsn about each role, over one connection.
 func checkOwners(ctx context.Context, dsn, submitter string, roles []string) ([]ownerCheck, error) {
+	ctx, cancel := context.WithTimeout(ctx, nodeconn.CheckTimeout)
+	defer cancel()
 	conn, err := nodeconn.ConnectToCheck(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)

@@ -248,14 +248,26 @@ func (c *Client) AddNode(ctx context.Context, n deckhandtype.Node) error {
 	if n.Group == "" {
 		n.Group = n.Name
 	}
+	_, err := c.PutNode(ctx, n)
+	return err
+}
+
+// PutNode registers a node, or updates a registered one. Unlike AddNode, an empty Group or a
+// zero MaxTasks keeps the registered node's own, as the node has it when the update is made
+// (one statement: a change another admin commits meanwhile is not undone); a new node takes
+// the defaults (its name, 4). added reports whether the node is new.
+func (c *Client) PutNode(ctx context.Context, n deckhandtype.Node) (added bool, err error) {
 	if !nodeNameRE.MatchString(n.Name) {
-		return spec.Invalidf("node %q: name must be 1-63 letters, digits, '_', '.' or '-'", n.Name)
+		return false, spec.Invalidf("node %q: name must be 1-63 letters, digits, '_', '.' or '-'", n.Name)
+	}
+	if n.MaxTasks < 0 {
+		return false, spec.Invalidf("node %q: --max-tasks must be at least 1, got %d", n.Name, n.MaxTasks)
 	}
 	if n.MaxTasks > 10000 {
-		return spec.Invalidf("node %q: --max-tasks %d is too large", n.Name, n.MaxTasks)
+		return false, spec.Invalidf("node %q: --max-tasks %d is too large", n.Name, n.MaxTasks)
 	}
 	if err := checkConninfo(n.DSN); err != nil {
-		return spec.Invalidf("node %q: %v", n.Name, err)
+		return false, spec.Invalidf("node %q: %v", n.Name, err)
 	}
 	return c.cat.AddNode(ctx, n)
 }

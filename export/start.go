@@ -98,6 +98,8 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (deckhand
 // that is not what an export reads (leafProblem). It asks over the node's registered conninfo,
 // as the owner check does; the coordinator checks again, as the owner, when it runs.
 func checkPartition(ctx context.Context, primary deckhandtype.Node, req Request) error {
+	ctx, cancel := context.WithTimeout(ctx, nodeconn.CheckTimeout)
+	defer cancel()
 	conn, err := nodeconn.ConnectToCheck(ctx, primary.DSN)
 	if err != nil {
 		return fmt.Errorf("check the partition on node %s: %w", primary.Name, err)

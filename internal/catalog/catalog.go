@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
 //go:embed migrations/*.sql
@@ -39,13 +42,33 @@ type Catalog struct {
 func New(pool *pgxpool.Pool) *Catalog { return &Catalog{Pool: pool} }
 
 // ErrBadDSN is what Open returns (wrapped) for a catalog conninfo that cannot be parsed: bad
-// input, not a failure to connect. The message never repeats a password (pgx masks it).
+// input, not a failure to connect. The message never repeats a password: pgx's own masking is
+// best effort (it shows 'password = secret', spaced as libpq allows, and quotes fragments of
+// malformed values), so the message shows the conninfo as nodeconn.Redact hides its secrets,
+// and pgx's reason without the text it quotes.
 var ErrBadDSN = errors.New("catalog conninfo cannot be parsed")
 
-type badDSNError struct{ err error }
+type badDSNError struct{ msg string }
 
-func (e badDSNError) Error() string        { return e.err.Error() }
-func (e badDSNError) Unwrap() error        { return e.err }
+func newBadDSNError(dsn string, err error) badDSNError {
+	reason := "cannot parse"
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		full := pe.Error()
+		if i := strings.LastIndex(full, "`: "); i >= 0 {
+			reason = quotedInReason.ReplaceAllString(full[i+len("`: "):], `"…"`)
+		}
+	}
+	return badDSNError{msg: fmt.Sprintf("cannot parse `%s`: %s", nodeconn.Redact(dsn), nodeconn.Redact(reason))}
+}
+
+// quotedInReason is text that pgx's reasons quote from the conninfo.
+var quotedInReason = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'[^']*'`)
+
+func (e badDSNError) Error() string { return e.msg }
+
+// Unwrap gives ErrBadDSN alone: pgx's error repeats the conninfo.
+func (e badDSNError) Unwrap() error        { return ErrBadDSN }
 func (e badDSNError) Is(target error) bool { return target == ErrBadDSN }
 
 // Open connects to the catalog database.
@@ -55,7 +78,7 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("catalog DSN: %w", badDSNError{err})
+		return nil, fmt.Errorf("catalog DSN: %w", newBadDSNError(dsn, err))
 	}
 	// A worker's loops (claim, complete, heartbeat, lead, clean) each hold a connection at
 	// times; pgxpool's default of max(4, CPUs) makes them queue behind one another.

@@ -20,9 +20,20 @@ var ErrNotFound = errors.New("not found")
 const nodeColumns = `name, dsn, node_group, max_tasks, role, replay_lsn::text AS replay_lsn, checked_at, last_error, created_at, running_tasks`
 
 // AddNode registers a node, or updates it when it exists already (admins only: deckhand.node_add).
-func (c *Catalog) AddNode(ctx context.Context, n deckhandtype.Node) error {
-	_, err := c.Pool.Exec(ctx, `SELECT deckhand.node_add($1, $2, $3, $4)`, n.Name, n.DSN, n.Group, n.MaxTasks)
-	return callError(err)
+// An empty Group or a zero MaxTasks is kept as the registered node has it when it is updated,
+// in the same statement, and takes its default (the node's name, 4) for a new node. added
+// reports whether the node is new.
+func (c *Catalog) AddNode(ctx context.Context, n deckhandtype.Node) (added bool, err error) {
+	var group *string
+	if n.Group != "" {
+		group = &n.Group
+	}
+	var maxTasks *int
+	if n.MaxTasks != 0 {
+		maxTasks = &n.MaxTasks
+	}
+	err = c.Pool.QueryRow(ctx, `SELECT deckhand.node_add($1, $2, $3, $4)`, n.Name, n.DSN, group, maxTasks).Scan(&added)
+	return added, callError(err)
 }
 
 // RemoveNode deletes a node (admins only). Tasks that still target it fail when they are claimed.

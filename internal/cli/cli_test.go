@@ -299,7 +299,7 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("deckhand job should list its subcommands: %s", r)
 	}
 	// A catalog conninfo that cannot be parsed is bad input (2), without its password.
-	for _, dsn := range []string{"garbage", "host=x password=s3cr3t port=abc", "postgres://u:s3cr3t@x:abc/db"} {
+	for _, dsn := range []string{"garbage", "host=x password=s3cr3t port=abc", "host=x password = s3cr3t port=abc", "postgres://u:s3cr3t@x:abc/db"} {
 		r := deckhand(t, "", "--catalog", dsn, "node", "list")
 		wantUsage(t, r, "catalog DSN", "cannot parse")
 		wantUsage(t, deckhand(t, "", "--catalog", dsn, "init"), "catalog DSN", "cannot parse")

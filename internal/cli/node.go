@@ -30,26 +30,23 @@ func (a *app) nodeCommand() *cobra.Command {
 			defer c.Close()
 			n.Name = args[0]
 			// A registered node is updated: what the command is not given it keeps, rather than
-			// taking the defaults (a standby re-added with a new limit stays in its group).
-			nodes, err := c.Nodes(cmd.Context())
+			// taking the defaults (a standby re-added with a new limit stays in its group). The
+			// catalog keeps them in the update itself, so that another admin's change made
+			// meanwhile stays.
+			put := n
+			if !cmd.Flags().Changed("group") {
+				put.Group = ""
+			}
+			if !cmd.Flags().Changed("max-tasks") {
+				put.MaxTasks = 0
+			}
+			added, err := c.PutNode(cmd.Context(), put)
 			if err != nil {
 				return classify(err)
 			}
-			done := "registered"
-			for _, old := range nodes {
-				if old.Name != n.Name {
-					continue
-				}
-				done = "updated"
-				if !cmd.Flags().Changed("group") {
-					n.Group = old.Group
-				}
-				if !cmd.Flags().Changed("max-tasks") {
-					n.MaxTasks = old.MaxTasks
-				}
-			}
-			if err := c.AddNode(cmd.Context(), n); err != nil {
-				return classify(err)
+			done := "updated"
+			if added {
+				done = "registered"
 			}
 			fmt.Fprintf(a.stderr, "node %s %s\n", n.Name, done)
 			return nil

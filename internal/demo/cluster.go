@@ -72,7 +72,7 @@ func (r *runner) startCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 	}
 	var dbs []string
 	for _, n := range r.opts.Nodes {
-		err := cat.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(nodeDB(n), pgcluster.Superuser), Group: n, MaxTasks: nodeMaxTasks})
+		_, err := cat.AddNode(ctx, deckhandtype.Node{Name: n, DSN: cl.DSN(nodeDB(n), pgcluster.Superuser), Group: n, MaxTasks: nodeMaxTasks})
 		if err != nil {
 			return cl, err
 		}

@@ -119,8 +119,10 @@ var (
 	// scheme://user:password@ — up to the last '@' before the path, so that neither libpq's
 	// reading (the first '@') nor a generic URL parser's (the last) shows any of it.
 	urlPasswordRE = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://[^:/@\s]*):[^/\s]*@`)
-	// password=value and sslpassword = 'quoted value', also as URL query parameters.
-	keyPasswordRE = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)`)
+	// password=value and sslpassword = 'quoted value', also as URL query parameters. A doubled
+	// quote, which libpq does not read as one, is taken as part of the value: text that does
+	// not parse is masked too far rather than not far enough.
+	keyPasswordRE = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.|'')*'?|[^\s&]*)`)
 	// Text that mentions password= however it was spelled, once percent-decoded.
 	passwordKeyRE = regexp.MustCompile(`(?i)password\s*=`)
 )

@@ -179,6 +179,7 @@ func TestRedact(t *testing.T) {
 		{"connect to postgres://app:s3cr3t@localhost/app failed: password=s3cr3t rejected",
 			"connect to postgres://app:REDACTED@localhost/app failed: password=REDACTED rejected"},
 		{"host='unterminated password='s3cr3t", "host='unterminated password=REDACTED"},
+		{"host=x password='it''s3cr3t' port=5432", "host=x password=REDACTED port=5432"},
 		{"host=localhost dbname=app", "host=localhost dbname=app"},
 	} {
 		got := Redact(tc.in)

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // ParseQualifiedName splits "schema.name" or "name" the way PostgreSQL reads it: unquoted
-// parts are folded to lower case, double-quoted parts are taken as written ("" is a quote).
-// The result is one or two identifiers.
+// parts are folded to lower case, ASCII letters only, double-quoted parts are taken as written
+// ("" is a quote), and either is cut to 63 bytes. The result is one or two identifiers.
 func ParseQualifiedName(s string) (pgx.Identifier, error) {
 	var parts pgx.Identifier
 	var cur strings.Builder
@@ -20,11 +21,11 @@ func ParseQualifiedName(s string) (pgx.Identifier, error) {
 		if cur.Len() == 0 {
 			return fmt.Errorf("invalid name %q: empty part", s)
 		}
-		if wasQuoted {
-			parts = append(parts, cur.String())
-		} else {
-			parts = append(parts, strings.ToLower(cur.String()))
+		part := cur.String()
+		if !wasQuoted {
+			part = foldIdentifier(part)
 		}
+		parts = append(parts, truncateIdentifier(part))
 		cur.Reset()
 		wasQuoted = false
 		return nil
@@ -64,6 +65,34 @@ func ParseQualifiedName(s string) (pgx.Identifier, error) {
 		return nil, fmt.Errorf("invalid name %q: want table or schema.table", s)
 	}
 	return parts, nil
+}
+
+// foldIdentifier folds an unquoted identifier as PostgreSQL does in a UTF-8 database: A-Z to
+// a-z and nothing else. (strings.ToLower would fold É to é and the Kelvin sign to k, naming
+// another relation than the one PostgreSQL reads.)
+func foldIdentifier(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + ('a' - 'A')
+		}
+	}
+	return string(b)
+}
+
+// maxIdentifierBytes is PostgreSQL's NAMEDATALEN - 1: longer identifiers are cut.
+const maxIdentifierBytes = 63
+
+// truncateIdentifier cuts s to 63 bytes at a character boundary, as PostgreSQL does.
+func truncateIdentifier(s string) string {
+	if len(s) <= maxIdentifierBytes {
+		return s
+	}
+	n := maxIdentifierBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // ResolveNames resolves relation names the way the job's SQL would: with its search_path, or

@@ -1,6 +1,9 @@
 package nodeconn
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseQualifiedName(t *testing.T) {
 	for in, want := range map[string]string{
@@ -8,6 +11,11 @@ func TestParseQualifiedName(t *testing.T) {
 		`Public.T`:        `"public"."t"`,
 		`"My Schema"."T"`: `"My Schema"."T"`,
 		`s."a""b"`:        `"s"."a""b"`,
+		// Only ASCII letters fold, as in a UTF-8 database; names are cut to 63 bytes.
+		`Événements`:                        `"Événements"`,
+		"\u212aEEP":                         "\"\u212aeep\"",
+		strings.Repeat("A", 70):             `"` + strings.Repeat("a", 63) + `"`,
+		`"` + strings.Repeat("é", 40) + `"`: `"` + strings.Repeat("é", 31) + `"`,
 	} {
 		got, err := ParseQualifiedName(in)
 		if err != nil || got.Sanitize() != want {
