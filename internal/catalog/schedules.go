@@ -144,14 +144,14 @@ type DueSchedule struct {
 }
 
 // DueSchedules reads up to limit unpaused schedules due at now (or without a next due time),
-// the most overdue first.
-func (c *Catalog) DueSchedules(ctx context.Context, now time.Time, limit int) ([]DueSchedule, error) {
+// the most overdue first, but those of skip (schedules the caller could not fire just now).
+func (c *Catalog) DueSchedules(ctx context.Context, now time.Time, limit int, skip []int64) ([]DueSchedule, error) {
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT id, name, submitted_by, spec, coalesce(cron, ''), coalesce(timezone, ''),
 			coalesce((extract(epoch FROM every) * 1000000)::bigint, 0), skip_missed, next_run_at
 		FROM deckhand.schedule
-		WHERE NOT paused AND (next_run_at IS NULL OR next_run_at <= $1)
-		ORDER BY next_run_at NULLS FIRST LIMIT $2`, now, limit)
+		WHERE NOT paused AND (next_run_at IS NULL OR next_run_at <= $1) AND id <> ALL (coalesce($3::bigint[], '{}'))
+		ORDER BY next_run_at NULLS FIRST LIMIT $2`, now, limit, skip)
 	var out []DueSchedule
 	var d DueSchedule
 	var everyUS int64
