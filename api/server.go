@@ -355,8 +355,14 @@ type slogPrinter struct{ log *slog.Logger }
 func (p slogPrinter) Println(v ...any) { p.log.Warn("serving metrics: " + fmt.Sprint(v...)) }
 
 // refusedByCatalog reports whether the catalog refused the caller's role
-// (insufficient_privilege): a table it may not touch, a job it may not act on.
+// (insufficient_privilege): a table it may not touch, a job it may not act on. A node that
+// refused its registered user the same way (no CONNECT on its database) refused nothing of
+// the caller's: that is the node's problem.
 func refusedByCatalog(err error) bool {
+	var nodeErr *engine.NodeCheckError
+	if errors.As(err, &nodeErr) {
+		return false
+	}
 	var pgErr *pgconn.PgError
 	return errors.Is(err, catalog.ErrForbidden) || errors.As(err, &pgErr) && pgErr.Code == "42501"
 }

@@ -173,7 +173,10 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	leader, err := s.client.Leader(ctx)
 	switch {
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: nodeconn.Redact(spec.OneLine(err.Error()))})
+		// /healthz answers anyone: the driver's error, which names the catalog's host, port,
+		// database and the server's role, goes to the log only.
+		s.log.Warn("health check: the catalog did not answer", "err", nodeconn.Redact(spec.OneLine(err.Error())))
+		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "catalog_unreachable", Error: "the catalog did not answer"})
 	case leader == 0:
 		writeJSON(w, http.StatusServiceUnavailable, Health{Status: "no_leader", Error: "no worker holds the leader lease"})
 	default:

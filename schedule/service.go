@@ -71,18 +71,24 @@ func (s *Service) Retain(ctx context.Context, now time.Time) error {
 }
 
 // FireDue handles every due time that has come on the clock, and returns how many it
-// handled; its error joins those of the schedules it could not handle (they are tried again).
+// handled; its error joins those of the schedules it could not handle (they are tried again
+// at the next call). A schedule it could not handle is passed over for the rest of the call,
+// so that those due after it are read and fired: a hundred schedules whose node does not
+// answer hold back nobody else's.
 func (s *Service) FireDue(ctx context.Context) (int, error) {
 	const batch = 100
 	fired := 0
 	var errs []error
+	var skip []int64 // not fired in this call: tried again at the next one
 	for {
 		now := s.clock.Now()
-		due, err := s.cat.DueSchedules(ctx, now, batch)
+		due, err := s.cat.DueSchedules(ctx, now, batch, skip)
 		if err != nil {
-			return fired, err
+			return fired, errors.Join(append(errs, err)...)
 		}
-		progress := false
+		if len(due) == 0 {
+			return fired, errors.Join(errs...)
+		}
 		for _, d := range due {
 			ok, err := s.fire(ctx, d, now)
 			if err != nil {
@@ -90,16 +96,12 @@ func (s *Service) FireDue(ctx context.Context) (int, error) {
 					return fired, err
 				}
 				errs = append(errs, fmt.Errorf("schedule %s: %w", d.Name, err))
-				continue
 			}
-			if ok {
-				fired++
-				progress = true
+			if ok && err == nil {
+				fired++ // it may be due again (a leader catching up after a failover)
+			} else {
+				skip = append(skip, d.ID)
 			}
-		}
-		// A schedule that fired may be due again (a leader catching up after a failover).
-		if !progress {
-			return fired, errors.Join(errs...)
 		}
 	}
 }

@@ -79,9 +79,15 @@ func toJSON(data []byte) ([]byte, error) {
 		}
 		// Maybe a YAML flow mapping such as {tasks: [...]}; if not, the JSON error is the useful
 		// one. JSON followed by more text reads as YAML's first document with the rest
-		// dropped: that is a JSON error too.
-		if doc, err := yaml.YAMLToJSONStrict(data); err == nil && oneDocument(data) == nil {
-			return doc, nil
+		// dropped: that is a JSON error too. The YAML is converted only once it is known to
+		// be one document that its aliases do not blow up.
+		switch err := oneDocument(data); {
+		case err == nil:
+			if doc, err := yaml.YAMLToJSONStrict(data); err == nil {
+				return doc, nil
+			}
+		case isAliasError(err):
+			return nil, err
 		}
 		var se *json.SyntaxError
 		if errors.As(jerr, &se) {
@@ -90,19 +96,66 @@ func toJSON(data []byte) ([]byte, error) {
 		}
 		return nil, &Error{Msg: "spec: " + jerr.Error(), Err: jerr}
 	}
+	if err := oneDocument(data); err != nil {
+		if isAliasError(err) {
+			return nil, err
+		}
+		// A syntax error is told as the conversion tells it, with its line.
+		if _, cerr := yaml.YAMLToJSONStrict(data); cerr != nil {
+			return nil, &Error{Msg: "spec: " + yamlMessage(cerr), Err: cerr}
+		}
+		return nil, err
+	}
 	doc, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, &Error{Msg: "spec: " + yamlMessage(err), Err: err}
 	}
-	if err := oneDocument(data); err != nil {
-		return nil, err
-	}
 	return doc, nil
+}
+
+// MaxAliasGrowth is how much larger than its text YAML aliases may make a spec. Each alias
+// of an anchored node repeats the whole node, so a few kilobytes of "*a" naming a large
+// string or list would otherwise become gigabytes once converted to JSON.
+const MaxAliasGrowth = 16 << 20
+
+// errAliases is the cause of the refusal of a spec whose aliases expand it beyond
+// MaxAliasGrowth.
+var errAliases = errors.New("YAML aliases expand the spec too much")
+
+func isAliasError(err error) bool { return errors.Is(err, errAliases) }
+
+// expandedSize adds to *n the size of v with every alias expanded, as the JSON conversion
+// writes it, and reports false as soon as *n passes limit. Decoding shares an anchored
+// string between its aliases, so v itself is small; walking it costs its node count, which
+// the decoder bounds.
+func expandedSize(v any, n *int, limit int) bool {
+	*n += 4 // punctuation, and scalars that are not strings
+	if *n > limit {
+		return false
+	}
+	switch v := v.(type) {
+	case string:
+		*n += len(v)
+	case []any:
+		for _, e := range v {
+			if !expandedSize(e, n, limit) {
+				return false
+			}
+		}
+	case map[any]any:
+		for k, e := range v {
+			if !expandedSize(k, n, limit) || !expandedSize(e, n, limit) {
+				return false
+			}
+		}
+	}
+	return *n <= limit
 }
 
 // oneDocument refuses YAML that holds more than the job: a second document (after "---"), or
 // text after the first one. The conversion to JSON reads the first document alone and would
-// drop the rest without a word. Empty documents (a trailing "---") are allowed.
+// drop the rest without a word. Empty documents (a trailing "---") are allowed. It also
+// refuses a document whose aliases make it more than MaxAliasGrowth larger than its text.
 func oneDocument(data []byte) error {
 	dec := yamlv2.NewDecoder(bytes.NewReader(data))
 	for n := 0; ; n++ {
@@ -111,10 +164,15 @@ func oneDocument(data []byte) error {
 		switch {
 		case errors.Is(err, io.EOF):
 			return nil
+		case err != nil && n == 0:
+			return &Error{Msg: "spec: " + yamlMessage(err), Err: err}
 		case err != nil:
 			return &Error{Msg: "spec: text after the end of the job: " + yamlMessage(err), Err: err}
 		case n > 0 && v != nil:
 			return Invalidf("spec: more than one YAML document: a spec is one job")
+		}
+		if size := 0; !expandedSize(v, &size, len(data)+MaxAliasGrowth) {
+			return &Error{Msg: fmt.Sprintf("spec: YAML aliases expand the spec by more than %d MiB", MaxAliasGrowth>>20), Err: errAliases}
 		}
 	}
 }

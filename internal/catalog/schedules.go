@@ -144,14 +144,14 @@ type DueSchedule struct {
 }
 
 // DueSchedules reads up to limit unpaused schedules due at now (or without a next due time),
-// the most overdue first.
-func (c *Catalog) DueSchedules(ctx context.Context, now time.Time, limit int) ([]DueSchedule, error) {
+// the most overdue first, but those of skip (schedules the caller could not fire just now).
+func (c *Catalog) DueSchedules(ctx context.Context, now time.Time, limit int, skip []int64) ([]DueSchedule, error) {
 	rows, _ := c.Pool.Query(ctx, `
 		SELECT id, name, submitted_by, spec, coalesce(cron, ''), coalesce(timezone, ''),
 			coalesce((extract(epoch FROM every) * 1000000)::bigint, 0), skip_missed, next_run_at
 		FROM deckhand.schedule
-		WHERE NOT paused AND (next_run_at IS NULL OR next_run_at <= $1)
-		ORDER BY next_run_at NULLS FIRST LIMIT $2`, now, limit)
+		WHERE NOT paused AND (next_run_at IS NULL OR next_run_at <= $1) AND id <> ALL (coalesce($3::bigint[], '{}'))
+		ORDER BY next_run_at NULLS FIRST LIMIT $2`, now, limit, skip)
 	var out []DueSchedule
 	var d DueSchedule
 	var everyUS int64
@@ -251,14 +251,17 @@ func (c *Catalog) FireSchedule(ctx context.Context, f Firing) (Fired, error) {
 	out := Fired{Outcome: f.Outcome, Err: f.Err}
 	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
 		var submitter string
-		var noOverlap, maySubmit, previousRuns bool
+		var noOverlap, maySubmit, mayLogIn, previousRuns bool
+		// A creator that may no longer log in (NOLOGIN: cut off) could not submit the job
+		// itself, and its schedules submit nothing for it either.
 		err := tx.QueryRow(ctx, `
 			SELECT s.submitted_by, s.no_overlap, deckhand.may_submit(s.submitted_by),
+				coalesce((SELECT r.rolcanlogin FROM pg_catalog.pg_roles r WHERE r.rolname = s.submitted_by), false),
 				EXISTS (SELECT 1 FROM deckhand.job j WHERE j.id = s.last_job_id
 				        AND j.state NOT IN ('finished', 'failed', 'cancelled'))
 			FROM deckhand.schedule s
 			WHERE s.id = $1 AND s.next_run_at = $2 AND NOT s.paused
-			FOR UPDATE OF s`, f.ScheduleID, f.Expected).Scan(&submitter, &noOverlap, &maySubmit, &previousRuns)
+			FOR UPDATE OF s`, f.ScheduleID, f.Expected).Scan(&submitter, &noOverlap, &maySubmit, &mayLogIn, &previousRuns)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -273,6 +276,10 @@ func (c *Catalog) FireSchedule(ctx context.Context, f Firing) (Fired, error) {
 			case !maySubmit:
 				out.Outcome = deckhandtype.FiringFailed
 				out.Err = fmt.Sprintf("%s may not submit jobs: an admin can GRANT deckhand_submitter TO %s",
+					submitter, pgx.Identifier{submitter}.Sanitize())
+			case !mayLogIn:
+				out.Outcome = deckhandtype.FiringFailed
+				out.Err = fmt.Sprintf("%s may not log in to the catalog: its schedules submit nothing until an admin runs ALTER ROLE %s LOGIN",
 					submitter, pgx.Identifier{submitter}.Sanitize())
 			case f.Job == nil:
 				return errors.New("a firing that submits needs a job")
