@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,25 @@ func TestLargeCatalogStaysFast(t *testing.T) {
 	}
 	if st.Tasks["running"] != 200 || st.Tasks["blocked"] != 600 || st.Tasks["runnable"] != 100 {
 		t.Errorf("active task counts: %v", st.Tasks)
+	}
+	// The first page walks the primary key from the newest job; it does not sort them all.
+	var plan strings.Builder
+	rows, err := h.Client.Catalog().Pool.Query(ctx, `EXPLAIN (COSTS OFF) SELECT * FROM deckhand.jobs
+		WHERE id < 9223372036854775807 ORDER BY id DESC LIMIT 51`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if !strings.Contains(plan.String(), "Index Scan Backward using job_pkey on job j") || strings.Contains(plan.String(), "Seq Scan on job j") {
+		t.Errorf("the first page of jobs does not walk the primary key backwards:\n%s", plan.String())
 	}
 }

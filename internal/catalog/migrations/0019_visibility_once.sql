@@ -34,7 +34,11 @@ CREATE OR REPLACE VIEW deckhand.jobs WITH (security_barrier) AS
            j.notify_key, j.key, j.paused_at, j.priority
     FROM deckhand.job j
     LEFT JOIN (SELECT t.job_id, sum(t.done) AS done FROM deckhand.job_tally t GROUP BY t.job_id) y ON y.job_id = j.id
-    WHERE (SELECT deckhand.sees_all()) OR j.submitted_by = session_user OR (cardinality(j.owners) > 0 AND j.owners <@ (SELECT deckhand.member_roles()));
+    WHERE (SELECT deckhand.sees_all()) OR j.submitted_by = session_user OR (cardinality(j.owners) > 0 AND j.owners <@ (SELECT deckhand.member_roles()))
+    -- A security_barrier view is planned apart from the query that reads it: without an order
+    -- of its own, the first page of jobs (ORDER BY id DESC LIMIT 50, every job below the
+    -- cursor) read and sorted every job; with it, the page walks the primary key backwards.
+    ORDER BY j.id DESC;
 
 CREATE OR REPLACE VIEW deckhand.tasks WITH (security_barrier) AS
     SELECT t.id, t.job_id, t.name, t.kind, t.node, t.owner, t.state, t.attempts, t.max_attempts, t.runs,
