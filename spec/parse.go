@@ -266,7 +266,11 @@ func checkFields(obj map[string]json.RawMessage, known []string, where string) e
 		if slices.Contains(known, k) {
 			continue
 		}
-		msg := fmt.Sprintf("spec: unknown field %q in %s", k, where)
+		shown := k
+		if len(shown) > 64 {
+			shown = strings.ToValidUTF8(shown[:64], "") + "…"
+		}
+		msg := fmt.Sprintf("spec: unknown field %q in %s", shown, where)
 		if s := suggest(k, known); s != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
 		}
@@ -281,10 +285,15 @@ func suggest(name string, known []string) string {
 		return strings.NewReplacer("_", "", "-", "", " ", "").Replace(strings.ToLower(s))
 	}
 	best, bestDist := "", 3 // accept at most 2 edits
+	n := norm(name)
 	for _, k := range known {
-		d := editDistance(norm(name), norm(k))
-		if d < bestDist && 2*d <= len(name) {
-			best, bestDist = k, d
+		// Lengths more than two apart are more than two edits apart: a name of megabytes
+		// costs no comparison.
+		if nk := norm(k); len(n) <= len(nk)+2 && len(nk) <= len(n)+2 {
+			d := editDistance(n, nk)
+			if d < bestDist && 2*d <= len(name) {
+				best, bestDist = k, d
+			}
 		}
 	}
 	return best

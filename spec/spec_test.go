@@ -415,3 +415,14 @@ func TestKinds(t *testing.T) {
 		t.Errorf("unknown kind: %v, want the known kinds listed", err)
 	}
 }
+
+// An unknown field of megabytes is named in a line of its own length at most 64 bytes (and is
+// not compared letter by letter with every known field).
+func TestParseClipsAHugeUnknownField(t *testing.T) {
+	name := strings.Repeat("x", 8<<20)
+	_, err := Parse([]byte(`{"tasks": [{"name": "a", "kind": "noop", "` + name + `": 1}]}`))
+	if err == nil || !strings.Contains(err.Error(), "unknown field") || len(err.Error()) > 200 {
+		msg := fmt.Sprint(err)
+		t.Fatalf("error of %d bytes (%.120s); want one naming the field in at most 200", len(msg), msg)
+	}
+}
