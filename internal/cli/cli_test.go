@@ -289,6 +289,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"node", "add", "--dsn", "host=x"}, []string{"expected NAME"}},
 		{[]string{"node", "remove"}, []string{"expected NAME"}},
 		{[]string{"export", "--table", "t", "--group", "g", "--to", "file:///x", "--max-attempts", "0"}, []string{"--max-attempts must be between 1 and 1000, got 0"}},
+		// A stray argument to a command that takes none is bad usage too, not a failure.
+		{[]string{"placements", "tenant_1"}, []string{`unknown command "tenant_1" for "deckhand placements"`, "--help"}},
+		{[]string{"move", "--schema", "s", "--from", "g1", "--to", "g2", "extra"}, []string{`unknown command "extra" for "deckhand move"`}},
+		{[]string{"job", "list", "running"}, []string{`unknown command "running" for "deckhand job list"`}},
+		{[]string{"cleanup", "run", "now"}, []string{`unknown command "now" for "deckhand cleanup run"`}},
+		{[]string{"init", "x"}, []string{`unknown command "x" for "deckhand init"`}},
 	} {
 		wantUsage(t, deckhand(t, "", append([]string{"--catalog", bad}, tc.args...)...), tc.fragments...)
 	}
