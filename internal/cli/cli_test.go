@@ -289,6 +289,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"node", "add", "--dsn", "host=x"}, []string{"expected NAME"}},
 		{[]string{"node", "remove"}, []string{"expected NAME"}},
 		{[]string{"export", "--table", "t", "--group", "g", "--to", "file:///x", "--max-attempts", "0"}, []string{"--max-attempts must be between 1 and 1000, got 0"}},
+		{[]string{"move", "--schema", "s", "--from", "g1", "--to", "g2", "--max-write-block", "0s"}, []string{"--max-write-block must be positive, got 0s"}},
+		{[]string{"move", "--schema", "s", "--from", "g1", "--to", "g2", "--max-write-block", "-1s"}, []string{"--max-write-block must be positive, got -1s"}},
 		// A stray argument to a command that takes none is bad usage too, not a failure.
 		{[]string{"placements", "tenant_1"}, []string{`unknown command "tenant_1" for "deckhand placements"`, "--help"}},
 		{[]string{"move", "--schema", "s", "--from", "g1", "--to", "g2", "extra"}, []string{`unknown command "extra" for "deckhand move"`}},
