@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/internal/testenv"
@@ -200,5 +201,53 @@ func TestMoveFailsWhenTheNameAppearsElsewhereDuringIt(t *testing.T) {
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `INSERT INTO app.t VALUES (101)`); err != nil {
 		t.Errorf("the source refuses writes after the failed move: %v", err)
+	}
+}
+
+// The catalog knows where a placed object is: a move from another group is refused at
+// submission, naming the group, instead of submitting a job whose task fails on the source
+// with "does not exist". A table goes with its schema's placement unless placed apart.
+func TestStartRefusesAMoveFromWhereTheCatalogDoesNotPlaceIt(t *testing.T) {
+	e := newMoveEnv(t)
+	placer := e.submit(move.Request{Schema: "placed", From: "g1", To: "g2"}) // no worker: never runs
+	if _, err := e.Client.Cancel(ctx, placer); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Catalog().SwitchPlacement(ctx, placer, []deckhandtype.PlacedObject{{Schema: "placed"}}, "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Catalog().SwitchPlacement(ctx, placer, []deckhandtype.PlacedObject{{Schema: "split", Table: "t"}}, "g2"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		req  move.Request
+		want string
+	}{
+		{move.Request{Schema: "placed"}, "schema placed is on group g2 (moved there by job"},
+		{move.Request{Tables: []string{"placed.t"}}, "schema placed is on group g2"},
+		{move.Request{Schema: "split"}, "table split.t is on group g2"},
+		{move.Request{Tables: []string{"split.t"}}, "table split.t is on group g2"},
+	} {
+		tc.req.From, tc.req.To, tc.req.Owner = "g1", "g2", e.owner
+		id, err := move.Start(ctx, e.Client, tc.req)
+		if err == nil || !engine.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "not g1") {
+			t.Errorf("Start(%+v) = job %d, %v; want refused as bad input with %q", tc.req, id, err, tc.want)
+		}
+	}
+	// From where the catalog places it, and for what it does not place, a move is submitted.
+	for _, req := range []move.Request{
+		{Schema: "placed", From: "g2", To: "g1"},
+		{Tables: []string{"split.u"}, From: "g1", To: "g2"},
+		{Schema: "unplaced", From: "g1", To: "g2"},
+	} {
+		req.Owner = e.owner
+		id, err := move.Start(ctx, e.Client, req)
+		if err != nil {
+			t.Errorf("Start(%+v): %v", req, err)
+			continue
+		}
+		if _, err := e.Client.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
