@@ -10,11 +10,12 @@ import (
 )
 
 // Start submits a job of one move and returns its id. It refuses, as bad input and before
-// anything is written, a request that does not check, a group with no nodes, a move of
-// something a live job is already moving, and one whose --from is not the group the catalog
-// places the object on; what needs the nodes themselves (a table without a
-// key, wal_level, the target having the schema) is refused by the task when it starts, as a
-// permanent failure, before it creates anything.
+// anything is written, a request that does not check, a group with no nodes, an owner the
+// submitter is not a member of on either group's primary (as Submit checks for tasks that
+// name their node), a move of something a live job is already moving, and one whose --from
+// is not the group the catalog places the object on; what needs the nodes themselves (a
+// table without a key, wal_level, the target having the schema) is refused by the task when
+// it starts, as a permanent failure, before it creates anything.
 func Start(ctx context.Context, c *engine.Client, req Request) (int64, error) {
 	task, err := req.Task("move")
 	if err != nil {
@@ -35,6 +36,23 @@ func Start(ctx context.Context, c *engine.Client, req Request) (int64, error) {
 		}
 		if !found {
 			return 0, spec.Invalidf("node group %q has no nodes (see `deckhand node list`)", g)
+		}
+	}
+	// A move task names no node, so Submit's owner check has nothing to check: make it here,
+	// on each group's primary, as the task will (it checks again there before anything runs).
+	submitter, err := c.Submitter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	owner := task.Owner
+	if owner == "" {
+		owner = submitter
+	}
+	for _, g := range []string{p.From, p.To} {
+		if primary, ok := knownPrimary(nodes, g); ok {
+			if err := c.CheckOwner(ctx, primary, owner, submitter); err != nil {
+				return 0, err
+			}
 		}
 	}
 	moving, err := c.Catalog().MovesUnderWay(ctx)
@@ -73,6 +91,28 @@ func Start(ctx context.Context, c *engine.Client, req Request) (int64, error) {
 		}
 	}
 	return c.Submit(ctx, &spec.Job{Description: p.Description(), Kind: Kind, Tasks: []spec.Task{task}})
+}
+
+// knownPrimary is the node of group that a move uses, as the task finds it: its node with
+// role primary, or its only node before the leader has probed it; ok is false when the
+// catalog does not tell yet (the task then waits for the probe).
+func knownPrimary(nodes []deckhandtype.Node, group string) (name string, ok bool) {
+	var members, primaries []string
+	for _, n := range nodes {
+		if n.Group == group {
+			members = append(members, n.Name)
+			if n.Role == "primary" {
+				primaries = append(primaries, n.Name)
+			}
+		}
+	}
+	if len(primaries) == 0 && len(members) == 1 {
+		primaries = members
+	}
+	if len(primaries) != 1 {
+		return "", false
+	}
+	return primaries[0], true
 }
 
 // placedElsewhere returns the placement that puts o on a group other than from, as
