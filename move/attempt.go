@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,7 +87,11 @@ func (mv *move) finish(ctx context.Context, st *structure, repl *pgconn.PgConn, 
 		return err
 	}
 	defer stopApply()
-	// A name created on another group since the move began is found before writers are blocked.
+	// A name created on another group since the move began, or a node removed from the
+	// catalog, is found before writers are blocked.
+	if err := mv.endpointsRegistered(ctx); err != nil {
+		return err
+	}
 	if err := mv.heldElsewhere(ctx, mv.p); err != nil {
 		return err
 	}
@@ -260,6 +265,9 @@ func (mv *move) cutOver(ctx context.Context, st *structure, waitFor func(context
 // instead, and its failure removes what the cut-over changed (the source takes writes again).
 func (mv *move) switchOver(ctx context.Context) error {
 	c, op := mv.Cleaner, mv.op
+	if err := mv.endpointsRegistered(ctx); err != nil {
+		return err
+	}
 	if err := mv.heldElsewhere(ctx, mv.p); err != nil {
 		return err
 	}
@@ -284,6 +292,33 @@ func (mv *move) switchOver(ctx context.Context) error {
 		}
 	}
 	return mv.at(ctx, StepDone)
+}
+
+// endpointsRegistered checks that the catalog still has the move's two nodes as the move
+// found them (name, group and conninfo). A node removed meanwhile (`deckhand node remove`,
+// to decommission it) or pointed at another server is no place to switch a placement to, nor
+// to drop the source for: the move fails instead, and its failure gives the source its
+// writes back. A later attempt finds the groups afresh.
+func (mv *move) endpointsRegistered(ctx context.Context) error {
+	nodes, err := mv.Cleaner.Catalog.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range []struct {
+		end  endpoint
+		side string
+	}{{mv.src, "source"}, {mv.dst, "target"}} {
+		i := slices.IndexFunc(nodes, func(n deckhandtype.Node) bool { return n.Name == e.end.node.Name })
+		switch {
+		case i < 0:
+			return fmt.Errorf("the %s, node %s of group %s, is no longer registered (removed during the move): the move stops here and its objects stay where they were",
+				e.side, e.end.node.Name, e.end.node.Group)
+		case nodes[i].Group != e.end.node.Group || nodes[i].DSN != e.end.node.DSN:
+			return fmt.Errorf("the %s, node %s, was changed during the move (its group or conninfo): the move stops here and its objects stay where they were",
+				e.side, e.end.node.Name)
+		}
+	}
+	return nil
 }
 
 // createSchemas creates on the target the schemas of moved tables that it lacks (a table

@@ -251,3 +251,33 @@ func TestStartRefusesAMoveFromWhereTheCatalogDoesNotPlaceIt(t *testing.T) {
 		}
 	}
 }
+
+// A node removed from the catalog while a move to it runs (`deckhand node remove`, say to
+// decommission it) is no place to switch to: the move fails rather than place the schema on a
+// group with no node and drop the source. The source is where the data stays: once the
+// cleaner ran, it takes writes again, and the placements are as before (none).
+func TestMoveFailsWhenItsTargetNodeIsRemoved(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	var once sync.Once
+	e.worker(move.Mover{AfterStep: func(ctx context.Context, step string) error {
+		if step == move.StepCutOver {
+			once.Do(func() {
+				if err := e.Client.RemoveNode(ctx, "dst"); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		return nil
+	}})
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	e.FailedWith(id, "node dst", "no longer registered")
+	e.cleanupRun()
+	if !e.schemaExists(e.src, "app") {
+		t.Fatal("the source schema was dropped")
+	}
+	e.asOwner(e.src, `INSERT INTO app.notes VALUES (100000, 'after the failed move')`)
+	if placed, moving := e.placementsNow(); len(placed) != 0 || len(moving) != 0 {
+		t.Errorf("placements after the failed move: %+v, moves under way: %+v", placed, moving)
+	}
+}
