@@ -188,6 +188,9 @@ func (mv *move) slot(ctx context.Context) (repl *pgconn.PgConn, snapshot string,
 func (mv *move) copy(ctx context.Context, snapshot string, st *structure) error {
 	c := mv.Cleaner
 	parallel := max(1, min(mv.src.node.MaxTasks, mv.dst.node.MaxTasks))
+	if err := c.Catalog.StartMoveCopy(ctx, mv.t.ID); err != nil {
+		return err
+	}
 	err := copyTables(ctx, mv.session(mv.src.owner), mv.session(mv.dst.owner), snapshot, mv.pl.copied(), parallel,
 		func(_ relation, rows int64) {
 			if err := c.Catalog.RecordMoveCopied(ctx, mv.t.ID, rows); err != nil {
