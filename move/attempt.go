@@ -37,7 +37,9 @@ type move struct {
 var afterStep func(step string)
 
 func (mv *move) at(ctx context.Context, step string) error {
-	if err := mv.step(ctx, mv.t, step, len(mv.pl.tables)); err != nil {
+	// The tables the copy copies (plain tables and leaf partitions), which tables_copied
+	// counts: a partitioned table has no rows of its own.
+	if err := mv.step(ctx, mv.t, step, len(mv.pl.copied())); err != nil {
 		return err
 	}
 	if afterStep != nil {
