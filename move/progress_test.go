@@ -55,3 +55,53 @@ func TestMoveProgressCountsOneCopy(t *testing.T) {
 			progress.TablesCopied, progress.RowsCopied, rows)
 	}
 }
+
+// A move cancelled while pg_dump waits on the source (for a lock a long transaction holds)
+// leaves no session behind: pg_dump is stopped so that it cancels its query on the server,
+// not killed outright, which left its backend queued for the lock until the lock came free.
+func TestCancelledMoveLeavesNoDumpSession(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	holder := e.NodeConn(e.src, pgcluster.Superuser)
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `LOCK TABLE app.notes IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	e.worker(move.Mover{})
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	probe := e.NodeConn(e.src, pgcluster.Superuser)
+	defer probe.Close(ctx)
+	waiting := func() int {
+		var n int
+		if err := probe.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'deckhand task %' AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	deadline := time.Now().Add(time.Minute)
+	for waiting() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("pg_dump never waited for the lock")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := e.Client.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if job := e.Wait(id, time.Minute); job.State != deckhandtype.JobCancelled {
+		t.Fatalf("job %s after cancel", job.State)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for n := waiting(); n > 0; n = waiting() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d session(s) of the cancelled move still wait for the lock on the source", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
