@@ -3,11 +3,15 @@ package move_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/move"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -103,5 +107,68 @@ func TestCancelledMoveLeavesNoDumpSession(t *testing.T) {
 			t.Fatalf("%d session(s) of the cancelled move still wait for the lock on the source", n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A worker killed while its move waited on the source — here CREATE_REPLICATION_SLOT waiting
+// for a long transaction to end — leaves a backend that does not notice its client is gone.
+// The leader terminates a dead attempt's backend only for tasks that name their node, which a
+// move does not; the next attempt of the move ends its predecessors' backends on both nodes
+// before anything else, rather than wait on them (and fail, slot "in use").
+func TestMoveEndsTheBackendsOfADeadAttempt(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	holder := e.NodeConn(e.src, pgcluster.Superuser)
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)                                                                 //nolint:errcheck
+	if _, err := tx.Exec(ctx, `INSERT INTO app.counters VALUES ('held', 0)`); err != nil { // takes a transaction id
+		t.Fatal(err)
+	}
+	id := e.Submit(&spec.Job{Description: "move", Tasks: e.schemaMoves(3, "app")})
+	p := e.ServeBinary(testenv.Binary(t), nil, "--lease", "1s", "--concurrency", "1")
+	probe := e.NodeConn(e.src, pgcluster.Superuser)
+	defer probe.Close(ctx)
+	slotWaiters := func() []string {
+		rows, _ := probe.Query(ctx, `SELECT application_name FROM pg_stat_activity
+			WHERE backend_type = 'walsender' AND application_name LIKE 'deckhand task %' AND wait_event = 'transactionid'`)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	deadline := time.Now().Add(time.Minute)
+	var dead []string
+	for dead = slotWaiters(); len(dead) == 0; dead = slotWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the move never waited to create its slot: %s\n%s", e.lastError(id), p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := p.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.Cmd.Wait() //nolint:errcheck
+	e.worker(move.Mover{})
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		left := slotWaiters()
+		if !slices.ContainsFunc(left, func(n string) bool { return slices.Contains(dead, n) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead attempt's walsender (%v) still waits on the source: %s", dead, e.lastError(id))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("move: %s: %s", job.State, e.lastError(id))
 	}
 }
