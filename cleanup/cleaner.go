@@ -113,11 +113,16 @@ type Report struct {
 	Waiting int `json:"waiting"`
 }
 
-// Count returns how many actions had the outcome.
+// Count returns how many records the pass left with the outcome: a record tried more than
+// once (found in use, then removed) counts once, by its last try.
 func (r *Report) Count(outcome deckhandtype.CleanupState) int {
-	n := 0
+	last := map[int64]deckhandtype.CleanupState{}
 	for _, a := range r.Actions {
-		if a.Outcome == outcome {
+		last[a.Record] = a.Outcome
+	}
+	n := 0
+	for _, o := range last {
+		if o == outcome {
 			n++
 		}
 	}

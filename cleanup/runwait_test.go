@@ -2,6 +2,7 @@ package cleanup_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,5 +52,9 @@ func TestCleanupRunWaitsPastTheBackoff(t *testing.T) {
 	}
 	if rec := e.Records(id)[0]; rec.State != deckhandtype.CleanupRemoved {
 		t.Errorf("cleanup run --wait 30s returned after %s with the table %s (held for %s):\n%s", took.Round(time.Millisecond), rec.State, held, out)
+	}
+	// The summary counts the record once, as it ended: tried in use first, then removed.
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); !strings.HasSuffix(lines[len(lines)-1], "1 removed") {
+		t.Errorf("cleanup run summary %q, want the table counted once, removed", lines[len(lines)-1])
 	}
 }
