@@ -642,6 +642,10 @@ func TestFailedJob(t *testing.T) {
 	if !strings.Contains(r.stderr, "job "+id+" failed") {
 		t.Errorf("job wait: %s", r)
 	}
+	// The line that says the job failed says why, in one line.
+	if last := strings.TrimSpace(r.stderr[strings.LastIndex(strings.TrimSpace(r.stderr), "\n")+1:]); !strings.HasPrefix(last, "deckhand: job "+id+" failed: task sql: 42601: syntax error") {
+		t.Errorf("job wait's error line %q does not say why the job failed", last)
+	}
 	j := e.show(id)
 	if *j.State != string(deckhandtype.JobFailed) || *j.Tasks[0].State != string(deckhandtype.TaskFailed) {
 		t.Fatalf("job show: %+v", j)
