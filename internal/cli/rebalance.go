@@ -277,8 +277,8 @@ func printRebalanceStatus(w io.Writer, s *deckhandtype.RebalanceStatus) {
 	for _, c := range []struct {
 		what string
 		n    deckhandtype.MoveCount
-	}{{"done", s.Done}, {"running", s.Running}, {"left", s.Left}, {"failed", s.Failed}} {
-		fmt.Fprintf(w, "  %-8s %d moves, %s\n", c.what, c.n.Moves, humanBytes(c.n.Bytes))
+	}{{"done", s.Done}, {"running", s.Running}, {"left", s.Left}, {"failed or cancelled", s.Failed}} {
+		fmt.Fprintf(w, "  %-19s %d moves, %s\n", c.what, c.n.Moves, humanBytes(c.n.Bytes))
 	}
 	fmt.Fprintln(w)
 	rows := make([][]string, 0, len(s.Moves))
