@@ -113,11 +113,16 @@ type Report struct {
 	Waiting int `json:"waiting"`
 }
 
-// Count returns how many actions had the outcome.
+// Count returns how many records the pass left with the outcome: a record tried more than
+// once (found in use, then removed) counts once, by its last try.
 func (r *Report) Count(outcome deckhandtype.CleanupState) int {
-	n := 0
+	last := map[int64]deckhandtype.CleanupState{}
 	for _, a := range r.Actions {
-		if a.Outcome == outcome {
+		last[a.Record] = a.Outcome
+	}
+	n := 0
+	for _, o := range last {
+		if o == outcome {
 			n++
 		}
 	}
@@ -178,6 +183,7 @@ func (c *Cleaner) passWith(ctx context.Context, opID int64, o RunOptions) (*Repo
 	}
 	deadline := time.Now().Add(o.Wait)
 	handled := map[int64]bool{}
+	inUse := map[int64]bool{} // handled records whose last try found them in use
 	var force []int64
 	for {
 		for {
@@ -199,6 +205,7 @@ func (c *Cleaner) passWith(ctx context.Context, opID int64, o RunOptions) (*Repo
 				break
 			}
 			handled[rec.ID] = true
+			inUse[rec.ID] = out.State == deckhandtype.CleanupInUse
 			force = remove(force, rec.ID)
 			a := Action{Record: rec.ID, Operation: rec.OperationID, Job: rec.JobID, Resource: rec.Resource(),
 				Policy: rec.Policy, Outcome: out.State, Error: out.Error}
@@ -220,6 +227,15 @@ func (c *Cleaner) passWith(ctx context.Context, opID int64, o RunOptions) (*Repo
 		ready, err := c.Catalog.ReadyCleanup(ctx, opID, o.Now)
 		if err != nil {
 			return rep, err
+		}
+		// A record this pass found in use whose backoff ran out meanwhile is no longer among
+		// the waiting: it is tried again (after the pause below) rather than left, which
+		// ended the pass before the deadline with the resource reported in use.
+		for _, id := range ready {
+			if inUse[id] && !slices.ContainsFunc(waiting, func(w catalog.WaitingRecord) bool { return w.ID == id }) {
+				delete(handled, id)
+				delete(inUse, id)
+			}
 		}
 		untouched := slices.DeleteFunc(ready, func(id int64) bool { return handled[id] })
 		if len(waiting) == 0 && len(untouched) == 0 {

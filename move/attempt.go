@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +37,9 @@ type move struct {
 var afterStep func(step string)
 
 func (mv *move) at(ctx context.Context, step string) error {
-	if err := mv.step(ctx, mv.t, step, len(mv.pl.tables)); err != nil {
+	// The tables the copy copies (plain tables and leaf partitions), which tables_copied
+	// counts: a partitioned table has no rows of its own.
+	if err := mv.step(ctx, mv.t, step, len(mv.pl.copied())); err != nil {
 		return err
 	}
 	if afterStep != nil {
@@ -86,7 +89,11 @@ func (mv *move) finish(ctx context.Context, st *structure, repl *pgconn.PgConn, 
 		return err
 	}
 	defer stopApply()
-	// A name created on another group since the move began is found before writers are blocked.
+	// A name created on another group since the move began, or a node removed from the
+	// catalog, is found before writers are blocked.
+	if err := mv.endpointsRegistered(ctx); err != nil {
+		return err
+	}
 	if err := mv.heldElsewhere(ctx, mv.p); err != nil {
 		return err
 	}
@@ -183,6 +190,9 @@ func (mv *move) slot(ctx context.Context) (repl *pgconn.PgConn, snapshot string,
 func (mv *move) copy(ctx context.Context, snapshot string, st *structure) error {
 	c := mv.Cleaner
 	parallel := max(1, min(mv.src.node.MaxTasks, mv.dst.node.MaxTasks))
+	if err := c.Catalog.StartMoveCopy(ctx, mv.t.ID); err != nil {
+		return err
+	}
 	err := copyTables(ctx, mv.session(mv.src.owner), mv.session(mv.dst.owner), snapshot, mv.pl.copied(), parallel,
 		func(_ relation, rows int64) {
 			if err := c.Catalog.RecordMoveCopied(ctx, mv.t.ID, rows); err != nil {
@@ -260,6 +270,9 @@ func (mv *move) cutOver(ctx context.Context, st *structure, waitFor func(context
 // instead, and its failure removes what the cut-over changed (the source takes writes again).
 func (mv *move) switchOver(ctx context.Context) error {
 	c, op := mv.Cleaner, mv.op
+	if err := mv.endpointsRegistered(ctx); err != nil {
+		return err
+	}
 	if err := mv.heldElsewhere(ctx, mv.p); err != nil {
 		return err
 	}
@@ -284,6 +297,33 @@ func (mv *move) switchOver(ctx context.Context) error {
 		}
 	}
 	return mv.at(ctx, StepDone)
+}
+
+// endpointsRegistered checks that the catalog still has the move's two nodes as the move
+// found them (name, group and conninfo). A node removed meanwhile (`deckhand node remove`,
+// to decommission it) or pointed at another server is no place to switch a placement to, nor
+// to drop the source for: the move fails instead, and its failure gives the source its
+// writes back. A later attempt finds the groups afresh.
+func (mv *move) endpointsRegistered(ctx context.Context) error {
+	nodes, err := mv.Cleaner.Catalog.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range []struct {
+		end  endpoint
+		side string
+	}{{mv.src, "source"}, {mv.dst, "target"}} {
+		i := slices.IndexFunc(nodes, func(n deckhandtype.Node) bool { return n.Name == e.end.node.Name })
+		switch {
+		case i < 0:
+			return fmt.Errorf("the %s, node %s of group %s, is no longer registered (removed during the move): the move stops here and its objects stay where they were",
+				e.side, e.end.node.Name, e.end.node.Group)
+		case nodes[i].Group != e.end.node.Group || nodes[i].DSN != e.end.node.DSN:
+			return fmt.Errorf("the %s, node %s, was changed during the move (its group or conninfo): the move stops here and its objects stay where they were",
+				e.side, e.end.node.Name)
+		}
+	}
+	return nil
 }
 
 // createSchemas creates on the target the schemas of moved tables that it lacks (a table

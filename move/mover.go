@@ -87,6 +87,13 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 	if err != nil {
 		return err
 	}
+	// An earlier attempt whose worker died may have left a backend on either node that
+	// waits on something (a lock, CREATE_REPLICATION_SLOT waiting for a transaction) and so
+	// has not noticed its client is gone. The leader terminates a dead attempt's backend for
+	// tasks that name their node; a move names none, so it does it here, first.
+	if err := m.endEarlierAttempts(ctx, t, src, dst); err != nil {
+		return err
+	}
 	// An earlier attempt that died after the copy left a target, a slot and a publication
 	// this one can keep: it resumes the catch-up where the target stands.
 	if resumed, err := m.resume(ctx, t, p, src, dst); resumed || err != nil {
@@ -174,6 +181,40 @@ func (m Mover) endpoint(ctx context.Context, t *deckhandtype.ClaimedTask, group 
 	}
 	n := primaries[0]
 	return endpoint{node: n, owner: nodeconn.Owner{Node: n.Name, DSN: n.DSN, Role: t.Owner, Submitter: t.SubmittedBy}}, nil
+}
+
+// endEarlierAttemptsSQL ends the owner's backends of the task's other attempts, found by
+// their application_name (nodeconn.ApplicationName), and counts those still there after 5s.
+// It runs in an owner session whose search_path is nodeconn.SafeSearchPath.
+const endEarlierAttemptsSQL = `
+	SELECT pg_catalog.count(*) FILTER (WHERE NOT pg_catalog.pg_terminate_backend(a.pid, 5000::pg_catalog.int8))
+	FROM pg_catalog.pg_stat_activity a
+	WHERE pg_catalog.starts_with(a.application_name, $1::pg_catalog.text)
+	  AND a.application_name <> $2::pg_catalog.text AND a.usename = SESSION_USER`
+
+// endEarlierAttempts terminates, on each node of the move, the backends that earlier
+// attempts of the task left, so that none of them goes on waiting (and holding what it
+// waits with) once this attempt runs. Only one attempt of a task runs at a time: the
+// others' backends are leftovers.
+func (m Mover) endEarlierAttempts(ctx context.Context, t *deckhandtype.ClaimedTask, ends ...endpoint) error {
+	prefix := fmt.Sprintf("deckhand task %d/", t.ID)
+	own := nodeconn.ApplicationName(t.ID, t.Token)
+	for _, e := range ends {
+		conn, release, err := dedicated(e.owner, t)(ctx)
+		if err != nil {
+			return err
+		}
+		var left int
+		err = conn.QueryRow(ctx, endEarlierAttemptsSQL, prefix, own).Scan(&left)
+		release()
+		if err != nil {
+			return fmt.Errorf("end the backends of earlier attempts on node %s: %w", e.node.Name, err)
+		}
+		if left > 0 {
+			return fmt.Errorf("%d backend(s) of an earlier attempt still run on node %s after terminate", left, e.node.Name)
+		}
+	}
+	return nil
 }
 
 // step records that the move is at step name.

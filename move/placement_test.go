@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/internal/testenv"
@@ -200,5 +201,83 @@ func TestMoveFailsWhenTheNameAppearsElsewhereDuringIt(t *testing.T) {
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `INSERT INTO app.t VALUES (101)`); err != nil {
 		t.Errorf("the source refuses writes after the failed move: %v", err)
+	}
+}
+
+// The catalog knows where a placed object is: a move from another group is refused at
+// submission, naming the group, instead of submitting a job whose task fails on the source
+// with "does not exist". A table goes with its schema's placement unless placed apart.
+func TestStartRefusesAMoveFromWhereTheCatalogDoesNotPlaceIt(t *testing.T) {
+	e := newMoveEnv(t)
+	placer := e.submit(move.Request{Schema: "placed", From: "g1", To: "g2"}) // no worker: never runs
+	if _, err := e.Client.Cancel(ctx, placer); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Catalog().SwitchPlacement(ctx, placer, []deckhandtype.PlacedObject{{Schema: "placed"}}, "g2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Catalog().SwitchPlacement(ctx, placer, []deckhandtype.PlacedObject{{Schema: "split", Table: "t"}}, "g2"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		req  move.Request
+		want string
+	}{
+		{move.Request{Schema: "placed"}, "schema placed is on group g2 (moved there by job"},
+		{move.Request{Tables: []string{"placed.t"}}, "schema placed is on group g2"},
+		{move.Request{Schema: "split"}, "table split.t is on group g2"},
+		{move.Request{Tables: []string{"split.t"}}, "table split.t is on group g2"},
+	} {
+		tc.req.From, tc.req.To, tc.req.Owner = "g1", "g2", e.owner
+		id, err := move.Start(ctx, e.Client, tc.req)
+		if err == nil || !engine.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "not g1") {
+			t.Errorf("Start(%+v) = job %d, %v; want refused as bad input with %q", tc.req, id, err, tc.want)
+		}
+	}
+	// From where the catalog places it, and for what it does not place, a move is submitted.
+	for _, req := range []move.Request{
+		{Schema: "placed", From: "g2", To: "g1"},
+		{Tables: []string{"split.u"}, From: "g1", To: "g2"},
+		{Schema: "unplaced", From: "g1", To: "g2"},
+	} {
+		req.Owner = e.owner
+		id, err := move.Start(ctx, e.Client, req)
+		if err != nil {
+			t.Errorf("Start(%+v): %v", req, err)
+			continue
+		}
+		if _, err := e.Client.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A node removed from the catalog while a move to it runs (`deckhand node remove`, say to
+// decommission it) is no place to switch to: the move fails rather than place the schema on a
+// group with no node and drop the source. The source is where the data stays: once the
+// cleaner ran, it takes writes again, and the placements are as before (none).
+func TestMoveFailsWhenItsTargetNodeIsRemoved(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	var once sync.Once
+	e.worker(move.Mover{AfterStep: func(ctx context.Context, step string) error {
+		if step == move.StepCutOver {
+			once.Do(func() {
+				if err := e.Client.RemoveNode(ctx, "dst"); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		return nil
+	}})
+	id := e.submit(move.Request{Schema: "app", From: "g1", To: "g2"})
+	e.FailedWith(id, "node dst", "no longer registered")
+	e.cleanupRun()
+	if !e.schemaExists(e.src, "app") {
+		t.Fatal("the source schema was dropped")
+	}
+	e.asOwner(e.src, `INSERT INTO app.notes VALUES (100000, 'after the failed move')`)
+	if placed, moving := e.placementsNow(); len(placed) != 0 || len(moving) != 0 {
+		t.Errorf("placements after the failed move: %+v, moves under way: %+v", placed, moving)
 	}
 }

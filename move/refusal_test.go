@@ -155,3 +155,33 @@ func TestMoveCommand(t *testing.T) {
 		t.Errorf("deckhand move printed %q, want a job id", out)
 	}
 }
+
+// A move task names no node, so the owner check that Submit makes on each task's node had
+// nothing to check: a submitter who may not act as the owner got a job that failed on the
+// node. move.Start makes the check on the groups' primaries: refused as bad input, nothing
+// written.
+func TestStartChecksTheSubmitterMayActAsTheOwner(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	outsider, c := e.Submitter("outsider")
+	if err := e.NodeCluster.CreateRole(ctx, outsider, ""); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.NodeCluster.Exec(ctx, "postgres", "DROP ROLE IF EXISTS "+outsider) })
+	before, err := e.Client.Jobs(ctx, deckhandtype.JobFilter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := move.Start(ctx, c, move.Request{Schema: "app", From: "g1", To: "g2", Owner: e.owner})
+	if err == nil || !engine.IsInvalid(err) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("submitter %q is not a member of role %q", outsider, e.owner)) {
+		t.Errorf("Start by a submitter who is not a member of the owner = job %d, %v; want refused as bad input", id, err)
+	}
+	after, err := e.Client.Jobs(ctx, deckhandtype.JobFilter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("the refused move wrote a job: %d jobs before, %d after", len(before), len(after))
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -51,6 +53,11 @@ func (d dumpProgram) run(ctx context.Context, name string, args ...string) ([]by
 		return nil, taskerr.Permanent(err)
 	}
 	cmd := exec.CommandContext(ctx, path, args...)
+	// Stopped (the attempt cancelled or ended), pg_dump and pg_restore are asked to stop
+	// rather than killed: on SIGTERM they cancel their query on the server before they exit.
+	// Killed, they left their backend behind, still queued for a lock the dump waited on.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(), "PGAPPNAME="+d.appName, "PGCONNECT_TIMEOUT=15")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -22,6 +22,20 @@ func (c *Catalog) SetMoveStep(ctx context.Context, taskID int64, step string, ta
 	return nil
 }
 
+// StartMoveCopy sets a move task's copy counters and applied position back to nothing, for an
+// attempt that copies from the start: what an earlier attempt copied or applied (its target
+// since removed) is not progress of this one.
+func (c *Catalog) StartMoveCopy(ctx context.Context, taskID int64) error {
+	_, err := c.Pool.Exec(ctx, `
+		UPDATE deckhand.move_progress SET tables_copied = 0, rows_copied = 0, applied_lsn = NULL,
+			updated_at = coalesce($2, now())
+		WHERE task_id = $1`, taskID, c.now())
+	if err != nil {
+		return fmt.Errorf("reset copy progress of move task %d: %w", taskID, err)
+	}
+	return nil
+}
+
 // RecordMoveCopied adds a copied table and its rows to a move task's progress.
 func (c *Catalog) RecordMoveCopied(ctx context.Context, taskID, rows int64) error {
 	_, err := c.Pool.Exec(ctx, `

@@ -289,6 +289,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"node", "add", "--dsn", "host=x"}, []string{"expected NAME"}},
 		{[]string{"node", "remove"}, []string{"expected NAME"}},
 		{[]string{"export", "--table", "t", "--group", "g", "--to", "file:///x", "--max-attempts", "0"}, []string{"--max-attempts must be between 1 and 1000, got 0"}},
+		{[]string{"move", "--schema", "s", "--from", "g1", "--to", "g2", "--max-write-block", "0s"}, []string{"--max-write-block must be positive, got 0s"}},
+		{[]string{"move", "--schema", "s", "--from", "g1", "--to", "g2", "--max-write-block", "-1s"}, []string{"--max-write-block must be positive, got -1s"}},
+		// A stray argument to a command that takes none is bad usage too, not a failure.
+		{[]string{"placements", "tenant_1"}, []string{`unknown command "tenant_1" for "deckhand placements"`, "--help"}},
+		{[]string{"move", "--schema", "s", "--from", "g1", "--to", "g2", "extra"}, []string{`unknown command "extra" for "deckhand move"`}},
+		{[]string{"job", "list", "running"}, []string{`unknown command "running" for "deckhand job list"`}},
+		{[]string{"cleanup", "run", "now"}, []string{`unknown command "now" for "deckhand cleanup run"`}},
+		{[]string{"init", "x"}, []string{`unknown command "x" for "deckhand init"`}},
 	} {
 		wantUsage(t, deckhand(t, "", append([]string{"--catalog", bad}, tc.args...)...), tc.fragments...)
 	}
@@ -633,6 +641,10 @@ func TestFailedJob(t *testing.T) {
 	want(t, r, 1)
 	if !strings.Contains(r.stderr, "job "+id+" failed") {
 		t.Errorf("job wait: %s", r)
+	}
+	// The line that says the job failed says why, in one line.
+	if last := strings.TrimSpace(r.stderr[strings.LastIndex(strings.TrimSpace(r.stderr), "\n")+1:]); !strings.HasPrefix(last, "deckhand: job "+id+" failed: task sql: 42601: syntax error") {
+		t.Errorf("job wait's error line %q does not say why the job failed", last)
 	}
 	j := e.show(id)
 	if *j.State != string(deckhandtype.JobFailed) || *j.Tasks[0].State != string(deckhandtype.TaskFailed) {

@@ -420,6 +420,9 @@ func (a *app) jobWait() *cobra.Command {
 				return waitResult(job, PrintJSON(a.stdout, job))
 			}
 			bar.Done(fmt.Sprintf("job %d %s: %s in %s", job.ID, job.State, progressText(job), durationText(job)))
+			if job.State == deckhandtype.JobFailed {
+				return &ExitError{Code: ExitFailed, Err: fmt.Errorf("job %d failed%s", job.ID, failureReason(cmd.Context(), c, job.ID))}
+			}
 			return waitResult(job, nil)
 		},
 	}
@@ -448,6 +451,24 @@ func (a *app) waitForClient(ctx, wait context.Context) (*engine.Client, error) {
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// failureReason is ": task NAME: ERROR (see `deckhand job show ID`)" for the first failed task
+// of a failed job, so that the line that says the job failed also says why; "" when it
+// cannot be read.
+func failureReason(ctx context.Context, c *engine.Client, id int64) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := c.Job(ctx, id)
+	if err != nil {
+		return ""
+	}
+	for _, t := range d.Tasks {
+		if t.State == deckhandtype.TaskFailed && t.LastError != nil {
+			return fmt.Sprintf(": task %s: %s (see `deckhand job show %d`)", t.Name, t.LastError.String(), id)
+		}
+	}
+	return ""
 }
 
 func waitResult(job deckhandtype.Job, err error) error {

@@ -22,10 +22,16 @@ switches the placement (deckhand placements) and makes the source refuse writes 
 "relation moved to group G2 by job N". The source is dropped once no query uses it.
 
 Needs: wal_level = logical on the source; an owner (default: you) that owns the objects and
-has REPLICATION on the source and CREATE on the target's database; no superuser. Every
+has REPLICATION on the source and CREATE on both databases (the target's for the objects, the
+source's for the move's publication); no superuser. Every
 table needs a primary key (or a replica identity index). See docs/operations.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The request reads 0 as "the default": a --max-write-block of 0 (or less) given
+			// here would silently block writers for the default 2s instead.
+			if r.MaxWriteBlock <= 0 {
+				return Usage("--max-write-block must be positive, got %s", r.MaxWriteBlock)
+			}
 			c, err := a.client(cmd.Context())
 			if err != nil {
 				return err

@@ -36,6 +36,10 @@ type rebalancePlan struct {
 	Steps   []rebalance.Step `json:"steps"`
 	Skipped []string         `json:"skipped"`
 	JobID   *int64           `json:"job_id"` // nil: a dry run, or nothing to move
+	// candidates and owner say, in the listing, why a plan has nothing to balance.
+	candidates int
+	owner      string
+	pattern    string
 }
 
 func (a *app) rebalanceCommand() *cobra.Command {
@@ -193,7 +197,8 @@ func (a *app) planRebalance(ctx context.Context, c *engine.Client, groups []stri
 	if skipped == nil {
 		skipped = []string{}
 	}
-	return &rebalancePlan{Plan: plan, Steps: rebalance.Schedule(plan.Moves, lanes), Skipped: skipped}, nil
+	return &rebalancePlan{Plan: plan, Steps: rebalance.Schedule(plan.Moves, lanes), Skipped: skipped,
+		candidates: len(sizing.Schemas), owner: owner, pattern: candidates.Pattern}, nil
 }
 
 // printPlan writes the plan for people: the groups before and after, then the moves.
@@ -225,6 +230,15 @@ func printPlan(w io.Writer, p *rebalancePlan) {
 	}
 	for _, s := range p.Skipped {
 		fmt.Fprintln(w, "left out: "+s)
+	}
+	if p.candidates == 0 {
+		pattern := "any schema"
+		if p.pattern != "" {
+			pattern = fmt.Sprintf("--schemas %q", p.pattern)
+		}
+		fmt.Fprintf(w, "no candidate schema: on these groups' primaries, role %s may use no schema matching %s\n", p.owner, pattern)
+	} else if len(p.Steps) == 0 && p.Balanced {
+		fmt.Fprintf(w, "%d schema(s) already within the threshold: nothing to move\n", p.candidates)
 	}
 	if !p.Balanced {
 		fmt.Fprintln(w, "no plan of moves brings every group within the threshold: this one comes closest that the planner found")
@@ -263,8 +277,8 @@ func printRebalanceStatus(w io.Writer, s *deckhandtype.RebalanceStatus) {
 	for _, c := range []struct {
 		what string
 		n    deckhandtype.MoveCount
-	}{{"done", s.Done}, {"running", s.Running}, {"left", s.Left}, {"failed", s.Failed}} {
-		fmt.Fprintf(w, "  %-8s %d moves, %s\n", c.what, c.n.Moves, humanBytes(c.n.Bytes))
+	}{{"done", s.Done}, {"running", s.Running}, {"left", s.Left}, {"failed or cancelled", s.Failed}} {
+		fmt.Fprintf(w, "  %-19s %d moves, %s\n", c.what, c.n.Moves, humanBytes(c.n.Bytes))
 	}
 	fmt.Fprintln(w)
 	rows := make([][]string, 0, len(s.Moves))

@@ -247,6 +247,20 @@ func TestRebalanceEmptyPlanJSON(t *testing.T) {
 	}
 }
 
+// A plan that finds nothing to balance says why on its listing, rather than show groups of
+// 0 B and stop: no schema the owner may use matched.
+func TestRebalanceSaysWhenNoSchemaIsACandidate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.AddNode("n1", 2)
+	e.AddNode("n2", 2)
+	r := e.run("rebalance", "--groups", "n1,n2", "--schemas", "tenant_*", "--dry-run")
+	want(t, r, 0)
+	if !strings.Contains(r.stderr, `no candidate schema`) || !strings.Contains(r.stderr, `--schemas "tenant_*"`) {
+		t.Errorf("rebalance with no candidate schema says nothing of it:\n%s", r.stderr)
+	}
+}
+
 // rebalance status without any rebalance is an unknown object, as `job show` of an unknown id:
 // exit 2, with one line saying so.
 func TestRebalanceStatusWithoutRebalance(t *testing.T) {

@@ -107,6 +107,20 @@ func groupCommands(cmd *cobra.Command) {
 			return Usage("%s; see `%s --help`", msg, cmd.CommandPath())
 		}
 	}
+	if cmd.Runnable() && cmd.Args != nil {
+		// cobra's own argument checks (cobra.NoArgs, ...) return plain errors, which would
+		// exit 1 as if the operation had failed: a stray argument is bad usage (exit 2).
+		check := cmd.Args
+		cmd.Args = func(cmd *cobra.Command, args []string) error {
+			err := check(cmd, args)
+			if err != nil {
+				if _, ok := errors.AsType[*ExitError](err); !ok {
+					return Usage("%v; see `%s --help`", err, cmd.CommandPath())
+				}
+			}
+			return err
+		}
+	}
 	for _, sub := range cmd.Commands() {
 		groupCommands(sub)
 	}
