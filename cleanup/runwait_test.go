@@ -26,7 +26,6 @@ func TestCleanupRunWaitsPastTheBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck
 	if _, err := tx.Exec(ctx, `SELECT count(*) FROM old_copy`); err != nil {
 		t.Fatal(err)
 	}
@@ -40,10 +39,14 @@ func TestCleanupRunWaitsPastTheBackoff(t *testing.T) {
 		t.Fatalf("job %s", job.State)
 	}
 	held := 4 * time.Second
+	released := make(chan struct{})
 	go func() {
+		defer close(released)
 		time.Sleep(held)
 		tx.Rollback(ctx) //nolint:errcheck
 	}()
+	// The connection is closed (deferred above) only once the holder has let go.
+	defer func() { <-released }()
 	start := time.Now()
 	code, out, errOut := e.deckhand("cleanup", "run", "--wait", "30s")
 	took := time.Since(start)
