@@ -4,40 +4,18 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/deckhandhq/deckhand/api"
-	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/internal/pgcluster"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
-	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
 // /healthz answers anyone, signed in or not. While the catalog does not answer it says so,
 // and nothing of the catalog's whereabouts: not the role the server logs in as, its database,
 // nor its host and port (the driver's connection error names them all).
 func TestHealthWithTheCatalogDownNamesNothingOfIt(t *testing.T) {
-	e := testenv.New(t)
-	proxy := pgtest.ProxyTo(t, e.CatalogCluster)
-	client, err := engine.Open(ctx, proxy.DSN(e.DB, pgcluster.Superuser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	srv, err := api.New(api.Config{Client: client, Registry: prometheus.NewRegistry(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
-	})
+	_, proxy, hs := serverBehindProxy(t)
 	proxy.Close()
 	// The first request may find its connection cut; the next ones connect anew, and fail.
 	for range 3 {

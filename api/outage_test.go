@@ -20,22 +20,7 @@ import (
 // While the catalog does not answer, a signed-in caller's requests are told so with 503, as
 // the docs promise, rather than a 500 carrying the driver's connection error.
 func TestCatalogOutageIs503(t *testing.T) {
-	e := testenv.New(t)
-	proxy := pgtest.ProxyTo(t, e.CatalogCluster)
-	client, err := engine.Open(ctx, proxy.DSN(e.DB, pgcluster.Superuser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
-	srv, err := api.New(api.Config{Client: client, Registry: prometheus.NewRegistry(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
-	})
+	e, proxy, hs := serverBehindProxy(t)
 	role := e.Role("ops")
 	e.Exec("postgres", "GRANT deckhand_admin TO "+pgx.Identifier{role}.Sanitize())
 	basic := user{role: role, password: mustPassword(t, role)}.basic()
@@ -72,4 +57,27 @@ func TestCatalogOutageIs503(t *testing.T) {
 			t.Errorf("%s %s with the catalog down: %d %s, want 503 saying the catalog did not answer", r[0], r[1], code, body)
 		}
 	}
+}
+
+// serverBehindProxy is an API server whose catalog connections go through a proxy the test
+// may close, to take the catalog away from it.
+func serverBehindProxy(t *testing.T) (*testenv.Env, *pgtest.Proxy, *httptest.Server) {
+	t.Helper()
+	e := testenv.New(t)
+	proxy := pgtest.ProxyTo(t, e.CatalogCluster)
+	client, err := engine.Open(ctx, proxy.DSN(e.DB, pgcluster.Superuser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	srv, err := api.New(api.Config{Client: client, Registry: prometheus.NewRegistry(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	return e, proxy, hs
 }
