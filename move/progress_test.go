@@ -172,3 +172,44 @@ func TestMoveEndsTheBackendsOfADeadAttempt(t *testing.T) {
 		t.Fatalf("move: %s: %s", job.State, e.lastError(id))
 	}
 }
+
+// A running move shows where it stands in the job's progress (deckhand.task_progress, which
+// `job show`, `job wait` and the dashboard read): its step, and the tables copied of those
+// its copy copies.
+func TestRunningMoveShowsItsStep(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	atIndexes, goOn := make(chan struct{}), make(chan struct{})
+	e.worker(move.Mover{AfterStep: func(ctx context.Context, step string) error {
+		if step == move.StepIndexes {
+			close(atIndexes)
+			select {
+			case <-goOn:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}})
+	id := e.Submit(&spec.Job{Description: "move", Tasks: e.schemaMoves(2, "app")})
+	select {
+	case <-atIndexes:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the move did not reach its indexes step")
+	}
+	progress, err := e.Client.Catalog().JobProgress(ctx, id)
+	close(goOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(progress) != 1 || progress[0].Command != "MOVE" || progress[0].Phase != move.StepIndexes ||
+		progress[0].Done != 6 || progress[0].Total != 6 || progress[0].Unit != "tables" {
+		t.Fatalf("progress of the running move: %+v; want MOVE at %s, 6 of 6 tables", progress, move.StepIndexes)
+	}
+	if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("move: %s: %s", job.State, e.lastError(id))
+	}
+	if progress, err := e.Client.Catalog().JobProgress(ctx, id); err != nil || len(progress) != 0 {
+		t.Errorf("progress of the finished move: %+v (%v); want none", progress, err)
+	}
+}

@@ -140,4 +140,11 @@ CREATE OR REPLACE VIEW deckhand.task_progress WITH (security_barrier) AS
     CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE q.finished_at IS NOT NULL) AS done, coalesce(sum(q.bytes), 0) AS bytes
                         FROM deckhand.export_part q WHERE q.export_id = e.id AND q.epoch = e.epoch) p
     WHERE e.parts_total > 0 AND e.state NOT IN ('committed', 'superseded')
+      AND ((SELECT deckhand.sees_all()) OR j.submitted_by = session_user OR (cardinality(j.owners) > 0 AND j.owners <@ (SELECT deckhand.member_roles())))
+    UNION ALL
+    -- A move reports its step (deckhand.move_progress, which only workers read), and the
+    -- tables its copy has copied of those it copies.
+    SELECT t.id, t.job_id, t.name, 'MOVE', m.step, m.tables_copied::bigint, m.tables::bigint, 'tables', m.updated_at
+    FROM deckhand.move_progress m JOIN deckhand.task t ON t.id = m.task_id JOIN deckhand.job j ON j.id = t.job_id
+    WHERE t.state IN ('running', 'cancelling')
       AND ((SELECT deckhand.sees_all()) OR j.submitted_by = session_user OR (cardinality(j.owners) > 0 AND j.owners <@ (SELECT deckhand.member_roles())));
