@@ -184,12 +184,22 @@ func (m Mover) endpoint(ctx context.Context, t *deckhandtype.ClaimedTask, group 
 }
 
 // endEarlierAttemptsSQL ends the owner's backends that carry one of the application_names
-// $1 (nodeconn.ApplicationName of the task's earlier attempts), and counts those still there
-// after 5s. It runs in an owner session whose search_path is nodeconn.SafeSearchPath.
-const endEarlierAttemptsSQL = `
-	SELECT pg_catalog.count(*) FILTER (WHERE NOT pg_catalog.pg_terminate_backend(a.pid, 5000::pg_catalog.int8))
+// $1 (nodeconn.ApplicationName of the task's earlier attempts), waiting up to 5s for each, and
+// returns those it could not end. A backend it could not signal may have ended meanwhile: a
+// parallel worker ends with its leader, and a backend may notice its client is gone.
+// stillRunningSQL counts, with a fresh view of the server's backends (a new statement, a new
+// transaction), those that are still there. Both run in an owner session whose search_path
+// is nodeconn.SafeSearchPath.
+const (
+	endEarlierAttemptsSQL = `
+	SELECT pg_catalog.array_agg(a.pid) FILTER (WHERE NOT pg_catalog.pg_terminate_backend(a.pid, 5000::pg_catalog.int8))
 	FROM pg_catalog.pg_stat_activity a
 	WHERE a.application_name OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[]) AND a.usename OPERATOR(pg_catalog.=) SESSION_USER`
+	stillRunningSQL = `
+	SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a
+	WHERE a.pid OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.int4[])
+	  AND a.application_name OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[]) AND a.usename OPERATOR(pg_catalog.=) SESSION_USER`
+)
 
 // endEarlierAttempts terminates, on each node of the move, the backends that earlier
 // attempts of the task left, so that none of them goes on waiting (and holding what it
@@ -216,8 +226,12 @@ func (m Mover) endEarlierAttempts(ctx context.Context, t *deckhandtype.ClaimedTa
 		if err != nil {
 			return err
 		}
-		var left int
-		err = conn.QueryRow(ctx, endEarlierAttemptsSQL, names).Scan(&left)
+		var pids []int32
+		left := 0
+		err = conn.QueryRow(ctx, endEarlierAttemptsSQL, names).Scan(&pids)
+		if err == nil && len(pids) > 0 {
+			err = conn.QueryRow(ctx, stillRunningSQL, names, pids).Scan(&left)
+		}
 		release()
 		if err != nil {
 			return fmt.Errorf("end the backends of earlier attempts on node %s: %w", e.node.Name, err)
