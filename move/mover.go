@@ -183,29 +183,55 @@ func (m Mover) endpoint(ctx context.Context, t *deckhandtype.ClaimedTask, group 
 	return endpoint{node: n, owner: nodeconn.Owner{Node: n.Name, DSN: n.DSN, Role: t.Owner, Submitter: t.SubmittedBy}}, nil
 }
 
-// endEarlierAttemptsSQL ends the owner's backends of the task's other attempts, found by
-// their application_name (nodeconn.ApplicationName), and counts those still there after 5s.
-// It runs in an owner session whose search_path is nodeconn.SafeSearchPath.
-const endEarlierAttemptsSQL = `
-	SELECT pg_catalog.count(*) FILTER (WHERE NOT pg_catalog.pg_terminate_backend(a.pid, 5000::pg_catalog.int8))
+// endEarlierAttemptsSQL ends the owner's backends that carry one of the application_names
+// $1 (nodeconn.ApplicationName of the task's earlier attempts), waiting up to 5s for each, and
+// returns those it could not end. A backend it could not signal may have ended meanwhile: a
+// parallel worker ends with its leader, and a backend may notice its client is gone.
+// stillRunningSQL counts, with a fresh view of the server's backends (a new statement, a new
+// transaction), those that are still there. Both run in an owner session whose search_path
+// is nodeconn.SafeSearchPath.
+const (
+	endEarlierAttemptsSQL = `
+	SELECT pg_catalog.array_agg(a.pid) FILTER (WHERE NOT pg_catalog.pg_terminate_backend(a.pid, 5000::pg_catalog.int8))
 	FROM pg_catalog.pg_stat_activity a
-	WHERE pg_catalog.starts_with(a.application_name, $1::pg_catalog.text)
-	  AND a.application_name <> $2::pg_catalog.text AND a.usename = SESSION_USER`
+	WHERE a.application_name OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[]) AND a.usename OPERATOR(pg_catalog.=) SESSION_USER`
+	stillRunningSQL = `
+	SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a
+	WHERE a.pid OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.int4[])
+	  AND a.application_name OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[]) AND a.usename OPERATOR(pg_catalog.=) SESSION_USER`
+)
 
 // endEarlierAttempts terminates, on each node of the move, the backends that earlier
 // attempts of the task left, so that none of them goes on waiting (and holding what it
 // waits with) once this attempt runs. Only one attempt of a task runs at a time: the
-// others' backends are leftovers.
+// others' backends are leftovers. They are found by the exact names of the attempts the
+// catalog records: task ids and tokens are numbered per catalog, and a server may serve
+// several, whose tasks of the same id are not this task's.
 func (m Mover) endEarlierAttempts(ctx context.Context, t *deckhandtype.ClaimedTask, ends ...endpoint) error {
-	prefix := fmt.Sprintf("deckhand task %d/", t.ID)
-	own := nodeconn.ApplicationName(t.ID, t.Token)
+	attempts, err := m.Cleaner.Catalog.Attempts(ctx, t.JobID, t.ID-1, t.ID)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, a := range attempts {
+		if a.TaskID == t.ID && a.Token != t.Token {
+			names = append(names, nodeconn.ApplicationName(t.ID, a.Token))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
 	for _, e := range ends {
 		conn, release, err := dedicated(e.owner, t)(ctx)
 		if err != nil {
 			return err
 		}
-		var left int
-		err = conn.QueryRow(ctx, endEarlierAttemptsSQL, prefix, own).Scan(&left)
+		var pids []int32
+		left := 0
+		err = conn.QueryRow(ctx, endEarlierAttemptsSQL, names).Scan(&pids)
+		if err == nil && len(pids) > 0 {
+			err = conn.QueryRow(ctx, stillRunningSQL, names, pids).Scan(&left)
+		}
 		release()
 		if err != nil {
 			return fmt.Errorf("end the backends of earlier attempts on node %s: %w", e.node.Name, err)
