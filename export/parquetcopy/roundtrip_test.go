@@ -531,6 +531,8 @@ func TestValueErrors(t *testing.T) {
 		{"date", "'infinity'", "date 'infinity' cannot be exported"},
 		{"timestamp", "'-infinity'", "timestamp '-infinity' cannot be exported"},
 		{"timestamptz", "'infinity'", "timestamp 'infinity' cannot be exported"},
+		{"timestamp", "'294276-12-31 23:59:59'", "timestamp after 294247-01-10 04:00:54.775807 UTC cannot be exported"},
+		{"timestamptz", "'294270-01-01 00:00:00+00'", "timestamp after 294247-01-10 04:00:54.775807 UTC cannot be exported"},
 		{"int[]", "'{{1,2},{3,4}}'", "2-dimensional array value"},
 		{"numeric(10,2)[]", "'{1,NaN}'", "array element: NaN cannot be stored"},
 	} {
