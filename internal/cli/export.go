@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -96,20 +98,21 @@ func parseSize(s string) (int64, error) {
 		suffix string
 		mult   int64
 	}{{"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"kB", 1 << 10}, {"KB", 1 << 10}, {"B", 1}}
+	num, mult := s, int64(1)
 	for _, u := range units {
-		if num, ok := cutSuffix(s, u.suffix); ok {
-			n, err := strconv.ParseInt(num, 10, 64)
-			if err != nil || n <= 0 {
-				return 0, fmt.Errorf("%q is not a size like 128MB", s)
-			}
-			return n * u.mult, nil
+		if n, ok := cutSuffix(s, u.suffix); ok {
+			num, mult = n, u.mult
+			break
 		}
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
+	n, err := strconv.ParseInt(num, 10, 64)
+	if errors.Is(err, strconv.ErrRange) || (err == nil && n > math.MaxInt64/mult) {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("%q is not a size like 128MB", s)
 	}
-	return n, nil
+	return n * mult, nil
 }
 
 func cutSuffix(s, suffix string) (string, bool) {
