@@ -57,6 +57,6 @@
 //	                         optional element), element NULLs kept; array lower bounds are
 //	                         not kept; a multi-dimensional value is an error
 //
-// Domains are exported as their base type. Every other type (point, interval, money, xml,
+// Domains, and the elements of arrays of domains, are exported as their base type. Every other type (point, interval, money, xml,
 // composite and range types, ...) is refused by CheckSupported before anything is written.
 package parquetcopy
