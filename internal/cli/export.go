@@ -77,8 +77,11 @@ is refused unless --force.`,
 	f.StringVar(&r.Compression, "compression", export.DefaultCompression, "zstd, snappy or none")
 	f.StringVar(&r.Owner, "owner", "", "role the export reads as (default: you)")
 
-	list := listCommand(a, "list", "List exports with their progress",
-		func(c *engine.Client, ctx context.Context) ([]deckhandtype.Export, error) { return c.Exports(ctx, 100) },
+	limit := 100
+	list := listCommand(a, "list", "List exports with their progress, newest first",
+		func(c *engine.Client, ctx context.Context) ([]deckhandtype.Export, error) {
+			return c.Exports(ctx, limit)
+		},
 		[]string{"id", "job", "partition", "state", "parts", "rows", "bytes", "destination", "error"},
 		eachRow(func(e deckhandtype.Export) []string {
 			errText := ""
@@ -88,6 +91,13 @@ is refused unless --force.`,
 			return []string{strconv.FormatInt(e.ID, 10), strconv.FormatInt(e.JobID, 10), e.Partition, string(e.State),
 				fmt.Sprintf("%d/%d", e.PartsDone, e.PartsTotal), strconv.FormatInt(e.Rows, 10), humanBytes(e.Bytes), e.Destination, errText}
 		}))
+	list.PreRunE = func(*cobra.Command, []string) error {
+		if limit < 1 {
+			return Usage("--limit must be at least 1, got %d", limit)
+		}
+		return nil
+	}
+	list.Flags().IntVar(&limit, "limit", 100, "most exports to list")
 	cmd.AddCommand(list)
 	return cmd
 }
