@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,6 +185,25 @@ func TestExportSpreadsPartsOverReplicas(t *testing.T) {
 	got, err := g.env.Client.Export(ctx, e.ID)
 	if err != nil || got.State != deckhandtype.ExportCommitted || got.PartsDone != len(m.Files) || got.Rows != wantRows {
 		t.Fatalf("export status = %+v (err %v)", got, err)
+	}
+	// The destination holds the manifest and the Parquet files it names, nothing else (no
+	// sidecar files that a reader given the directory would take for data).
+	named := map[string]bool{export.ManifestKey: true}
+	for _, f := range m.Files {
+		named[f.Key] = true
+	}
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if !named[filepath.ToSlash(rel)] {
+			t.Errorf("the destination holds %s, which the manifest does not name", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	// The same partition to the same place again is refused, unless forced.
