@@ -485,3 +485,26 @@ func TestExportSurvivesKilledCoordinator(t *testing.T) {
 	}
 	t.Logf("export finished in epoch %d with %d lost attempts; %d files", got.Epoch, lost, len(m.Files))
 }
+
+// The manifest is written for people as well as programs: type names such as LIST<INT32>
+// appear as they are, not as \u003c escapes.
+func TestManifestNamesTypesPlainly(t *testing.T) {
+	g := newGroup(t, 2)
+	g.env.Worker(engine.Config{Concurrency: 2})
+	if err := g.primary.Exec(ctx, g.db, `CREATE TABLE lists (id int, tags int[]); INSERT INTO lists VALUES (1, '{1,2}')`); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "lists", Group: "g1", To: "file://" + dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, g, e.JobID, deckhandtype.JobFinished)
+	body, err := os.ReadFile(filepath.Join(dir, export.ManifestKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `"parquet_type": "LIST<INT32>"`) {
+		t.Fatalf("the manifest does not name the list column's type as LIST<INT32>:\n%s", body)
+	}
+}
