@@ -6,7 +6,7 @@ import (
 )
 
 // ExportState is where an export is: planning → running → committed (or superseded by a
-// forced export to the same destination); failed and cancelled follow its job.
+// forced export to the same destination); failed, cancelled and paused follow its job.
 type ExportState string
 
 const (
@@ -17,6 +17,8 @@ const (
 	// Shown by deckhand.exports, following the export's job.
 	ExportFailed    ExportState = "failed"
 	ExportCancelled ExportState = "cancelled"
+	// The export's job is paused: nothing of it runs and the partition is not locked.
+	ExportPaused ExportState = "paused"
 )
 
 // Export is a row of deckhand.exports.

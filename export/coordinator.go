@@ -1,6 +1,7 @@
 package export
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -361,10 +362,15 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 		m.TotalRows += *p.Rows
 		m.TotalBytes += *p.Bytes
 	}
-	body, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
+	// Not json.MarshalIndent, which escapes <, > and & (LIST<INT32> as LIST\u003cINT32\u003e).
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(m); err != nil {
 		return err
 	}
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	// Still holding the point? Only then may the manifest vouch for the parts.
 	if _, err := conn.Exec(ctx, "SELECT"); err != nil {
 		return fmt.Errorf("the session holding the consistency point was lost: %w", err)

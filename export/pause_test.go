@@ -44,7 +44,7 @@ func TestPausedExportReleasesThePartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if paused.State != deckhandtype.ExportRunning || paused.PartsDone >= paused.PartsTotal {
+	if paused.State != deckhandtype.ExportPaused || paused.PartsDone >= paused.PartsTotal {
 		t.Fatalf("export %+v; want one paused half-way", paused)
 	}
 	d, err := g.env.Client.Job(ctx, e.JobID)

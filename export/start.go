@@ -7,6 +7,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/export/parquetcopy"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/spec"
@@ -94,8 +95,8 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (deckhand
 	}
 }
 
-// checkPartition refuses, before anything is written, a partition the primary does not have or
-// that is not what an export reads (leafProblem). It asks over the node's registered conninfo,
+// checkPartition refuses, before anything is written, a partition the primary does not have,
+// that is not what an export reads (leafProblem) or that has a column export cannot write. It asks over the node's registered conninfo,
 // as the owner check does; the coordinator checks again, as the owner, when it runs.
 func checkPartition(ctx context.Context, primary deckhandtype.Node, req Request) error {
 	ctx, cancel := context.WithTimeout(ctx, nodeconn.CheckTimeout)
@@ -122,6 +123,15 @@ func checkPartition(ctx context.Context, primary deckhandtype.Node, req Request)
 	}
 	if problem != "" {
 		return spec.Invalidf("%s", problem)
+	}
+	// A column of a type export cannot write is refused now rather than by a failed job; the
+	// coordinator checks again, under its lock.
+	cols, err := parquetcopy.ColumnsOf(ctx, conn.PgConn(), oid)
+	if err != nil {
+		return fmt.Errorf("check the partition on node %s: %w", primary.Name, err)
+	}
+	if err := parquetcopy.CheckSupported(cols); err != nil {
+		return spec.Invalidf("%s: %v", req.Partition, err)
 	}
 	return nil
 }

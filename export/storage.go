@@ -33,7 +33,9 @@ func openDestination(ctx context.Context, destination string, create bool) (*blo
 		return nil, err
 	}
 	if u.Scheme == "file" {
-		return fileblob.OpenBucket(u.Path, &fileblob.Options{CreateDir: create})
+		// No ".attrs" sidecar files beside the Parquet files: a reader given the directory
+		// would take them for data. Nothing reads the attributes they would keep.
+		return fileblob.OpenBucket(u.Path, &fileblob.Options{CreateDir: create, Metadata: fileblob.MetadataDontWrite})
 	}
 	prefix := strings.TrimPrefix(u.Path, "/")
 	bucketURL := *u

@@ -21,9 +21,13 @@ type Column struct {
 	// TypeName is format_type(TypeOID, Typmod), used in messages and the manifest.
 	TypeName string
 	Typmod   int32
-	// ElemOID is the element type when TypeOID is an array type, else 0.
+	// ElemOID is the element type when TypeOID is an array type, else 0; for an array of a
+	// domain, the domain's base type, and Typmod is then the domain's typmod.
 	ElemOID uint32
-	NotNull bool
+	// ElemDomainOID is, for an array of a domain, the domain: the element type its values
+	// carry in COPY. 0 otherwise.
+	ElemDomainOID uint32
+	NotNull       bool
 	// Enum reports that TypeOID (for an array: ElemOID) is an enum type; enums export as STRING.
 	Enum bool
 	// Domain is the declared type's name when the column's type is a domain, else "".
@@ -58,7 +62,7 @@ const supportedList = "smallint, integer, bigint, real, double precision, numeri
 	"and one-dimensional arrays of these"
 
 // columnsSQL lists the columns of relation %s in attnum order, resolving domains (possibly
-// nested) to their base type and typmod. It names only pg_catalog's functions; sessions of an
+// nested) to their base type and typmod, and so the elements of arrays of domains. It names only pg_catalog's functions; sessions of an
 // export also pin search_path to pg_catalog, so that its operators are pg_catalog's too.
 const columnsSQL = `
 WITH RECURSIVE a AS (
@@ -71,19 +75,28 @@ WITH RECURSIVE a AS (
 	SELECT b.attnum, t.typbasetype, t.typtypmod
 	FROM b JOIN pg_catalog.pg_type t ON t.oid = b.typid
 	WHERE t.typtype = 'd'
+), el(attnum, typid, typmod) AS (
+	SELECT b.attnum, t.typelem, b.typmod
+	FROM b JOIN pg_catalog.pg_type t ON t.oid = b.typid
+	WHERE t.typtype <> 'd' AND t.typlen = -1 AND t.typelem <> 0
+	UNION ALL
+	SELECT el.attnum, t.typbasetype, t.typtypmod
+	FROM el JOIN pg_catalog.pg_type t ON t.oid = el.typid
+	WHERE t.typtype = 'd'
 )
 SELECT a.attname,
 	b.typid,
 	pg_catalog.format_type(b.typid, b.typmod),
-	b.typmod,
-	CASE WHEN t.typlen = -1 AND t.typelem <> 0 THEN t.typelem ELSE 0 END,
+	COALESCE(el.typmod, b.typmod),
+	COALESCE(el.typid, 0),
 	a.attnotnull,
-	(CASE WHEN t.typlen = -1 AND t.typelem <> 0 THEN e.typtype ELSE t.typtype END) = 'e',
-	CASE WHEN a.atttypid <> b.typid THEN pg_catalog.format_type(a.atttypid, a.atttypmod) ELSE '' END
+	COALESCE(e.typtype, t.typtype) = 'e',
+	CASE WHEN a.atttypid <> b.typid THEN pg_catalog.format_type(a.atttypid, a.atttypmod) ELSE '' END,
+	CASE WHEN t.typlen = -1 AND t.typelem <> 0 THEN t.typelem ELSE 0 END
 FROM a
 JOIN b ON b.attnum = a.attnum
 JOIN pg_catalog.pg_type t ON t.oid = b.typid AND t.typtype <> 'd'
-LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
+LEFT JOIN (el JOIN pg_catalog.pg_type e ON e.oid = el.typid AND e.typtype <> 'd') ON el.attnum = a.attnum
 ORDER BY a.attnum`
 
 // Columns reads the columns of table (attnum > 0, not dropped, in attnum order) from
@@ -109,7 +122,8 @@ func columns(ctx context.Context, conn *pgconn.PgConn, relation, arg, what strin
 		c.TypeName = string(v[2])
 		mod, err2 := strconv.ParseInt(string(v[3]), 10, 32)
 		elem, err3 := strconv.ParseUint(string(v[4]), 10, 32)
-		if err := errors.Join(err1, err2, err3); err != nil {
+		wire, err4 := strconv.ParseUint(string(v[8]), 10, 32)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
 			rr.Close()
 			return nil, fmt.Errorf("reading columns of %s: %w", what, err)
 		}
@@ -117,6 +131,9 @@ func columns(ctx context.Context, conn *pgconn.PgConn, relation, arg, what strin
 		c.NotNull = string(v[5]) == "t"
 		c.Enum = string(v[6]) == "t"
 		c.Domain = string(v[7])
+		if wire != elem {
+			c.ElemDomainOID = uint32(wire)
+		}
 		cols = append(cols, c)
 	}
 	if _, err := rr.Close(); err != nil {
@@ -242,6 +259,9 @@ func specOf(c Column) (spec, error) {
 	if c.ElemOID != 0 {
 		s, ok = scalarKind(c.ElemOID, c.Typmod, c.Enum)
 		s.list, s.elemOID = true, c.ElemOID
+		if c.ElemDomainOID != 0 {
+			s.elemOID = c.ElemDomainOID
+		}
 	} else {
 		s, ok = scalarKind(c.TypeOID, c.Typmod, c.Enum)
 	}

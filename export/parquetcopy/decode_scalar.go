@@ -46,6 +46,10 @@ func decodeScalar(dst *parquet.Value, s *spec, d []byte, ar *arena) error {
 			}
 			return errors.New("timestamp '-infinity' cannot be exported (Parquet TIMESTAMP has no infinity)")
 		}
+		if t > math.MaxInt64-pgEpochMicros {
+			// Microseconds since 1970 in an INT64 end before PostgreSQL's timestamps do.
+			return errors.New("timestamp after 294247-01-10 04:00:54.775807 UTC cannot be exported (Parquet TIMESTAMP(MICROS) ends there)")
+		}
 		*dst = parquet.Int64Value(t + pgEpochMicros)
 		return nil
 	case kText, kJSON, kBytea:

@@ -46,8 +46,10 @@
 //	name, enums
 //	boolean                  BOOLEAN
 //	date                     DATE (±infinity: error)
-//	timestamp                TIMESTAMP(MICROS, isAdjustedToUTC=false) (±infinity: error)
-//	timestamptz              TIMESTAMP(MICROS, isAdjustedToUTC=true), i.e. UTC (±infinity: error)
+//	timestamp                TIMESTAMP(MICROS, isAdjustedToUTC=false) (±infinity, or a value
+//	                         after 294247-01-10 04:00:54.775807, where INT64 microseconds
+//	                         since 1970 end: error)
+//	timestamptz              TIMESTAMP(MICROS, isAdjustedToUTC=true), i.e. UTC (as timestamp)
 //	uuid                     UUID (FIXED_LEN_BYTE_ARRAY(16))
 //	json, jsonb              JSON (BYTE_ARRAY); jsonb as its text form
 //	bytea                    BYTE_ARRAY
@@ -55,6 +57,6 @@
 //	                         optional element), element NULLs kept; array lower bounds are
 //	                         not kept; a multi-dimensional value is an error
 //
-// Domains are exported as their base type. Every other type (point, interval, money, xml,
+// Domains, and the elements of arrays of domains, are exported as their base type. Every other type (point, interval, money, xml,
 // composite and range types, ...) is refused by CheckSupported before anything is written.
 package parquetcopy

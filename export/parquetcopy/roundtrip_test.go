@@ -228,12 +228,23 @@ func roundTripCases() []colCase {
 			expect: listExpr,
 			show:   showBytes, parquet: "LIST<BYTE_ARRAY (JSON)>"},
 		{name: "am", typ: "mood[]", list: true, values: []string{"'{sad,happy}'", "'{}'", "NULL", "'{NULL,ok}'", "'{ok}'", "NULL"}, show: showBytes, parquet: "LIST<BYTE_ARRAY (STRING)>"},
+		// Arrays of domains carry the domain's OID as their element type, and their elements
+		// take the domain's base type and typmod.
+		{name: "aprice", typ: "price[]", list: true, values: []string{"'{1.5,NULL,0}'", "'{}'", "NULL", "'{99999999.99}'", "ARRAY[2.25]::price[]", "NULL"}, show: showDecimal(2), parquet: "LIST<INT64 (DECIMAL(10,2))>"},
+		{name: "abig", typ: "big_price[] NOT NULL", list: true, values: []string{"'{1.5}'", "'{}'", "'{NULL}'", "'{123456789012345678901234567890.12345678}'", "'{-0.00000001}'", "'{0}'"}, show: showDecimal(8), parquet: "LIST<FIXED_LEN_BYTE_ARRAY(16) (DECIMAL(38,8))>"},
+		{name: "amd", typ: "mood_d[]", list: true, values: []string{"'{sad,happy}'", "'{}'", "NULL", "'{NULL,ok}'", "'{ok}'", "NULL"}, show: showBytes, parquet: "LIST<BYTE_ARRAY (STRING)>"},
+		{name: "il", typ: "int_list", list: true, values: []string{"'{1,2}'", "'{}'", "NULL", "'{NULL}'", "'{-5}'", "NULL"}, show: showInt, parquet: "LIST<INT32>"},
 	}
 }
 
 const roundTripSetup = `
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 CREATE DOMAIN positive_int AS integer CHECK (VALUE > 0);
+CREATE DOMAIN price AS numeric(10,2) CHECK (VALUE >= 0);
+CREATE DOMAIN big_amount AS numeric(38,8);
+CREATE DOMAIN big_price AS big_amount;
+CREATE DOMAIN mood_d AS mood;
+CREATE DOMAIN int_list AS integer[];
 SET TIME ZONE 'Europe/Berlin';
 `
 
@@ -531,6 +542,8 @@ func TestValueErrors(t *testing.T) {
 		{"date", "'infinity'", "date 'infinity' cannot be exported"},
 		{"timestamp", "'-infinity'", "timestamp '-infinity' cannot be exported"},
 		{"timestamptz", "'infinity'", "timestamp 'infinity' cannot be exported"},
+		{"timestamp", "'294276-12-31 23:59:59'", "timestamp after 294247-01-10 04:00:54.775807 UTC cannot be exported"},
+		{"timestamptz", "'294270-01-01 00:00:00+00'", "timestamp after 294247-01-10 04:00:54.775807 UTC cannot be exported"},
 		{"int[]", "'{{1,2},{3,4}}'", "2-dimensional array value"},
 		{"numeric(10,2)[]", "'{1,NaN}'", "array element: NaN cannot be stored"},
 	} {

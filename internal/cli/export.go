@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -75,8 +77,11 @@ is refused unless --force.`,
 	f.StringVar(&r.Compression, "compression", export.DefaultCompression, "zstd, snappy or none")
 	f.StringVar(&r.Owner, "owner", "", "role the export reads as (default: you)")
 
-	list := listCommand(a, "list", "List exports with their progress",
-		func(c *engine.Client, ctx context.Context) ([]deckhandtype.Export, error) { return c.Exports(ctx, 100) },
+	limit := 100
+	list := listCommand(a, "list", "List exports with their progress, newest first",
+		func(c *engine.Client, ctx context.Context) ([]deckhandtype.Export, error) {
+			return c.Exports(ctx, limit)
+		},
 		[]string{"id", "job", "partition", "state", "parts", "rows", "bytes", "destination", "error"},
 		eachRow(func(e deckhandtype.Export) []string {
 			errText := ""
@@ -86,6 +91,13 @@ is refused unless --force.`,
 			return []string{strconv.FormatInt(e.ID, 10), strconv.FormatInt(e.JobID, 10), e.Partition, string(e.State),
 				fmt.Sprintf("%d/%d", e.PartsDone, e.PartsTotal), strconv.FormatInt(e.Rows, 10), humanBytes(e.Bytes), e.Destination, errText}
 		}))
+	list.PreRunE = func(*cobra.Command, []string) error {
+		if limit < 1 {
+			return Usage("--limit must be at least 1, got %d", limit)
+		}
+		return nil
+	}
+	list.Flags().IntVar(&limit, "limit", 100, "most exports to list")
 	cmd.AddCommand(list)
 	return cmd
 }
@@ -96,20 +108,21 @@ func parseSize(s string) (int64, error) {
 		suffix string
 		mult   int64
 	}{{"TB", 1 << 40}, {"GB", 1 << 30}, {"MB", 1 << 20}, {"kB", 1 << 10}, {"KB", 1 << 10}, {"B", 1}}
+	num, mult := s, int64(1)
 	for _, u := range units {
-		if num, ok := cutSuffix(s, u.suffix); ok {
-			n, err := strconv.ParseInt(num, 10, 64)
-			if err != nil || n <= 0 {
-				return 0, fmt.Errorf("%q is not a size like 128MB", s)
-			}
-			return n * u.mult, nil
+		if n, ok := cutSuffix(s, u.suffix); ok {
+			num, mult = n, u.mult
+			break
 		}
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
+	n, err := strconv.ParseInt(num, 10, 64)
+	if errors.Is(err, strconv.ErrRange) || (err == nil && n > math.MaxInt64/mult) {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("%q is not a size like 128MB", s)
 	}
-	return n, nil
+	return n * mult, nil
 }
 
 func cutSuffix(s, suffix string) (string, bool) {
