@@ -70,6 +70,8 @@ CREATE OR REPLACE VIEW deckhand.exports WITH (security_barrier) AS
            CASE WHEN e.state IN ('committed', 'superseded') THEN e.state
                 WHEN j.state IN ('failed', 'failing') THEN 'failed'
                 WHEN j.state IN ('cancelled', 'cancelling') THEN 'cancelled'
+                -- None of its parts runs and its coordinator has let the partition go.
+                WHEN j.state = 'paused' THEN 'paused'
                 ELSE e.state END AS state,
            e.parts_total,
            (SELECT count(*) FROM deckhand.export_part p
