@@ -78,9 +78,11 @@ CREATE OR REPLACE VIEW deckhand.exports WITH (security_barrier) AS
              WHERE p.export_id = e.id AND p.epoch = e.epoch AND p.finished_at IS NOT NULL) AS parts_done,
            (SELECT coalesce(sum(p.rows), 0) FROM deckhand.export_part p WHERE p.export_id = e.id AND p.epoch = e.epoch) AS rows,
            (SELECT coalesce(sum(p.bytes), 0) FROM deckhand.export_part p WHERE p.export_id = e.id AND p.epoch = e.epoch) AS bytes,
+           -- A cancelled task's error (a part superseded by a later consistency point, or the
+           -- job's cancel) is no error of the export.
            ARRAY(SELECT t.name || ': ' || (t.last_error ->> 'message')
                  FROM deckhand.task t
-                 WHERE t.job_id = e.job_id AND t.last_error IS NOT NULL ORDER BY t.id) AS errors,
+                 WHERE t.job_id = e.job_id AND t.last_error IS NOT NULL AND t.state <> 'cancelled' ORDER BY t.id) AS errors,
            e.consistency_lsn, e.epoch, e.compression, e.part_size, e.forced, e.manifest_url, e.error,
            e.created_at, e.planned_at, e.finished_at, e.columns
     FROM deckhand.export e JOIN deckhand.job j ON j.id = e.job_id
