@@ -5,6 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -225,6 +230,7 @@ func removeBlob(ctx context.Context, typ deckhandtype.ResourceType, bucketURL, n
 	for {
 		obj, err := it.Next(ctx)
 		if errors.Is(err, io.EOF) {
+			removeEmptyDirs(bucketURL, name)
 			return nil
 		}
 		if err != nil {
@@ -236,6 +242,41 @@ func removeBlob(ctx context.Context, typ deckhandtype.ResourceType, bucketURL, n
 		if err := b.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 			return blobError(err)
 		}
+	}
+}
+
+// removeEmptyDirs removes, in a file:// bucket, the directories under a prefix that names one
+// (it ends with "/") once its objects are deleted: an object store has no directories, but a
+// file system keeps them, and a destination would fill with empty ones. Only empty real
+// directories inside the prefix's own are removed (os.Remove refuses the others; symbolic
+// links are not followed), deepest first, the prefix's own last; none above it.
+func removeEmptyDirs(bucketURL, prefix string) {
+	u, err := url.Parse(bucketURL)
+	if err != nil || u.Scheme != "file" || !strings.HasSuffix(prefix, "/") {
+		return
+	}
+	rel := filepath.FromSlash(strings.TrimSuffix(prefix, "/"))
+	if !filepath.IsLocal(rel) {
+		return
+	}
+	// Every step from the bucket down to the prefix's directory is a real directory: a
+	// symbolic link on the way would lead out of the bucket.
+	top := u.Path
+	for _, part := range strings.Split(rel, string(filepath.Separator)) {
+		top = filepath.Join(top, part)
+		if fi, err := os.Lstat(top); err != nil || !fi.IsDir() {
+			return
+		}
+	}
+	var dirs []string
+	filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error { //nolint:errcheck // nothing is returned
+		if err == nil && d.IsDir() { // gone, or unreadable: left as it is
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		os.Remove(dirs[i]) //nolint:errcheck // a directory that is not empty stays
 	}
 }
 
