@@ -270,12 +270,15 @@ func TestExportRefusals(t *testing.T) {
 	if err := g.primary.Exec(ctx, g.db, `
 		CREATE TABLE shapes (id int, p point);
 		INSERT INTO shapes VALUES (1, '(1,2)');
-		CREATE ROLE reader LOGIN;`); err != nil {
+		CREATE ROLE reader LOGIN;
+		CREATE ROLE looker LOGIN;
+		GRANT SELECT ON events_2024 TO looker;`); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		g.primary.Exec(ctx, "postgres", `DROP DATABASE IF EXISTS shop WITH (FORCE)`)
 		g.primary.Exec(ctx, "postgres", `DROP ROLE IF EXISTS reader`)
+		g.primary.Exec(ctx, "postgres", `DROP ROLE IF EXISTS looker`)
 	}) //nolint:errcheck
 	dir := t.TempDir()
 	for _, c := range []struct {
@@ -294,6 +297,10 @@ func TestExportRefusals(t *testing.T) {
 		{export.Request{Table: "events", Partition: "shapes", Group: "g1", To: "file://" + dir + "/y"}, "public.shapes is not a partition of public.events"},
 		{export.Request{Table: "events", Group: "g1", To: "file://" + dir + "/z"}, "public.events is partitioned: name a leaf partition with --partition"},
 		{export.Request{Table: "shapes", Group: "g1", To: "file://" + dir + "/shapes"}, `public.shapes: column "p" has type point, which export does not support`},
+		{export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir + "/r", Owner: "reader"},
+			"owner reader may not read public.events_2024 on node p1: permission denied"},
+		{export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir + "/r", Owner: "looker"},
+			"owner looker may not lock public.events_2024 on node p1 in SHARE mode"},
 	} {
 		_, err := export.Start(ctx, g.env.Client, c.req)
 		if err == nil || !engine.IsInvalid(err) || !strings.Contains(err.Error(), c.want) {
@@ -304,7 +311,6 @@ func TestExportRefusals(t *testing.T) {
 		req  export.Request
 		want string
 	}{
-		{export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir + "/r", Owner: "reader"}, "permission denied"},
 		{export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file:///proc/version/out"}, "version"},
 	} {
 		e, err := export.Start(ctx, g.env.Client, c.req)

@@ -38,7 +38,7 @@ func Start(ctx context.Context, c *engine.Client, req Request) (*deckhandtype.Ex
 	if err := c.CheckOwner(ctx, primary.Name, owner, submitter); err != nil {
 		return nil, err
 	}
-	if err := checkPartition(ctx, primary, req); err != nil {
+	if err := checkPartition(ctx, primary, req, owner); err != nil {
 		return nil, err
 	}
 	exportID, _, err := c.Catalog().CreateExport(ctx, req.Record(primary.Name, owner))
@@ -98,7 +98,7 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (deckhand
 // checkPartition refuses, before anything is written, a partition the primary does not have,
 // that is not what an export reads (leafProblem) or that has a column export cannot write. It asks over the node's registered conninfo,
 // as the owner check does; the coordinator checks again, as the owner, when it runs.
-func checkPartition(ctx context.Context, primary deckhandtype.Node, req Request) error {
+func checkPartition(ctx context.Context, primary deckhandtype.Node, req Request, owner string) error {
 	ctx, cancel := context.WithTimeout(ctx, nodeconn.CheckTimeout)
 	defer cancel()
 	conn, err := nodeconn.ConnectToCheck(ctx, primary.DSN)
@@ -124,6 +124,19 @@ func checkPartition(ctx context.Context, primary deckhandtype.Node, req Request)
 	if problem != "" {
 		return spec.Invalidf("%s", problem)
 	}
+	// The owner reads the partition and holds a SHARE lock on it for the export's duration;
+	// PostgreSQL's own check (as the owner) comes again when the coordinator runs.
+	var mayRead, mayLock bool
+	if err := conn.QueryRow(ctx, ownerPrivilegesSQL, owner, oid).Scan(&mayRead, &mayLock); err != nil {
+		return fmt.Errorf("check the partition on node %s: %w", primary.Name, err)
+	}
+	switch {
+	case !mayRead:
+		return spec.Invalidf("owner %s may not read %s on node %s: permission denied (it needs SELECT on it)", owner, req.Partition, primary.Name)
+	case !mayLock:
+		return spec.Invalidf("owner %s may not lock %s on node %s in SHARE mode: permission denied (it needs UPDATE, DELETE or TRUNCATE on it, or to own it)",
+			owner, req.Partition, primary.Name)
+	}
 	// A column of a type export cannot write is refused now rather than by a failed job; the
 	// coordinator checks again, under its lock.
 	cols, err := parquetcopy.ColumnsOf(ctx, conn.PgConn(), oid)
@@ -135,3 +148,9 @@ func checkPartition(ctx context.Context, primary deckhandtype.Node, req Request)
 	}
 	return nil
 }
+
+// ownerPrivilegesSQL: may role $1 read relation $2, and lock it in SHARE mode (PostgreSQL asks
+// UPDATE, DELETE or TRUNCATE for that; an owner has them all)?
+const ownerPrivilegesSQL = `SELECT
+	pg_catalog.has_table_privilege($1::pg_catalog.name, $2::pg_catalog.oid, 'SELECT'::pg_catalog.text),
+	pg_catalog.has_table_privilege($1::pg_catalog.name, $2::pg_catalog.oid, 'UPDATE, DELETE, TRUNCATE'::pg_catalog.text)`
