@@ -15,8 +15,9 @@ Data flows one way:
 	                         ▲                                                       │
 	                         └──────────── NOTIFY deckhand_runnable ◀────────────────┘
 
-Submit validates the spec, checks nodes and owner roles on the nodes themselves, and writes
-the job and its tasks in one transaction, then notifies the workers.
+Submit validates the spec, checks nodes and owner roles on the nodes themselves, runs each
+kind's own submission check (Kind.Check), and writes the job and its tasks in one
+transaction, then notifies the workers.
 
 A Worker runs five loops:
 
