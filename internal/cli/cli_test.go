@@ -595,9 +595,10 @@ func TestRunAndWait(t *testing.T) {
 		t.Errorf("job wait -o json = %+v", done)
 	}
 
-	// Retrying a job that did not fail is refused, clearly.
-	wantOneLineError(t, e.run("job", "retry", id), cli.ExitFailed, "job "+id+" is finished", "only failed or cancelled jobs can be retried")
-	wantOneLineError(t, e.run("job", "cancel", id), cli.ExitFailed, "job "+id, "has ended")
+	// Retrying a job that did not fail is refused, clearly: a request the job's state refuses
+	// is bad input (exit 2), as for an unknown job; 1 is for an operation that failed.
+	wantUsage(t, e.run("job", "retry", id), "job "+id+" is finished", "only failed or cancelled jobs can be retried")
+	wantUsage(t, e.run("job", "cancel", id), "job "+id, "has ended")
 
 	// Unknown jobs are bad input.
 	for _, cmd := range []string{"show", "wait", "cancel", "retry"} {

@@ -137,8 +137,8 @@ func Bar(done, total, width int) string {
 // Exit codes of deckhand commands (part of the user-facing contract).
 const (
 	ExitOK      = 0
-	ExitFailed  = 1 // the operation failed
-	ExitUsage   = 2 // bad usage or input
+	ExitFailed  = 1 // the operation was tried and failed
+	ExitUsage   = 2 // bad usage or input, or a request the object's state refuses
 	ExitTimeout = 3 // gave up waiting
 	// ExitDuplicate: refused because an unfinished job holds the key; that job's id is on
 	// standard output (when the caller may see it) so that a script can wait for it.

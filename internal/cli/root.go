@@ -157,8 +157,11 @@ func requireWorker(ctx context.Context, c *engine.Client, what string) error {
 	return nil
 }
 
-// classify maps engine and catalog errors to exit codes: bad input and unknown objects are
-// usage errors (2), everything else failed (1).
+// classify maps engine and catalog errors to exit codes: bad input, unknown objects and
+// requests that the object's state refuses (cancelling a job that has ended, resuming one that
+// is not paused, as retrying a cleanup record that has not failed) are usage errors (2): the
+// request as given cannot be done, and trying it again changes nothing. Everything else failed
+// (1): something was tried and did not work (a catalog or node that did not answer, ...).
 func classify(err error) error {
 	var exit *ExitError
 	switch {
@@ -166,12 +169,10 @@ func classify(err error) error {
 		return nil
 	case errors.As(err, &exit):
 		return err
-	case engine.IsInvalid(err), errors.Is(err, catalog.ErrNotFound):
+	case engine.IsInvalid(err), errors.Is(err, catalog.ErrNotFound), errors.Is(err, catalog.ErrJobTerminal):
 		return &ExitError{Code: ExitUsage, Err: err}
 	case errors.Is(err, catalog.ErrDuplicateKey):
 		return &ExitError{Code: ExitDuplicate, Err: err}
-	case errors.Is(err, catalog.ErrJobTerminal):
-		return &ExitError{Code: ExitFailed, Err: err}
 	default:
 		return &ExitError{Code: ExitFailed, Err: err}
 	}
