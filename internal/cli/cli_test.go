@@ -275,7 +275,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"job", "wait", "1", "--timeout", "soon"}, []string{"--timeout"}},
 		{[]string{"job", "wait", "1", "--timeout", "-1s"}, []string{"--timeout must not be negative"}},
 		{[]string{"job", "cancel", "1.5"}, []string{"job id must be a positive integer"}},
-		{[]string{"job", "cancel", "-1"}, []string{"unknown shorthand flag"}},
+		{[]string{"job", "cancel", "-1"}, []string{`"-1" is not a flag`, "IDs are positive integers"}},
 		{[]string{"job", "retry", "x"}, []string{"job id must be a positive integer"}},
 		{[]string{"job", "run", "SELECT 1"}, []string{"--node is required"}},
 		{[]string{"job", "run", "--node", "n1"}, []string{"expected the SQL text"}},

@@ -64,7 +64,7 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage("%v", err) })
+	root.SetFlagErrorFunc(flagError)
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.catalogDSN, "catalog", os.Getenv("DECKHAND_CATALOG"), "catalog database conninfo (env DECKHAND_CATALOG)")
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
