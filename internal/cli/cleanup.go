@@ -274,6 +274,9 @@ databases it drops afterwards) or on a throwaway cluster it starts itself:
 The last line is key=value pairs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := firstError(atLeast1("--rounds", o.Rounds), positive("--hold", o.Hold)); err != nil {
+				return err
+			}
 			o.CatalogDSN = a.catalogDSN
 			res, err := bench.RunCleanup(cmd.Context(), o, a.stdout)
 			if err != nil {
