@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -130,16 +131,18 @@ func recordID(s string) (int64, error) {
 
 func (a *app) cleanupRetry() *cobra.Command {
 	return a.recordCommand("retry ID", "Make a failed or node_removed record due again (after fixing its cause)",
-		(*catalog.Catalog).RetryCleanupRecord, "cleanup record %d is due again\n")
+		(*catalog.Catalog).RetryCleanupRecord, "cleanup record %d is due again")
 }
 
 func (a *app) cleanupForget() *cobra.Command {
 	return a.recordCommand("forget ID", "Give up on a record: the resource, if it still exists, is left alone",
-		(*catalog.Catalog).ForgetCleanupRecord, "cleanup record %d forgotten\n")
+		(*catalog.Catalog).ForgetCleanupRecord, "cleanup record %d forgotten")
 }
 
-// recordCommand is a command that applies action to one cleanup record and reports done.
+// recordCommand is a command that applies action to one cleanup record and reports done (a
+// format of the record's id); with -o json {"id": ID, "done": VERB}, VERB the use's first word.
 func (a *app) recordCommand(use, short string, action func(*catalog.Catalog, context.Context, int64) error, done string) *cobra.Command {
+	verb, _, _ := strings.Cut(use, " ")
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -157,8 +160,7 @@ func (a *app) recordCommand(use, short string, action func(*catalog.Catalog, con
 			if err := action(c.Catalog(), cmd.Context(), id); err != nil {
 				return classify(err)
 			}
-			fmt.Fprintf(a.stderr, done, id)
-			return nil
+			return a.done(map[string]any{"id": id, "done": verb}, fmt.Sprintf(done, id))
 		},
 	}
 }
@@ -238,8 +240,7 @@ func (a *app) cleanupUnpin() *cobra.Command {
 			if err := c.Unpin(cmd.Context(), id); err != nil {
 				return classify(err)
 			}
-			fmt.Fprintf(a.stderr, "pin %d removed\n", id)
-			return nil
+			return a.done(map[string]any{"id": id, "done": "unpin"}, fmt.Sprintf("pin %d removed", id))
 		},
 	}
 }

@@ -186,3 +186,14 @@ func ExitCode(err error) int {
 	}
 	return ExitFailed
 }
+
+// done reports what a command that changes something did: with -o json as one JSON object on
+// standard output (what a script reads), else as one line on standard error (for whoever
+// watches), keeping standard output for ids and listings.
+func (a *app) done(fields map[string]any, line string) error {
+	if a.json() {
+		return PrintJSON(a.stdout, fields)
+	}
+	_, err := fmt.Fprintln(a.stderr, line)
+	return err
+}
