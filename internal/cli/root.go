@@ -67,6 +67,8 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 	root.SetFlagErrorFunc(flagError)
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.catalogDSN, "catalog", os.Getenv("DECKHAND_CATALOG"), "catalog database conninfo (env DECKHAND_CATALOG)")
+	// The environment's conninfo may hold a password: help shows no default rather than it.
+	pf.Lookup("catalog").DefValue = ""
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(a.initCommand(), a.nodeCommand(), a.jobCommand(), a.serveCommand(),
