@@ -8,6 +8,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrLeaseLost is returned by Heartbeat when the worker was declared dead; it must stop
@@ -234,6 +235,16 @@ func (c *Catalog) Settings(ctx context.Context) (map[string]string, error) {
 		out[name] = value
 		return nil
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// Only admins and workers may read the table: say so as the catalog's functions say
+		// what takes an admin, rather than with PostgreSQL's "permission denied for table".
+		var role string
+		if c.Pool.QueryRow(ctx, `SELECT session_user`).Scan(&role) == nil {
+			return nil, &refusal{fmt.Sprintf("%s may not read settings: that takes a deckhand admin (GRANT deckhand_admin TO %s)",
+				role, pgx.Identifier{role}.Sanitize()), ErrForbidden}
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read settings: %w", err)
 	}
