@@ -218,7 +218,7 @@ func (c *Catalog) CheckSchema(ctx context.Context) error {
 		return errors.New("catalog is not initialised: run `deckhand init`")
 	}
 	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
-		return fmt.Errorf("read catalog schema version: %s%s", pgErr.Message, noAccessHint)
+		return &refusal{"read catalog schema version: " + pgErr.Message + noAccessHint, ErrForbidden}
 	}
 	if err != nil {
 		return fmt.Errorf("read catalog schema version: %w", err)

@@ -136,7 +136,8 @@ func (a *app) client(ctx context.Context) (*engine.Client, error) {
 		return nil, Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
 	}
 	c, err := engine.Open(ctx, a.catalogDSN, features()...)
-	if errors.Is(err, catalog.ErrBadDSN) {
+	if errors.Is(err, catalog.ErrBadDSN) || errors.Is(err, catalog.ErrForbidden) {
+		// A login without a deckhand role is refused as a missing grant is elsewhere: exit 2.
 		return nil, Usage("%v", err)
 	}
 	if err != nil {
