@@ -34,9 +34,6 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := a.rootCommand()
 	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "deckhand: "+spec.OneLine(err.Error()))
@@ -77,6 +74,11 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 	root.AddCommand(a.cleanupCommand(), a.dropCommand(), a.settingCommand())
 	root.AddCommand(a.placementsCommand(), a.moveCommand(), a.rebalanceCommand())
 	root.AddCommand(a.scheduleCommand())
+	// Before the built-in commands, which take their output stream when they are made.
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	builtinCommands(root)
 	groupCommands(root)
 	return root
 }
