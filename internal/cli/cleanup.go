@@ -51,6 +51,9 @@ func (a *app) cleanupList() *cobra.Command {
   node_removed  its node is no longer registered: re-add the node and retry, or forget it`
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		f.State = deckhandtype.CleanupState(state)
+		if f.JobID < 0 { // would list nothing, as if the job had no records
+			return Usage("--job must be a job id, got %d", f.JobID)
+		}
 		return checkFilter("cleanup", f.State, deckhandtype.CleanupStates, f.Limit)
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only records in this state")

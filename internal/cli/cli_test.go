@@ -284,6 +284,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"job", "list", "--state", "finish"}, []string{`unknown job state "finish"`, "finished"}},
 		{[]string{"job", "list", "--limit", "0"}, []string{"--limit must be at least 1"}},
 		{[]string{"job", "list", "--limit", "-3"}, []string{"--limit must be at least 1"}},
+		{[]string{"job", "list", "--before", "-3"}, []string{"--before must be a job id, got -3"}},
+		{[]string{"cleanup", "list", "--job", "-3"}, []string{"--job must be a job id, got -3"}},
 		{[]string{"node", "add", "n1", "--dsn", "host=x", "--max-tasks", "0"}, []string{"--max-tasks must be at least 1"}},
 		{[]string{"node", "add", "n1"}, []string{"--dsn is required"}},
 		{[]string{"node", "add", "--dsn", "host=x"}, []string{"expected NAME"}},
