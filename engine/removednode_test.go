@@ -71,3 +71,38 @@ func TestOrphanOfARemovedNodeIsNotRunAgain(t *testing.T) {
 			job.State, explain(d))
 	}
 }
+
+// Tasks waiting for a node that has been removed from the catalog can never be claimed: no
+// worker reaches a node it has no conninfo for. They fail, saying why, rather than keep
+// their job running for ever; their dependents are unscheduled and `job wait` answers.
+func TestTasksOfARemovedNodeFail(t *testing.T) {
+	e := testenv.New(t)
+	e.AddNode("n1", 4)
+	e.AddNode("n2", 4)
+	id := submit(t, e, &spec.Job{Tasks: []spec.Task{
+		{Name: "a", Node: "n1", SQL: "SELECT 1"},
+		{Name: "b", Node: "n1", SQL: "SELECT 2", DependsOn: []string{"a"}},
+		{Name: "c", Node: "n2", SQL: "SELECT 3"},
+	}})
+	if err := e.Client.RemoveNode(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	e.Worker(engine.Config{})
+	job := e.Wait(id, 30*time.Second)
+	d := detail(t, e, id)
+	states := map[string]deckhandtype.TaskState{}
+	for _, task := range d.Tasks {
+		states[task.Name] = task.State
+	}
+	if job.State != deckhandtype.JobFailed || states["a"] != deckhandtype.TaskFailed ||
+		states["b"] != deckhandtype.TaskUnscheduled || states["c"] != deckhandtype.TaskDone {
+		t.Fatalf("job %s, tasks %v; want failed: a failed, b unscheduled, c done", job.State, states)
+	}
+	said := false
+	for _, a := range d.Attempts {
+		said = said || a.TaskName == "a" && a.Message != nil && strings.Contains(*a.Message, "node n1 is no longer registered")
+	}
+	if !said {
+		t.Errorf("attempts: %s; want a's saying that node n1 is no longer registered", explain(d))
+	}
+}

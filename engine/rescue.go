@@ -236,3 +236,33 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 		return lost, nil
 	}
 }
+
+// failStranded fails the runnable tasks bound to a node that is no longer registered: no worker
+// can reach it, so they would wait for ever and keep their jobs from ending. They are taken as
+// a claim takes tasks, then failed through Complete, which unschedules their dependents.
+func (w *Worker) failStranded(ctx context.Context) {
+	stranded, err := w.cat.ClaimStranded(ctx, w.ID())
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("could not look for tasks of removed nodes", "err", err)
+		}
+		return
+	}
+	if len(stranded) == 0 {
+		return
+	}
+	results := make([]catalog.Result, len(stranded))
+	for i, s := range stranded {
+		results[i] = catalog.Result{TaskID: s.TaskID, Token: s.Token, WorkerID: w.ID(), Outcome: deckhandtype.OutcomeFailed,
+			FinishedAt: w.injectedNow(),
+			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("node %s is no longer registered (deckhand node remove): the task cannot run; "+
+				"register the node again and run deckhand job retry", s.Node)}}
+	}
+	if _, err := w.cat.Complete(ctx, results); err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("could not fail the tasks of removed nodes; the rescue settles them once this worker's lease expires", "err", err)
+		}
+		return
+	}
+	w.log.Warn("failed tasks bound to nodes that are no longer registered", "tasks", len(stranded))
+}
