@@ -71,6 +71,10 @@ func (e badDSNError) Error() string { return e.msg }
 func (e badDSNError) Unwrap() error        { return ErrBadDSN }
 func (e badDSNError) Is(target error) bool { return target == ErrBadDSN }
 
+// DefaultConnectTimeout bounds a connection to the catalog when its conninfo sets no
+// connect_timeout: as long as a worker's CatalogTimeout.
+const DefaultConnectTimeout = 10 * time.Second
+
 // Open connects to the catalog database.
 func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	if dsn == "" {
@@ -90,6 +94,13 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	if cfg.ConnConfig.RuntimeParams["plan_cache_mode"] == "" {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
+	// A catalog that accepts the connection and never answers (a stopped server, packets
+	// dropped silently) would otherwise hold every command, and every new connection of a
+	// worker, for ever: libpq's default is no limit. connect_timeout (or PGCONNECT_TIMEOUT)
+	// given by the user wins.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "deckhand"
 	}
@@ -99,6 +110,11 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// pgx names every address and TLS mode it tried, each with the same timeout.
+			return nil, fmt.Errorf("connect to catalog: %s:%d did not answer within %s: %w",
+				cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.ConnectTimeout, context.DeadlineExceeded)
+		}
 		return nil, fmt.Errorf("connect to catalog: %w", err)
 	}
 	return New(pool), nil
