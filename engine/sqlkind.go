@@ -59,7 +59,7 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 		if _, err = conn.PgConn().Exec(ctx, t.SQL).ReadAll(); err == nil {
 			afterNodeCommit(t)
 		}
-		return err
+		return explainImplicitTransaction(err)
 	}
 	// A newline ends a trailing -- comment; the semicolon a statement left open.
 	results, err := conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+xidSQL).ReadAll()
@@ -113,4 +113,19 @@ func attemptXID(results []*pgconn.Result) (xid string, ok bool) {
 func commitUnknown(err error) bool {
 	var pgErr *pgconn.PgError
 	return !errors.As(err, &pgErr)
+}
+
+// explainImplicitTransaction adds to a refusal to run inside a transaction block (25001), met
+// by a task outside a transaction, why: PostgreSQL runs a query string of several statements
+// as one implicit transaction, so such a statement must be its task's only one. PostgreSQL's
+// words alone read as if deckhand had opened a transaction.
+func explainImplicitTransaction(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "25001" {
+		return err
+	}
+	explained := *pgErr
+	explained.Message += " (the task's SQL has several statements, which PostgreSQL runs as one implicit transaction " +
+		"even with transaction: false; give a statement that refuses a transaction block a task of its own)"
+	return &explained
 }
