@@ -93,7 +93,6 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 	w := &Worker{
 		cat:   cat,
 		cfg:   cfg,
-		log:   cfg.Logger.With("worker", cfg.Name),
 		pools: nodeconn.NewPools(cfg.Concurrency),
 		// Progress is read in sessions of its own, so that reading it never waits for a slot
 		// that the tasks hold.
@@ -107,6 +106,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		tasksEnded:    make(chan struct{}),
 		completerDone: make(chan struct{}),
 	}
+	w.log = slog.New(workerIDHandler{Handler: cfg.Logger.Handler(), id: &w.id}).With("worker", cfg.Name)
 	if w.notifier == nil {
 		w.notifier = notifier.New(cat.Pool.Config().ConnConfig, w.log)
 		w.ownNotifier = true
@@ -159,8 +159,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.id.Store(id)
-	w.log = w.log.With("worker_id", id)
+	w.id.Store(id) // and so in every log line from now on (workerIDHandler)
 	w.log.Debug("worker started", "concurrency", w.cfg.Concurrency)
 
 	// Tasks run under their own context: stopping the worker must not kill them outright.
