@@ -120,8 +120,26 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	return New(pool), nil
 }
 
-// Close releases the pool.
-func (c *Catalog) Close() { c.Pool.Close() }
+// closeTimeout bounds Close.
+const closeTimeout = 2 * time.Second
+
+// Close releases the pool, waiting at most closeTimeout for its connections to close: a
+// connection whose statement was given up on (the catalog stopped answering) is closed only
+// after pgx has tried, for up to 15 s, to cancel that statement on the catalog, and a command
+// that already has its answer (job wait's timeout) must not wait for that.
+func (c *Catalog) Close() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Pool.Close()
+	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
 
 // now returns the injected time, or nil so SQL falls back to now() via coalesce($n, now()).
 func (c *Catalog) now() *time.Time {

@@ -38,3 +38,24 @@ func TestCommandsGiveUpOnAStalledCatalog(t *testing.T) {
 		t.Errorf("job wait --timeout 2s against a stalled catalog took %s: %s; want exit 3 within about 2s", took.Round(time.Millisecond), r)
 	}
 }
+
+// A catalog that stalls while `job wait --timeout` waits (connected, listening) does not
+// stretch the wait past its timeout either.
+func TestWaitKeepsItsTimeoutWhenTheCatalogStallsMidWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.AddNode("n1", 4)
+	id := jobID(t, e.run("job", "run", "--node", "n1", "SELECT 1"))
+	proxy := pgtest.ProxyTo(t, e.CatalogCluster)
+	dsn := proxy.DSN(e.DB, pgcluster.Superuser)
+	go func() {
+		time.Sleep(2 * time.Second)
+		proxy.Stall(true)
+	}()
+	defer proxy.Stall(false)
+	began := time.Now()
+	r := deckhand(t, "", "--catalog", dsn, "job", "wait", id, "--timeout", "5s")
+	if took := time.Since(began); took > 9*time.Second || r.code != cli.ExitTimeout {
+		t.Errorf("job wait --timeout 5s with the catalog stalling after 2s took %s: %s; want exit 3 within about 5s", took.Round(time.Millisecond), r)
+	}
+}
