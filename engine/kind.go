@@ -79,6 +79,8 @@ type Deps struct {
 	Submissions *Client
 
 	xacts xactRecorder // the worker's: records node transaction ids before they commit
+	// killed is closed when the worker's shutdown cancels its running tasks (after the grace).
+	killed <-chan struct{}
 }
 
 // registry holds the kinds of a Client or a Worker, sql and noop included, by name.
@@ -86,7 +88,7 @@ type registry map[string]Kind
 
 // builtinKinds are the kinds the engine runs itself.
 var builtinKinds = []Kind{
-	{Name: spec.KindSQL, NeedsNode: true, New: func(d Deps) Executor { return sqlExecutor{pools: d.Nodes, xacts: d.xacts} }},
+	{Name: spec.KindSQL, NeedsNode: true, New: func(d Deps) Executor { return sqlExecutor{pools: d.Nodes, xacts: d.xacts, killed: d.killed} }},
 	{Name: spec.KindNoop, New: func(Deps) Executor {
 		return ExecutorFunc(func(context.Context, *deckhandtype.ClaimedTask) error { return nil })
 	}},
