@@ -36,9 +36,24 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
-		fmt.Fprintln(stderr, "deckhand: "+spec.OneLine(err.Error()))
+		fmt.Fprintln(stderr, "deckhand: "+errorLine(err))
 	}
 	return ExitCode(err)
+}
+
+// errorLine is err on one line, each of its lines once: a connection that failed its TLS
+// attempt and then its plain one the same way reports the same line twice.
+func errorLine(err error) string {
+	var lines []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(err.Error(), "\n") {
+		l = spec.OneLine(l)
+		if l != "" && !seen[l] {
+			seen[l] = true
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, " ")
 }
 
 func (a *app) rootCommand() *cobra.Command {
