@@ -40,3 +40,34 @@ func TestNoTransactionTaskOfSeveralStatementsSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// An attempt released while it ran (pause --now, a worker's shutdown) was cancelled on its
+// node: a transactional one rolled back, but one without a transaction may have taken effect
+// in part or in full. Its attempt says so, as a lost attempt's does.
+func TestReleasedAttemptWithoutATransactionSaysItsEffectIsUnknown(t *testing.T) {
+	e := testenv.New(t)
+	db := e.AddNode("n1", 4)
+	e.Worker(engine.Config{Concurrency: 4})
+	ids := map[bool]int64{}
+	for _, inTx := range []bool{true, false} {
+		ids[inTx] = submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "slow", Node: "n1", SQL: "SELECT pg_sleep(60)", Transaction: ptr(inTx)}}})
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		var n int
+		err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND state = 'active' AND pid <> pg_backend_pid()`).Scan(&n)
+		return err == nil && n == 2
+	}, "both tasks sleep on their node")
+	for inTx, id := range ids {
+		if _, err := e.Client.Pause(ctx, id, true); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, e, id, deckhandtype.JobPaused)
+		d := detail(t, e, id)
+		if len(d.Attempts) != 1 || d.Attempts[0].Outcome != deckhandtype.OutcomeReleased || d.Attempts[0].Message == nil {
+			t.Fatalf("transaction %v: attempts after pause --now:%s; want one, released", inTx, explain(d))
+		}
+		if says := strings.Contains(*d.Attempts[0].Message, "effect is unknown"); says == inTx {
+			t.Errorf("transaction %v: the released attempt says %q", inTx, *d.Attempts[0].Message)
+		}
+	}
+}
