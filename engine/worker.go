@@ -113,7 +113,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		w.notifier = notifier.New(cat.Pool.Config().ConnConfig, w.log)
 		w.ownNotifier = true
 	}
-	w.xacts = newXactBatcher(cat)
+	w.xacts = newXactBatcher(cat, w.cfg, w.log)
 	kinds := newRegistry(cfg.Features)
 	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log, xacts: w.xacts, killed: w.killed,
 		Clock: cfg.Clock, Submissions: &Client{cat: cat, kinds: kinds}}

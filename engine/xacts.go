@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -16,12 +18,24 @@ var errTakenOver = errors.New("the attempt was taken over (its worker's lease ex
 // xactBatcher records attempts' node transaction ids in the catalog, many in one statement:
 // each attempt waits for its own to be durable before committing on its node, and attempts
 // that come while a statement runs go together in the next.
+//
+// A catalog that cannot be reached (a restart, a failover) is waited for, with the backoff of
+// the worker's other catalog calls: giving up would roll back work that is done and only
+// needs recording, and charge the task an attempt for it, while the worker's lease still
+// holds. An attempt stops waiting when its own context ends (its task is cancelled or times
+// out, the worker stops); an attempt the leader took over meanwhile is refused once the
+// catalog answers (errTakenOver). The statement is a guarded UPDATE, so trying it again
+// after an answer was lost does no harm.
 type xactBatcher struct {
-	cat  *catalog.Catalog
-	reqs chan xactRequest
+	cat     *catalog.Catalog
+	reqs    chan xactRequest
+	timeout time.Duration  // bounds each statement, as CatalogTimeout bounds the worker's calls
+	rand    func() float64 // jitter of the retries
+	log     *slog.Logger
 }
 
 type xactRequest struct {
+	ctx  context.Context // the attempt's: once it ends, nobody waits for the answer
 	x    catalog.AttemptXact
 	done chan error
 }
@@ -29,14 +43,15 @@ type xactRequest struct {
 // maxXactBatch bounds one statement: large enough for every slot of a busy worker.
 const maxXactBatch = 1000
 
-func newXactBatcher(cat *catalog.Catalog) *xactBatcher {
-	return &xactBatcher{cat: cat, reqs: make(chan xactRequest)}
+func newXactBatcher(cat *catalog.Catalog, cfg Config, log *slog.Logger) *xactBatcher {
+	return &xactBatcher{cat: cat, reqs: make(chan xactRequest), timeout: cfg.CatalogTimeout, rand: cfg.Rand, log: log}
 }
 
-// Record makes xid durable as the node transaction of t's attempt. It fails when the catalog
-// cannot be reached, or when the attempt was taken over; then the transaction must not commit.
+// Record makes xid durable as the node transaction of t's attempt, waiting for a catalog that
+// cannot be reached until ctx ends. It fails when ctx ends first, or when the attempt was
+// taken over; then the transaction must not commit.
 func (b *xactBatcher) Record(ctx context.Context, t *deckhandtype.ClaimedTask, xid string) error {
-	req := xactRequest{x: catalog.AttemptXact{TaskID: t.ID, Token: t.Token, XID: xid}, done: make(chan error, 1)}
+	req := xactRequest{ctx: ctx, x: catalog.AttemptXact{TaskID: t.ID, Token: t.Token, XID: xid}, done: make(chan error, 1)}
 	select {
 	case b.reqs <- req:
 	case <-ctx.Done():
@@ -52,37 +67,86 @@ func (b *xactBatcher) Record(ctx context.Context, t *deckhandtype.ClaimedTask, x
 
 // run records until ctx ends; the worker stops it only once its tasks have ended.
 func (b *xactBatcher) run(ctx context.Context) {
-	for {
-		var batch []xactRequest
-		select {
-		case r := <-b.reqs:
-			batch = append(batch, r)
-		case <-ctx.Done():
-			return
-		}
-	gather:
-		for len(batch) < maxXactBatch {
+	var batch []xactRequest
+	for failures := 0; ; {
+		if len(batch) == 0 {
 			select {
 			case r := <-b.reqs:
 				batch = append(batch, r)
-			default:
-				break gather
+			case <-ctx.Done():
+				return
 			}
 		}
-		xs := make([]catalog.AttemptXact, len(batch))
-		for i, r := range batch {
-			xs[i] = r.x
+		batch = b.gather(batch)
+		err := b.recordOnce(ctx, batch)
+		if err == nil {
+			batch, failures = nil, 0
+			continue
 		}
-		current, err := b.cat.RecordXacts(ctx, xs)
-		for _, r := range batch {
-			switch {
-			case err != nil:
-				r.done <- fmt.Errorf("record the node transaction of task %d: %w", r.x.TaskID, err)
-			case !current[r.x.TaskID]:
-				r.done <- errTakenOver
-			default:
-				r.done <- nil
+		failures++
+		delay := catalogRetry.Delay(failures, b.rand())
+		b.log.Warn("could not record node transactions; their tasks wait to commit, retrying",
+			"tasks", len(batch), "err", err, "tries", failures, "in", delay)
+		// Requests keep coming while waiting: they go in the next try.
+		wait := time.NewTimer(delay)
+	sleep:
+		for {
+			select {
+			case r := <-b.reqs:
+				batch = append(batch, r)
+			case <-wait.C:
+				break sleep
+			case <-ctx.Done():
+				wait.Stop()
+				return
 			}
 		}
 	}
+}
+
+// gather adds the requests already waiting to batch, up to maxXactBatch, and leaves out those
+// whose attempt stopped waiting.
+func (b *xactBatcher) gather(batch []xactRequest) []xactRequest {
+	for len(batch) < maxXactBatch {
+		select {
+		case r := <-b.reqs:
+			batch = append(batch, r)
+			continue
+		default:
+		}
+		break
+	}
+	live := batch[:0]
+	for _, r := range batch {
+		if r.ctx.Err() == nil {
+			live = append(live, r)
+		}
+	}
+	return live
+}
+
+// recordOnce makes one statement of batch and answers its requests, unless the catalog could
+// not be reached: then it answers none and returns the error.
+func (b *xactBatcher) recordOnce(ctx context.Context, batch []xactRequest) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	xs := make([]catalog.AttemptXact, len(batch))
+	for i, r := range batch {
+		xs[i] = r.x
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.timeout)
+	current, err := b.cat.RecordXacts(cctx, xs)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("record the node transactions of %d tasks: %w", len(batch), err)
+	}
+	for _, r := range batch {
+		if current[r.x.TaskID] {
+			r.done <- nil
+		} else {
+			r.done <- errTakenOver
+		}
+	}
+	return nil
 }
