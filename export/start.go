@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
@@ -58,31 +59,35 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (deckhand
 	if err != nil {
 		return deckhandtype.Node{}, err
 	}
-	var members []deckhandtype.Node
-	for _, n := range nodes {
-		if n.Group == group {
-			members = append(members, n)
-		}
-	}
+	members, _ := deckhandtype.Primaries(nodes, group)
 	if len(members) == 0 {
 		return deckhandtype.Node{}, spec.Invalidf("node group %q has no nodes (see `deckhand node list`)", group)
 	}
 	pools := nodeconn.NewPools(1)
 	defer pools.Close()
-	var primaries []deckhandtype.Node
-	for _, n := range members {
-		role := n.Role
-		if role == "unknown" {
-			if role, _, err = nodeconn.Probe(ctx, pools, n.DSN); err != nil {
-				return deckhandtype.Node{}, fmt.Errorf("node %s of group %s: %w", n.Name, group, err)
-			}
+	// A member the leader has not probed yet is asked now; one that does not answer counts
+	// as a member whose probe failed, so that a dead member does not stop the export when
+	// another is known to be the primary.
+	var probeErr error
+	for i, n := range members {
+		if n.Role != "unknown" {
+			continue
 		}
-		if role == "primary" {
-			primaries = append(primaries, n)
+		role, _, err := nodeconn.Probe(ctx, pools, n.DSN)
+		if err != nil {
+			msg := err.Error()
+			members[i].LastError = &msg
+			probeErr = errors.Join(probeErr, fmt.Errorf("node %s of group %s: %w", n.Name, group, err))
+			continue
 		}
+		members[i].Role, members[i].LastError = role, nil
 	}
+	_, primaries := deckhandtype.Primaries(members, group)
 	switch len(primaries) {
 	case 0:
+		if probeErr != nil {
+			return deckhandtype.Node{}, probeErr
+		}
 		return deckhandtype.Node{}, spec.Invalidf("node group %q has no primary", group)
 	case 1:
 		return primaries[0], nil
@@ -90,8 +95,11 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (deckhand
 		names := make([]string, len(primaries))
 		for i, n := range primaries {
 			names[i] = n.Name
+			if n.LastError != nil {
+				names[i] += " (not answering)"
+			}
 		}
-		return deckhandtype.Node{}, spec.Invalidf("node group %q has %d primaries (%v): a group is one primary and its standbys", group, len(primaries), names)
+		return deckhandtype.Node{}, spec.Invalidf("node group %q has %d primaries (%s): a group is one primary and its standbys", group, len(primaries), strings.Join(names, ", "))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
@@ -39,16 +40,22 @@ func (m Mover) heldElsewhere(ctx context.Context, p Payload) error {
 	for _, t := range p.Tables {
 		names = append(names, pgx.Identifier{t[0], t[1]})
 	}
-	primaries := map[string]bool{}
+	// Each group's primary is asked, or every member of a group with none known; a former
+	// primary that no longer answers beside the one promoted is not (deckhandtype.Primaries).
+	ask := map[string]bool{}
 	for _, n := range nodes {
-		if n.Role == "primary" {
-			primaries[n.Group] = true
+		members, primaries := deckhandtype.Primaries(nodes, n.Group)
+		if len(primaries) == 0 {
+			primaries = members
+		}
+		for _, a := range primaries {
+			ask[a.Name] = true
 		}
 	}
 	held := map[string][]string{} // what each other group holds, by group
 	var where []string            // "g3 (node n3)", once per group
 	for _, n := range nodes {
-		if n.Group == p.From || n.Group == p.To || (primaries[n.Group] && n.Role != "primary") || held[n.Group] != nil {
+		if n.Group == p.From || n.Group == p.To || !ask[n.Name] || held[n.Group] != nil {
 			continue
 		}
 		found, err := nodeconn.Held(ctx, m.Cleaner.Pools, n.DSN, names)

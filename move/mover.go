@@ -161,15 +161,7 @@ func (m Mover) endpoint(ctx context.Context, t *deckhandtype.ClaimedTask, group 
 	if err != nil {
 		return endpoint{}, err
 	}
-	var members, primaries []deckhandtype.Node
-	for _, n := range nodes {
-		if n.Group == group {
-			members = append(members, n)
-			if n.Role == "primary" {
-				primaries = append(primaries, n)
-			}
-		}
-	}
+	members, primaries := deckhandtype.Primaries(nodes, group)
 	if len(primaries) == 0 && len(members) == 1 {
 		primaries = members // a group of one whose role the leader has not probed yet
 	}

@@ -28,22 +28,14 @@ func Start(ctx context.Context, c *engine.Client, req Request) (int64, error) {
 // role primary, or its only node before the leader has probed it; ok is false when the
 // catalog does not tell yet (the task then waits for the probe).
 func knownPrimary(nodes []deckhandtype.Node, group string) (name string, ok bool) {
-	var members, primaries []string
-	for _, n := range nodes {
-		if n.Group == group {
-			members = append(members, n.Name)
-			if n.Role == "primary" {
-				primaries = append(primaries, n.Name)
-			}
-		}
-	}
+	members, primaries := deckhandtype.Primaries(nodes, group)
 	if len(primaries) == 0 && len(members) == 1 {
 		primaries = members
 	}
 	if len(primaries) != 1 {
 		return "", false
 	}
-	return primaries[0], true
+	return primaries[0].Name, true
 }
 
 // placedElsewhere returns the placement that puts o on a group other than from, as

@@ -26,12 +26,7 @@ func Primaries(nodes []deckhandtype.Node, groups []string) (map[string]deckhandt
 	out := make(map[string]deckhandtype.Node, len(groups))
 	for _, g := range groups {
 		ns := members[g]
-		var primaries []deckhandtype.Node
-		for _, n := range ns {
-			if n.Role == "primary" {
-				primaries = append(primaries, n)
-			}
-		}
+		_, primaries := deckhandtype.Primaries(ns, g)
 		switch {
 		case len(ns) == 0:
 			return nil, spec.Invalidf("--groups: no node is in group %q (see `deckhand node list`)", g)

@@ -175,7 +175,9 @@ const claimGroups = `), group_tasks AS (
 	CROSS JOIN LATERAL (SELECT count(*) AS tasks, max(g.min_lsn) AS min_lsn FROM group_tasks g WHERE g.node_group = n.node_group) g
 	CROSS JOIN LATERAL generate_series(1, least(g.tasks,
 		cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node AND NOT o.coordinator))) s
-	WHERE n.role = 'primary' OR n.replay_lsn >= g.min_lsn
+	-- A member whose latest probe failed gets none: after a failover the old primary, down,
+	-- keeps the role it last had, and every task dealt to it would fail to connect.
+	WHERE n.last_error IS NULL AND (n.role = 'primary' OR n.replay_lsn >= g.min_lsn)
 ), dealt AS MATERIALIZED (
 	-- Through unnest, like picks below: primary key probes whatever the estimates.
 	SELECT d.id, d.node

@@ -132,8 +132,9 @@ const groupStep = `
 	CROSS JOIN LATERAL (SELECT coalesce(array_agg(l.name), '{}') AS members, coalesce(array_agg(l.max_tasks), '{}') AS caps FROM (
 		SELECT l.name, l.max_tasks
 		-- A standby is a candidate once it has replayed past the group's first task (claimSQL
-		-- checks each task): lagging standbys, however many, never crowd out the rest.
-		FROM (SELECT m.name FROM deckhand.node m WHERE m.node_group = c.node_group
+		-- checks each task): lagging standbys, however many, never crowd out the rest. A member
+		-- whose latest probe failed is none (claimSQL says why).
+		FROM (SELECT m.name FROM deckhand.node m WHERE m.node_group = c.node_group AND m.last_error IS NULL
 			AND (m.role = 'primary' OR m.replay_lsn >= (SELECT t.min_lsn FROM deckhand.task t
 				WHERE t.state = 'runnable' AND t.node_group = c.node_group ORDER BY t.claim_key, t.id LIMIT 1))
 			ORDER BY m.name LIMIT 2 * @nodes::int + 8) m
