@@ -47,6 +47,9 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 	if _, err := parseNormal(e.Destination); err != nil {
 		return taskerr.Permanent(err)
 	}
+	if err := c.followPrimary(ctx, t, e); err != nil {
+		return err
+	}
 	conn, err := c.session(ctx, t)
 	if err != nil {
 		return err

@@ -80,3 +80,39 @@ func TestExportAfterGroupFailover(t *testing.T) {
 	}
 	finishedOn(t, g, e, "s1")
 }
+
+// An export under way when its group fails over (here paused, so that the failover falls
+// between two of its coordinator's attempts) moves its coordinator to the new primary and
+// commits there, rather than failing every attempt on the old primary.
+func TestExportCoordinatorFollowsTheNewPrimary(t *testing.T) {
+	g := newGroup(t, 1)
+	g.env.Worker(engine.Config{Concurrency: 2, MaintenanceInterval: 50 * time.Millisecond})
+	dir := t.TempDir()
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
+		To: "file://" + dir, PartSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		got, err := g.env.Client.Export(ctx, e.ID)
+		return err == nil && got.PartsDone >= 1
+	}, "a part is written")
+	if _, err := g.env.Client.Pause(ctx, e.JobID, true); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		job, err := g.env.Client.JobRow(ctx, e.JobID)
+		return err == nil && job.State == deckhandtype.JobPaused
+	}, "the export's job is paused")
+	failOver(t, g)
+	if _, err := g.env.Client.Resume(ctx, e.JobID); err != nil {
+		t.Fatal(err)
+	}
+	finishedOn(t, g, e, "s1")
+	m := readManifest(t, dir)
+	rows, _, dups := readBack(t, dir, m)
+	want, _ := sourceSums(t, g.standby, g.db, "events_2024")
+	if rows != want || dups != 0 {
+		t.Errorf("%d rows (%d twice), want %d once each", rows, dups, want)
+	}
+}
