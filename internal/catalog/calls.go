@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -76,3 +77,16 @@ func ExplainRefusal(msg string) string {
 }
 
 const noAccessHint = ": the catalog role needs deckhand_submitter (to submit and watch jobs) or deckhand_admin; see docs/security.md"
+
+// ExplainReadOnly completes PostgreSQL's refusal of a write by a read-only server ("cannot
+// execute INSERT in a read-only transaction"), which for deckhand means the catalog conninfo
+// reached a standby: named alone, or first of several hosts without target_session_attrs.
+// Commands that only read work there; anything that writes must reach the primary.
+func ExplainReadOnly(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "25006" && strings.Contains(pgErr.Message, "read-only transaction") {
+		return fmt.Errorf("%w: the catalog server is read-only (a standby?); point --catalog at the primary, "+
+			"or list every server with target_session_attrs=read-write (see docs/operations.md)", err)
+	}
+	return err
+}

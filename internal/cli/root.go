@@ -34,7 +34,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := a.rootCommand()
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	err := catalog.ExplainReadOnly(root.ExecuteContext(ctx))
 	if err != nil {
 		fmt.Fprintln(stderr, "deckhand: "+errorLine(err))
 	}
