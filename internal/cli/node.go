@@ -56,7 +56,13 @@ func (a *app) nodeCommand() *cobra.Command {
 
 	list := listCommand(a, "list", "List nodes", (*engine.Client).Nodes,
 		[]string{"name", "group", "role", "tasks", "dsn"}, eachRow(func(n deckhandtype.Node) []string {
-			return []string{n.Name, n.Group, n.Role, strconv.FormatInt(n.RunningTasks, 10) + "/" + strconv.Itoa(n.MaxTasks), n.DSN}
+			// A node the probe cannot reach keeps its last role (a failed-over primary that is
+			// down still reads primary); say so beside it. -o json has last_error.
+			role := n.Role
+			if n.LastError != nil {
+				role += " (not answering)"
+			}
+			return []string{n.Name, n.Group, role, strconv.FormatInt(n.RunningTasks, 10) + "/" + strconv.Itoa(n.MaxTasks), n.DSN}
 		}))
 	remove := &cobra.Command{
 		Use:   "remove NAME",
