@@ -110,55 +110,64 @@ func (d Drop) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	if err != nil {
 		return err
 	}
-	// Pins are checked for every table before any is dropped, so a refused job drops nothing:
-	// the table's own, and those of what DROP TABLE takes with it (partitions, indexes).
-	if d.Catalog != nil {
-		for _, tb := range tables {
-			by, err := d.Catalog.PinnedBy(ctx, deckhandtype.CleanupResource{Type: deckhandtype.ResourceTable, Node: *t.Node, Location: tb[0], Name: tb[1]})
-			if err != nil {
-				return err
-			}
-			if by != "" {
-				return taskerr.Permanent(fmt.Errorf("refusing to drop table %s: it is pinned by %s", tb.Sanitize(), by))
-			}
-			taken, err := takenWith(ctx, conn, tb)
-			if err != nil {
-				return err
-			}
-			for _, r := range taken {
-				r.Node = *t.Node
-				by, err := d.Catalog.PinnedBy(ctx, r)
-				if err != nil {
-					return err
-				}
-				if by != "" {
-					return taskerr.Permanent(fmt.Errorf("refusing to drop table %s: it would take %s %s with it, which is pinned by %s",
-						tb.Sanitize(), r.Type, pgx.Identifier{r.Location, r.Name}.Sanitize(), by))
-				}
-			}
+	// Pins are checked for every table before any is dropped, so a refused job drops nothing;
+	// and again for each once its lock is held (dropOne), for pins taken while it waited.
+	for _, tb := range tables {
+		if err := d.checkPins(ctx, conn, *t.Node, tb); err != nil {
+			return err
 		}
 	}
 	if err := checkOwnership(ctx, conn, tables, lockTimeout); err != nil {
 		return err
 	}
 	for _, tb := range tables {
-		if err := d.dropOne(ctx, conn, tb, lockTimeout, probe, minBackoff, maxBackoff); err != nil {
+		if err := d.dropOne(ctx, conn, *t.Node, tb, lockTimeout, probe, minBackoff, maxBackoff); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (d Drop) dropOne(ctx context.Context, conn *pgx.Conn, tb pgx.Identifier, lockTimeout, probe, backoff, maxBackoff time.Duration) error {
+// checkPins refuses, permanently, a table that is pinned or whose drop would take a pinned
+// partition or index with it: the table's own pins, and those of what DROP TABLE removes.
+func (d Drop) checkPins(ctx context.Context, conn *pgx.Conn, node string, tb pgx.Identifier) error {
+	if d.Catalog == nil {
+		return nil
+	}
+	by, err := d.Catalog.PinnedBy(ctx, deckhandtype.CleanupResource{Type: deckhandtype.ResourceTable, Node: node, Location: tb[0], Name: tb[1]})
+	if err != nil {
+		return err
+	}
+	if by != "" {
+		return taskerr.Permanent(fmt.Errorf("refusing to drop table %s: it is pinned by %s", tb.Sanitize(), by))
+	}
+	taken, err := takenWith(ctx, conn, tb)
+	if err != nil {
+		return err
+	}
+	for _, r := range taken {
+		r.Node = node
+		by, err := d.Catalog.PinnedBy(ctx, r)
+		if err != nil {
+			return err
+		}
+		if by != "" {
+			return taskerr.Permanent(fmt.Errorf("refusing to drop table %s: it would take %s %s with it, which is pinned by %s",
+				tb.Sanitize(), r.Type, pgx.Identifier{r.Location, r.Name}.Sanitize(), by))
+		}
+	}
+	return nil
+}
+
+func (d Drop) dropOne(ctx context.Context, conn *pgx.Conn, node string, tb pgx.Identifier, lockTimeout, probe, backoff, maxBackoff time.Duration) error {
 	name := tb.Sanitize()
-	stmt := "DROP TABLE IF EXISTS " + name
 	busy := func(ctx context.Context) (bool, error) { return cleanup.RelationBusy(ctx, conn, []string{name}) }
 	// A table seen in use is waited for before anyone is made to queue behind a lock request.
 	if err := cleanup.WaitFree(ctx, probe, backoff, busy); err != nil {
 		return err
 	}
 	for {
-		err := cleanup.DropInTx(ctx, conn, stmt, lockTimeout)
+		err := d.lockCheckDrop(ctx, conn, node, tb, lockTimeout)
 		if err == nil || !taskerr.InUse(err) {
 			return err
 		}
@@ -169,6 +178,31 @@ func (d Drop) dropOne(ctx context.Context, conn *pgx.Conn, tb pgx.Identifier, lo
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// lockCheckDrop drops the table in one transaction under lockTimeout: it locks it, checks the
+// pins again, then drops it. A drop may wait hours for the queries that use a table, and a
+// pin taken meanwhile (a legal hold) must keep it, as the docs promise; with the lock held no
+// query can use the table until the transaction ends, and only a pin taken in the moment
+// between the check and the commit comes too late. A table that is gone counts as dropped.
+func (d Drop) lockCheckDrop(ctx context.Context, conn *pgx.Conn, node string, tb pgx.Identifier, lockTimeout time.Duration) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := cleanup.SetLockTimeout(ctx, tx, lockTimeout); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1::pg_catalog.text) IS NOT NULL`, tb.Sanitize()).Scan(&exists); err != nil || !exists {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+tb.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			return err
+		}
+		if err := d.checkPins(ctx, tx.Conn(), node, tb); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+tb.Sanitize())
+		return err
+	})
 }
 
 // takenWithSQL lists what DROP TABLE $1 removes besides the table: the partitions of a
