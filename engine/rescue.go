@@ -241,6 +241,14 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 // can reach it, so they would wait for ever and keep their jobs from ending. They are taken as
 // a claim takes tasks, then failed through Complete, which unschedules their dependents.
 func (w *Worker) failStranded(ctx context.Context) {
+	// An export's coordinator follows its group's primary rather than fail with a removed one.
+	rebound, err := w.cat.RebindStrandedCoordinators(ctx)
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("could not move export coordinators of removed nodes", "err", err)
+	}
+	for _, r := range rebound {
+		w.log.Info("export coordinator moved from a removed node to its group's primary", "task", r.TaskID, "from", r.From, "to", r.To)
+	}
 	stranded, err := w.cat.ClaimStranded(ctx, w.ID())
 	if err != nil {
 		if ctx.Err() == nil {

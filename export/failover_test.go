@@ -116,3 +116,41 @@ func TestExportCoordinatorFollowsTheNewPrimary(t *testing.T) {
 		t.Errorf("%d rows (%d twice), want %d once each", rows, dups, want)
 	}
 }
+
+// The same, with the old primary removed from the catalog (deckhand node remove) after the
+// failover and before the export resumes: its coordinator, bound to the removed node, is
+// moved to the group's primary by the leader rather than failed as a task of a removed node.
+func TestExportCoordinatorOfARemovedPrimaryFollowsTheNewOne(t *testing.T) {
+	g := newGroup(t, 1)
+	g.env.Worker(engine.Config{Concurrency: 2, MaintenanceInterval: 50 * time.Millisecond})
+	dir := t.TempDir()
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
+		To: "file://" + dir, PartSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		got, err := g.env.Client.Export(ctx, e.ID)
+		return err == nil && got.PartsDone >= 1
+	}, "a part is written")
+	if _, err := g.env.Client.Pause(ctx, e.JobID, true); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		job, err := g.env.Client.JobRow(ctx, e.JobID)
+		return err == nil && job.State == deckhandtype.JobPaused
+	}, "the export's job is paused")
+	failOver(t, g)
+	if err := g.env.Client.RemoveNode(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.env.Client.Resume(ctx, e.JobID); err != nil {
+		t.Fatal(err)
+	}
+	finishedOn(t, g, e, "s1")
+	rows, _, dups := readBack(t, dir, readManifest(t, dir))
+	want, _ := sourceSums(t, g.standby, g.db, "events_2024")
+	if rows != want || dups != 0 {
+		t.Errorf("%d rows (%d twice), want %d once each", rows, dups, want)
+	}
+}

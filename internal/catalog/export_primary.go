@@ -3,6 +3,8 @@ package catalog
 import (
 	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // MoveExportCoordinator binds an export's coordinator task to node to, another member of the
@@ -21,4 +23,42 @@ func (c *Catalog) MoveExportCoordinator(ctx context.Context, taskID, token int64
 		return false, fmt.Errorf("move the coordinator of task %d to node %s: %w", taskID, to, err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// Rebound is an export coordinator that RebindStrandedCoordinators moved.
+type Rebound struct {
+	TaskID int64  `db:"id"`
+	From   string `db:"old_node"`
+	To     string `db:"node"`
+}
+
+// RebindStrandedCoordinators binds the runnable export coordinators whose node is no longer
+// registered (deckhand node remove of a primary that failed over, say) to their group's
+// primary, when exactly one member is recorded primary and answered its latest probe. An
+// export belongs to its group, not to the server that was primary when it began; failing it
+// (ClaimStranded, which the leader runs next) for the removal of a server that no longer leads
+// the group would throw away an export the group can finish. Coordinators whose group has no
+// such primary are left to ClaimStranded.
+func (c *Catalog) RebindStrandedCoordinators(ctx context.Context) ([]Rebound, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		WITH primaries AS (
+			SELECT n.node_group, min(n.name) AS name FROM deckhand.node n
+			WHERE n.role = 'primary' AND n.last_error IS NULL
+			GROUP BY n.node_group HAVING count(*) = 1
+		), stranded AS (
+			SELECT t.id, t.node AS old_node, p.name AS node FROM deckhand.task t
+			JOIN deckhand.export e ON e.job_id = t.job_id
+			JOIN primaries p ON p.node_group = e.node_group
+			WHERE t.state = 'runnable' AND t.kind = 'export' AND t.node_group IS NULL
+			  AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.name = t.node)
+			FOR UPDATE OF t SKIP LOCKED
+		)
+		UPDATE deckhand.task t SET node = s.node FROM stranded s
+		WHERE t.id = s.id AND t.state = 'runnable'
+		RETURNING t.id, s.old_node, t.node`)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Rebound])
+	if err != nil {
+		return nil, fmt.Errorf("rebind the export coordinators of removed nodes: %w", err)
+	}
+	return out, nil
 }
