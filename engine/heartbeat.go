@@ -39,7 +39,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			}
 			failures++
 			wait = min(catalogRetry.Delay(failures, w.cfg.Rand()), retryMax)
-			w.log.Warn("heartbeat failed; retrying", "err", err, "failures", failures, "in", wait)
+			w.log.Warn("heartbeat failed; retrying", "err", catalog.ExplainReadOnly(err), "failures", failures, "in", wait)
 		default:
 			if failures > 0 {
 				w.log.Info("heartbeat recorded again", "after_failures", failures)

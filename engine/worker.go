@@ -212,7 +212,7 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 		case err != nil:
 			failures++
 			delay := catalogRetry.Delay(failures, w.cfg.Rand())
-			w.log.Warn("claim failed; retrying", "err", err, "failures", failures, "in", delay)
+			w.log.Warn("claim failed; retrying", "err", catalog.ExplainReadOnly(err), "failures", failures, "in", delay)
 			pollC, retry = nil, time.After(delay)
 		case failures > 0:
 			w.log.Info("claiming again", "after_failures", failures)
