@@ -78,6 +78,9 @@ func (x Part) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	if err := waitForReplay(ctx, conn.Conn(), *e.ConsistencyLSN); err != nil {
 		return err
 	}
+	if err := x.descendsFromPoint(ctx, conn.Conn(), e.ID, coordinator, owner.Node); err != nil {
+		return err
+	}
 	var stats parquetcopy.Stats
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var readErr error
@@ -166,6 +169,29 @@ func (x Part) stillHeld(ctx context.Context, exportID int64, epoch int, coordina
 		return taskerr.Superseded(errSuperseded)
 	}
 	return nil
+}
+
+// descendsFromPoint refuses to read on a primary other than the one the coordinator holds the
+// consistency point on. A group has one primary: a standby replays the primary's WAL, so
+// past the point it holds exactly the rows the point holds; but a second server that answers
+// as primary (a standby promoted while the old primary still runs, a split brain) has its
+// own history, and "a primary has replayed everything" does not hold of it. Reading there
+// would commit a mix of two servers' rows; the export fails instead, saying why.
+func (x Part) descendsFromPoint(ctx context.Context, conn *pgx.Conn, exportID, coordinator int64, node string) error {
+	var primary bool
+	if err := conn.QueryRow(ctx, `SELECT NOT pg_catalog.pg_is_in_recovery()`).Scan(&primary); err != nil || !primary {
+		return err
+	}
+	holder, err := x.Catalog.CoordinatorNode(ctx, exportID, coordinator)
+	if err != nil || holder == node {
+		return err
+	}
+	if holder == "" {
+		return taskerr.Superseded(errSuperseded)
+	}
+	return taskerr.Permanent(fmt.Errorf("node %s answers as a primary, but the export's consistency point is held on %s, "+
+		"the primary of its group: a group with two primaries (a standby promoted while the old primary runs) has two "+
+		"histories, and the export does not mix them", node, holder))
 }
 
 // replayedSQL: the node's data includes every commit up to $1 (at once on a primary). It runs

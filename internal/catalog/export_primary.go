@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -61,4 +62,20 @@ func (c *Catalog) RebindStrandedCoordinators(ctx context.Context) ([]Rebound, er
 		return nil, fmt.Errorf("rebind the export coordinators of removed nodes: %w", err)
 	}
 	return out, nil
+}
+
+// CoordinatorNode is the node the export's coordinator attempt token runs on, "" when that
+// attempt is not the export's coordinator (any more).
+func (c *Catalog) CoordinatorNode(ctx context.Context, exportID, token int64) (string, error) {
+	var node *string
+	err := c.Pool.QueryRow(ctx, `
+		SELECT t.node FROM deckhand.export e JOIN deckhand.task t ON t.job_id = e.job_id
+		WHERE e.id = $1 AND t.attempt_token = $2 AND t.kind = 'export'`, exportID, token).Scan(&node)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && node == nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the coordinator of export %d: %w", exportID, err)
+	}
+	return *node, nil
 }
