@@ -74,15 +74,39 @@ func (b *xactBatcher) run(ctx context.Context) {
 			xs[i] = r.x
 		}
 		current, err := b.cat.RecordXacts(ctx, xs)
-		for _, r := range batch {
-			switch {
-			case err != nil:
-				r.done <- fmt.Errorf("record the node transaction of task %d: %w", r.x.TaskID, err)
-			case !current[r.x.TaskID]:
-				r.done <- errTakenOver
-			default:
-				r.done <- nil
+		if catalog.IsLockTimeout(err) {
+			// A task's row is held, most likely by a caller of deckhand.pause or cancel who
+			// keeps its locks: each attempt is recorded alone, so that only that one waits.
+			for _, r := range batch {
+				go b.recordAlone(ctx, r)
 			}
+			continue
 		}
+		for _, r := range batch {
+			answer(r, current, err)
+		}
+	}
+}
+
+// recordAlone records one attempt's transaction, waiting for as long as its task's row is
+// held (the attempt's own job), or until ctx ends.
+func (b *xactBatcher) recordAlone(ctx context.Context, r xactRequest) {
+	for {
+		current, err := b.cat.RecordXacts(ctx, []catalog.AttemptXact{r.x})
+		if !catalog.IsLockTimeout(err) || ctx.Err() != nil {
+			answer(r, current, err)
+			return
+		}
+	}
+}
+
+func answer(r xactRequest, current map[int64]bool, err error) {
+	switch {
+	case err != nil:
+		r.done <- fmt.Errorf("record the node transaction of task %d: %w", r.x.TaskID, err)
+	case !current[r.x.TaskID]:
+		r.done <- errTakenOver
+	default:
+		r.done <- nil
 	}
 }
