@@ -36,7 +36,7 @@ func (c *Catalog) AddSchedule(ctx context.Context, s NewSchedule) (int64, error)
 		every = &v
 	}
 	var id int64
-	err := c.Pool.QueryRow(ctx, `SELECT deckhand.schedule_add($1, $2::jsonb, $3, $4, $5::interval, $6, $7, $8)`,
+	err := c.Pool.QueryRow(ctx, `SELECT deckhand.schedule_add($1, $2::jsonb, $3, $4, $5::interval, $6, $7, $8, `+CallerSearchPathSQL+`)`,
 		s.Name, string(s.Spec), nonEmpty(s.Cron), nonEmpty(s.Timezone), every, s.SkipMissed, s.NoOverlap, s.NextRunAt).Scan(&id)
 	if err != nil {
 		return 0, callError(err)
@@ -206,7 +206,7 @@ func (c *Catalog) SetScheduleStart(ctx context.Context, id int64, next time.Time
 // SessionContext is what a submission by this catalog session captures: the session user (the
 // submitter), its search_path, and the catalog's clock.
 func (c *Catalog) SessionContext(ctx context.Context) (user, searchPath string, now time.Time, err error) {
-	err = c.Pool.QueryRow(ctx, `SELECT session_user, current_setting('search_path'), coalesce($1, now())`, c.now()).
+	err = c.Pool.QueryRow(ctx, `SELECT session_user, `+CallerSearchPathSQL+`, coalesce($1, now())`, c.now()).
 		Scan(&user, &searchPath, &now)
 	if err != nil {
 		err = fmt.Errorf("read the catalog session: %w", err)
