@@ -20,6 +20,10 @@ const MaxNameLen = 63
 // MaxMaxAttempts bounds Task.MaxAttempts.
 const MaxMaxAttempts = 1000
 
+// MaxTaskText bounds a task's SQL and its payload, in bytes, as the catalog does: each goes
+// whole into the memory of the worker that runs the task.
+const MaxTaskText = 16 << 20
+
 // PayloadValidator checks a task's payload at submission, without a database; its error is
 // the reason, shown after the task's name. An empty payload reaches it as nil.
 type PayloadValidator func(payload json.RawMessage) error
@@ -191,6 +195,9 @@ func (t Task) validate(index map[string]int, kinds Kinds) (string, error) {
 	k, ok := kinds.lookup(kind)
 	if !ok {
 		return "", Invalidf("task %q: unknown kind %q (known kinds: %s)", t.Name, kind, strings.Join(kinds.names(), ", "))
+	}
+	if len(t.SQL) > MaxTaskText || len(t.Payload) > MaxTaskText {
+		return "", Invalidf("task %q: sql and payload are limited to %d MiB each", t.Name, MaxTaskText>>20)
 	}
 	if kind == KindSQL {
 		if strings.TrimSpace(t.SQL) == "" {
