@@ -95,6 +95,12 @@ func (t Task) TimeoutOrDefault() time.Duration {
 	return time.Duration(t.Timeout)
 }
 
+// MaxJobText bounds a job's description and search_path, in characters, as the catalog does.
+const MaxJobText = 10000
+
+// jobKindRE is what a job's kind, a label its submitter chooses, may be (as in the catalog).
+var jobKindRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
 // gucNameRE matches setting names such as work_mem or myext.some_setting.
 var gucNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
@@ -122,6 +128,14 @@ func (j *Job) Validate(kinds Kinds) error {
 	}
 	if strings.ContainsRune(j.SearchPath, 0) {
 		return Invalidf("search_path contains a NUL byte")
+	}
+	// The catalog's own checks (deckhand.submit_job), which do not run for a job a worker
+	// writes: a schedule's firing.
+	if utf8.RuneCountInString(j.Description) > MaxJobText || utf8.RuneCountInString(j.SearchPath) > MaxJobText {
+		return Invalidf("description and search_path are limited to %d characters", MaxJobText)
+	}
+	if j.Kind != "" && !jobKindRE.MatchString(j.Kind) {
+		return Invalidf("job kind %q: use a lower-case word such as sql or drop", j.Kind)
 	}
 	if err := CheckKey(j.Key); err != nil {
 		return err
