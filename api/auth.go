@@ -1,14 +1,17 @@
 package api
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Authentication. Every caller of the API and the dashboard is a catalog role, and every
@@ -61,8 +64,27 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 			s.refuse(w, r, ref)
 			return
 		}
+		if path != "/api/events" { // a stream: it ends when its catalog listener fails
+			ctx, cancel := context.WithTimeoutCause(r.Context(), catalogTimeout(r), errCatalogTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		next.ServeHTTP(w, withCaller(r, sess))
 	})
+}
+
+// errCatalogTimeout ends a request whose catalog statements took longer than catalogTimeout.
+var errCatalogTimeout = errors.New("the catalog did not answer in time")
+
+// catalogTimeout bounds a request's time on the catalog: a catalog that stopped answering
+// without closing the session's connection (a stopped server, packets dropped) would hold it
+// for ever. Reads get what a worker's catalog calls get; a submission more, for it asks each
+// of its nodes (each bounded on its own) before it writes.
+func catalogTimeout(r *http.Request) time.Duration {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return 10 * time.Second
+	}
+	return time.Minute
 }
 
 // authenticate finds the caller's session: from Basic credentials, or the session cookie.

@@ -311,7 +311,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 // message when the catalog refused the caller's role, 502 when a node a submission had to
 // check could not be asked, 503 when the catalog did not answer, else 500, logged in full.
 func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
+	if r.Context().Err() != nil && !errors.Is(context.Cause(r.Context()), errCatalogTimeout) {
 		return // the client went away; nothing to tell
 	}
 	var pgErr *pgconn.PgError

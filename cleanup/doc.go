@@ -6,8 +6,9 @@ task kinds, a cleaner that runs on the leader, and pins.
 # Model
 
 An Operation is the scope of cleanup records: one attempt of a task (Cleaner.Begin) or a whole
-job (Cleaner.BeginJob). Before creating a resource — a table, index, schema, publication,
-subscription, replication slot, object-store object or prefix — the operation registers it
+job (Cleaner.BeginJob). Before creating a resource — a table, index, schema (dropped without
+CASCADE, or with it: SchemaCascade), function, publication, subscription, replication slot,
+object-store object or prefix — the operation registers it
 with a Policy, in a transaction of its own that commits before the resource exists:
 
 	OnFailure          removed if the operation fails; forgotten (in the operation's final
@@ -24,7 +25,8 @@ An operation nobody finishes — its worker was killed, its attempt returned an 
 cancelled — is an orphan once it is no longer alive; the cleaner ends it as failed (a job-wide
 operation whose job finished, as succeeded) and applies the policies.
 
-Records move through the states documented next to their constants in package catalog:
+Records move through the states drawn and tabled in internal/catalog/state.go (the constants
+are package deckhandtype's):
 
 	pending ─▶ due ─▶ removed        (or forgotten, by policy; failed or node_removed, for an operator)
 
@@ -35,8 +37,8 @@ deckhand_job, payload "<job notify_key>:<state>") or an operation finishes (chan
 heard through the process's notifier, when that notifier reconnects, and on a timer as a
 fallback. As an engine.Retainer it deletes operations that ended long ago. Each pass decides orphans, then removes due records:
 
-  - in dependency order within an operation: subscriptions, then publications and slots,
-    indexes, tables, schemas;
+  - in dependency order within an operation: subscriptions, objects and prefixes, then
+    publications and slots, indexes, tables, then schemas and functions;
   - as the operation's owner, connected as that role (never with more rights);
   - each statement in its own transaction under a short lock_timeout (100ms by default, the
     catalog setting cleanup_lock_timeout), so that no other session ever queues behind its lock

@@ -75,8 +75,8 @@ var ErrDuplicateKey = catalog.ErrDuplicateKey
 type DuplicateKeyError = catalog.DuplicateKeyError
 
 // Submit validates a job and writes it to the catalog; workers start on it at once. Nothing
-// is written when the spec is invalid, names an unknown node, or names an owner the
-// submitter (the catalog session user) may not act as. A job whose key an unfinished job of
+// is written when the spec is invalid, names an unknown node, names an owner the submitter
+// (the catalog session user) may not act as, or fails its kinds' Check. A job whose key an unfinished job of
 // the submitter holds is refused with a *DuplicateKeyError.
 func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
 	var submitter, searchPath string
@@ -92,8 +92,8 @@ func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
 }
 
 // Prepare makes the checks Submit makes of a job for submitter — the spec is valid for this
-// client's kinds, every node exists, and on each node every owner exists and submitter is a
-// member of it — and returns the job ready to be written: tasks in dependency order, owners
+// client's kinds, every node exists, on each node every owner exists and submitter is a
+// member of it, and each kind's own Check passes — and returns the job ready to be written: tasks in dependency order, owners
 // filled in with submitter, the search_path (searchPath when the job names none) and the
 // kind. A schedule's firing calls it for the schedule's submitter.
 func (c *Client) Prepare(ctx context.Context, job *spec.Job, submitter, searchPath string) (catalog.NewJob, error) {
@@ -104,6 +104,9 @@ func (c *Client) Prepare(ctx context.Context, job *spec.Job, submitter, searchPa
 		searchPath = job.SearchPath
 	}
 	if err := c.authorize(ctx, job, submitter); err != nil {
+		return catalog.NewJob{}, err
+	}
+	if err := c.kinds.check(ctx, c, submitter, job.Tasks); err != nil {
 		return catalog.NewJob{}, err
 	}
 	nj := catalog.NewJob{

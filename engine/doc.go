@@ -15,10 +15,13 @@ Data flows one way:
 	                         ▲                                                       │
 	                         └──────────── NOTIFY deckhand_runnable ◀────────────────┘
 
-Submit validates the spec, checks nodes and owner roles on the nodes themselves, and writes
-the job and its tasks in one transaction, then notifies the workers.
+Submit validates the spec, checks nodes and owner roles on the nodes themselves, runs each
+kind's own submission check (Kind.Check), and writes the job and its tasks in one
+transaction, then notifies the workers.
 
-A Worker runs five loops:
+A Worker runs five loops, beside a listener that turns the notifier's deckhand_runnable and
+deckhand_cancel notifications into claims and cancellations, and a batcher that records its
+attempts' node transaction ids in the catalog before they commit:
 
   - fetch: claims runnable tasks (FOR UPDATE SKIP LOCKED) whenever it is woken — by a
     notification or a resync of the process's notifier (Config.Notifier), by its own

@@ -41,6 +41,14 @@ type Kind struct {
 	// Validate checks a task's payload at submission, without a database, so that a payload
 	// the executor would refuse is refused before anything is written; nil: no payload.
 	Validate spec.PayloadValidator
+	// Check, when set, checks the job's tasks of the kind at submission against the catalog
+	// and the nodes, after Validate and the owner checks of the nodes tasks name: what a
+	// payload alone cannot tell (that the node groups it names exist, that the submitter may
+	// act as the owner on nodes the task does not name, ...). Submit, and Prepare for a
+	// schedule, refuse the job with its error; tasks come in job order, each with its owner
+	// filled in. The executor checks again when it runs: what is true at submission may not
+	// be by then.
+	Check func(ctx context.Context, c *Client, submitter string, tasks []spec.Task) error
 	// Internal kinds are created by deckhand itself (an export's coordinator and parts) and
 	// are never submitted; the catalog refuses them from submitters too.
 	Internal bool
@@ -71,6 +79,8 @@ type Deps struct {
 	Submissions *Client
 
 	xacts xactRecorder // the worker's: records node transaction ids before they commit
+	// killed is closed when the worker's shutdown cancels its running tasks (after the grace).
+	killed <-chan struct{}
 }
 
 // registry holds the kinds of a Client or a Worker, sql and noop included, by name.
@@ -78,7 +88,7 @@ type registry map[string]Kind
 
 // builtinKinds are the kinds the engine runs itself.
 var builtinKinds = []Kind{
-	{Name: spec.KindSQL, NeedsNode: true, New: func(d Deps) Executor { return sqlExecutor{pools: d.Nodes, xacts: d.xacts} }},
+	{Name: spec.KindSQL, NeedsNode: true, New: func(d Deps) Executor { return sqlExecutor{pools: d.Nodes, xacts: d.xacts, killed: d.killed} }},
 	{Name: spec.KindNoop, New: func(Deps) Executor {
 		return ExecutorFunc(func(context.Context, *deckhandtype.ClaimedTask) error { return nil })
 	}},
@@ -102,6 +112,31 @@ func newRegistry(features []Feature) registry {
 		}
 	}
 	return r
+}
+
+// check runs the Check of each kind the job's tasks have, once per kind, in the order the
+// kinds first appear; owners are filled in with submitter.
+func (r registry) check(ctx context.Context, c *Client, submitter string, tasks []spec.Task) error {
+	byKind := map[string][]spec.Task{}
+	var order []string
+	for _, t := range tasks {
+		if r[t.Kind].Check == nil {
+			continue
+		}
+		if t.Owner == "" {
+			t.Owner = submitter
+		}
+		if _, seen := byKind[t.Kind]; !seen {
+			order = append(order, t.Kind)
+		}
+		byKind[t.Kind] = append(byKind[t.Kind], t)
+	}
+	for _, kind := range order {
+		if err := r[kind].Check(ctx, c, submitter, byKind[kind]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SubmittableKinds are the kinds a client with these features accepts in a submission: what

@@ -38,6 +38,7 @@ func (w *Worker) lead(ctx context.Context) {
 		}
 		if leading {
 			w.rescue(ctx)
+			w.failStranded(ctx)
 			// Completions settle the jobs they may have ended; this folds what a settling
 			// that failed, or a race it cannot see, left behind.
 			if err := w.cat.SettleJobs(ctx, nil); err != nil && ctx.Err() == nil {

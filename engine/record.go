@@ -24,10 +24,10 @@ func (w *Worker) result(t *deckhandtype.ClaimedTask, err, cause error) catalog.R
 		r.Err = taskerr.Describe(err)
 	case errors.Is(cause, errShutdown):
 		r.Outcome = deckhandtype.OutcomeReleased
-		r.Err = &deckhandtype.TaskError{Message: "released: the worker shut down while the task ran"}
+		r.Err = &deckhandtype.TaskError{Message: "released: the worker shut down while the task ran" + releasedEffect(t)}
 	case errors.Is(cause, errJobPaused):
 		r.Outcome = deckhandtype.OutcomeReleased
-		r.Err = &deckhandtype.TaskError{Message: "released: the job was paused while the task ran"}
+		r.Err = &deckhandtype.TaskError{Message: "released: the job was paused while the task ran" + releasedEffect(t)}
 	case taskerr.Retryable(err):
 		r.Outcome = deckhandtype.OutcomeRetry
 		r.Err = taskerr.Describe(err)
@@ -37,6 +37,16 @@ func (w *Worker) result(t *deckhandtype.ClaimedTask, err, cause error) catalog.R
 		r.Err = taskerr.Describe(err)
 	}
 	return r
+}
+
+// releasedEffect is what a released attempt's message adds about its effect: its statement
+// was cancelled on the node, which rolls a transaction back but may leave some or all of what
+// a task without one did.
+func releasedEffect(t *deckhandtype.ClaimedTask) string {
+	if t.InTransaction {
+		return ""
+	}
+	return "; the task does not run in a transaction, so its effect is unknown: it may have taken effect in part or in full, and it runs again"
 }
 
 // completer records results in batches: whatever accumulated while the previous batch was

@@ -104,6 +104,7 @@ func (w *Worker) rescue(ctx context.Context) {
 	var nodes []string
 	for _, o := range orphans {
 		if o.Node == nil || o.NodeDSN == nil {
+			// bound to no node, or to one removed from the catalog: there is nothing to reach
 			nowhere = append(nowhere, o)
 			continue
 		}
@@ -177,8 +178,19 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 	if !o.InTransaction {
 		lost.Err.Message += "; the task does not run in a transaction, so its effect is unknown: it may have taken effect, and it runs again"
 	}
-	if o.Node == nil || o.NodeDSN == nil {
+	if o.Node == nil {
 		return lost, nil
+	}
+	if o.NodeDSN == nil {
+		// The node was removed from the catalog while the attempt ran: its session there
+		// cannot be ended nor its transaction asked about, so the attempt may have committed.
+		// Running the task again once a node of that name is registered anew could apply its
+		// effect twice, so it fails and says so; `job retry` is the operator's call.
+		return catalog.Result{TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: deckhandtype.OutcomeFailed,
+			FinishedAt: w.injectedNow(),
+			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired; its node %s is no longer registered, "+
+				"so its session there could not be ended nor its transaction checked: its effect is unknown, and it does not run again on its own "+
+				"(deckhand job retry runs it again)", o.WorkerID, *o.Node)}}, nil
 	}
 	owner := nodeconn.Owner{Node: *o.Node, DSN: *o.NodeDSN, Role: o.Owner, Submitter: o.SubmittedBy}
 	err := nodeconn.TerminateAttempt(ctx, w.pools, owner, o.TaskID, o.Token)
@@ -223,4 +235,34 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 		lost.Err.Message += fmt.Sprintf("; the node reports its transaction %s as %q", xid, status)
 		return lost, nil
 	}
+}
+
+// failStranded fails the runnable tasks bound to a node that is no longer registered: no worker
+// can reach it, so they would wait for ever and keep their jobs from ending. They are taken as
+// a claim takes tasks, then failed through Complete, which unschedules their dependents.
+func (w *Worker) failStranded(ctx context.Context) {
+	stranded, err := w.cat.ClaimStranded(ctx, w.ID())
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("could not look for tasks of removed nodes", "err", err)
+		}
+		return
+	}
+	if len(stranded) == 0 {
+		return
+	}
+	results := make([]catalog.Result, len(stranded))
+	for i, s := range stranded {
+		results[i] = catalog.Result{TaskID: s.TaskID, Token: s.Token, WorkerID: w.ID(), Outcome: deckhandtype.OutcomeFailed,
+			FinishedAt: w.injectedNow(),
+			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("node %s is no longer registered (deckhand node remove): the task cannot run; "+
+				"register the node again and run deckhand job retry", s.Node)}}
+	}
+	if _, err := w.cat.Complete(ctx, results); err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("could not fail the tasks of removed nodes; the rescue settles them once this worker's lease expires", "err", err)
+		}
+		return
+	}
+	w.log.Warn("failed tasks bound to nodes that are no longer registered", "tasks", len(stranded))
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -25,8 +26,9 @@ import (
 // no id, and running it again changes nothing. A task run outside a transaction is at least
 // once: what a lost attempt did is unknown.
 type sqlExecutor struct {
-	pools *nodeconn.Pools
-	xacts xactRecorder
+	pools  *nodeconn.Pools
+	xacts  xactRecorder
+	killed <-chan struct{} // the worker's shutdown cancelled its tasks
 }
 
 // xactRecorder makes an attempt's node transaction id durable in the catalog before it commits.
@@ -60,7 +62,7 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 		if _, err = readDiscarding(conn.PgConn().Exec(ctx, t.SQL)); err == nil {
 			afterNodeCommit(t)
 		}
-		return err
+		return explainImplicitTransaction(err)
 	}
 	// A newline ends a trailing -- comment; the semicolon a statement left open.
 	results, err := readDiscarding(conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+xidSQL))
@@ -87,12 +89,43 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 		return err
 	}
 	// The COMMIT was sent and its answer lost: the node knows what became of it.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-	defer cancel()
-	if status, serr := nodeconn.XactStatus(cctx, s.pools, o, xid); serr == nil && status == nodeconn.XactCommitted {
-		return nil
+	return s.commitOutcome(ctx, o, xid, err)
+}
+
+// errCommitUnknown: a COMMIT's answer was lost and the node could not say what became of it
+// before the worker's shutdown killed the task. The worker records no result for it.
+var errCommitUnknown = errors.New("the COMMIT's answer was lost and the node has not said whether it committed")
+
+// commitOutcome asks the node what became of a transaction whose COMMIT's answer was lost
+// (commitErr), until it says: nil when it committed, commitErr when it did not. A node that
+// does not answer (it crashed with the connection, and recovers) is asked again with backoff
+// for as long as it takes, whatever becomes of the task meanwhile (a cancel, a pause, its
+// timeout): taking commitErr for a failure would run the task again, and apply its effect
+// twice if it had committed. Only the worker's shutdown ends the asking, with
+// errCommitUnknown: the attempt is then the leader's to settle, which asks the node the same
+// way before running the task again.
+func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid string, commitErr error) error {
+	ask := context.WithoutCancel(ctx)
+	delay := 100 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ask, 15*time.Second)
+		status, err := nodeconn.XactStatus(actx, s.pools, o, xid)
+		cancel()
+		switch {
+		case err == nil && status == nodeconn.XactCommitted:
+			return nil
+		case err == nil && status != nodeconn.XactInProgress:
+			return commitErr // aborted: running the task again is safe
+		}
+		// Unreachable, or still committing (its backend has not yet noticed the lost
+		// connection): ask again.
+		select {
+		case <-time.After(delay):
+		case <-s.killed:
+			return fmt.Errorf("%w (transaction %s): %w", errCommitUnknown, xid, commitErr)
+		}
+		delay = min(2*delay, 5*time.Second)
 	}
-	return err
 }
 
 // readDiscarding reads every result of mrr as MultiResultReader.ReadAll does, but keeps no
@@ -139,4 +172,19 @@ func attemptXID(results []*pgconn.Result) (xid string, ok bool) {
 func commitUnknown(err error) bool {
 	var pgErr *pgconn.PgError
 	return !errors.As(err, &pgErr)
+}
+
+// explainImplicitTransaction adds to a refusal to run inside a transaction block (25001), met
+// by a task outside a transaction, why: PostgreSQL runs a query string of several statements
+// as one implicit transaction, so such a statement must be its task's only one. PostgreSQL's
+// words alone read as if deckhand had opened a transaction.
+func explainImplicitTransaction(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "25001" {
+		return err
+	}
+	explained := *pgErr
+	explained.Message += " (the task's SQL has several statements, which PostgreSQL runs as one implicit transaction " +
+		"even with transaction: false; give a statement that refuses a transaction block a task of its own)"
+	return &explained
 }

@@ -55,6 +55,7 @@ type Worker struct {
 	// back what the catalog says this worker holds but it never started. Guarded by claimMu.
 	claimUnsure bool
 	tasksCtx    context.Context
+	killed      chan struct{} // closed when the shutdown cancels the running tasks
 	wake        chan struct{}
 	results     chan catalog.Result
 	// tasksEnded is closed once the worker stops claiming and every task has returned (so
@@ -94,7 +95,6 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 	w := &Worker{
 		cat:   cat,
 		cfg:   cfg,
-		log:   cfg.Logger.With("worker", cfg.Name),
 		pools: nodeconn.NewPools(cfg.Concurrency),
 		// Progress is read in sessions of its own, so that reading it never waits for a slot
 		// that the tasks hold.
@@ -107,14 +107,16 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		outstanding:   map[attempt]struct{}{},
 		tasksEnded:    make(chan struct{}),
 		completerDone: make(chan struct{}),
+		killed:        make(chan struct{}),
 	}
+	w.log = slog.New(workerIDHandler{Handler: cfg.Logger.Handler(), id: &w.id}).With("worker", cfg.Name)
 	if w.notifier == nil {
 		w.notifier = notifier.New(cat.Pool.Config().ConnConfig, w.log)
 		w.ownNotifier = true
 	}
 	w.xacts = newXactBatcher(cat)
 	kinds := newRegistry(cfg.Features)
-	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log, xacts: w.xacts,
+	deps := Deps{Catalog: cat, Nodes: w.pools, Cleaner: cleanup.New(cat, w.pools), Logger: w.log, xacts: w.xacts, killed: w.killed,
 		Clock: cfg.Clock, Submissions: &Client{cat: cat, kinds: kinds}}
 	w.exec = kinds.executors(deps)
 	var services []Service
@@ -160,12 +162,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.id.Store(id)
-	w.log = w.log.With("worker_id", id)
+	w.id.Store(id) // and so in every log line from now on (workerIDHandler)
 	w.log.Debug("worker started", "concurrency", w.cfg.Concurrency)
 
 	// Tasks run under their own context: stopping the worker must not kill them outright.
-	tasksCtx, killTasks := context.WithCancelCause(context.Background())
+	tasksCtx, cancelTasks := context.WithCancelCause(context.Background())
+	var killOnce sync.Once
+	killTasks := func(cause error) {
+		cancelTasks(cause)
+		killOnce.Do(func() { close(w.killed) })
+	}
 	defer killTasks(errShutdown)
 	w.tasksCtx = tasksCtx
 	// Results are recorded under theirs: only the end of a shutdown gives up on them.
@@ -308,13 +314,17 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 		cancelTimeout()
 		cancel(nil)
 		leaseLost := errors.Is(cause, errLeaseLost) // the leader owns the task now; our result would be fenced off
+		// A commit whose outcome the node could not tell before the shutdown killed the task:
+		// no result may say it failed (it would run again) nor that it succeeded. It stays
+		// outstanding, named when the worker exits, for the leader's rescue to ask the node.
+		unknown := errors.Is(err, errCommitUnknown)
 		w.mu.Lock()
 		delete(w.running, t.ID)
 		if leaseLost {
 			delete(w.outstanding, attempt{t.ID, t.Token})
 		}
 		w.mu.Unlock()
-		if !leaseLost {
+		if !leaseLost && !unknown {
 			r := w.result(t, err, cause)
 			w.cfg.Metrics.TaskDuration.WithLabelValues(t.Kind, string(r.Outcome)).Observe(time.Since(began).Seconds())
 			w.cfg.Metrics.Attempts.WithLabelValues(t.Kind, string(r.Outcome)).Inc()

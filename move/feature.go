@@ -23,7 +23,8 @@ func Feature() engine.Feature {
 			_, err := ParsePayload(raw)
 			return err
 		},
-		New: func(d engine.Deps) engine.Executor { return Mover{Cleaner: d.Cleaner} },
+		Check: checkSubmission,
+		New:   func(d engine.Deps) engine.Executor { return Mover{Cleaner: d.Cleaner} },
 	}}}
 }
 

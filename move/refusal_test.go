@@ -13,6 +13,7 @@ import (
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/internal/testenv/clitest"
 	"github.com/deckhandhq/deckhand/move"
+	"github.com/deckhandhq/deckhand/spec"
 )
 
 // A move that cannot be done is refused with a one-line reason, before anything is created on
@@ -54,11 +55,6 @@ func TestMoveRefusals(t *testing.T) {
 	if _, err := e.Client.Cancel(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
-	// The holder's cancellation ends its marks only through EndMove; mark again for the task's check.
-	other := e.submit(move.Request{Tables: []string{"busy.t"}, From: "g1", To: "g2"})
-	if err := e.Client.Catalog().BeginMove(ctx, other, []deckhandtype.PlacedObject{{Schema: "busy", Table: "t"}}, "g1", "g2"); err != nil {
-		t.Fatal(err)
-	}
 
 	preSrc := e.Snapshot(e.src)
 	preDst := e.Snapshot(e.dst)
@@ -85,6 +81,13 @@ func TestMoveRefusals(t *testing.T) {
 		}
 		cases[i].req.To = "g2"
 		ids[i] = e.submit(cases[i].req)
+	}
+	// The holder's cancellation ends its marks only through EndMove. Another move of busy.t,
+	// submitted after the one above (so both passed the submission's check), begins first:
+	// the task's own check refuses the one above.
+	other := e.submit(move.Request{Tables: []string{"busy.t"}, From: "g1", To: "g2"})
+	if err := e.Client.Catalog().BeginMove(ctx, other, []deckhandtype.PlacedObject{{Schema: "busy", Table: "t"}}, "g1", "g2"); err != nil {
+		t.Fatal(err)
 	}
 	e.worker(move.Mover{})
 	for i, c := range cases {
@@ -158,9 +161,9 @@ func TestMoveCommand(t *testing.T) {
 
 // A move task names no node, so the owner check that Submit makes on each task's node had
 // nothing to check: a submitter who may not act as the owner got a job that failed on the
-// node. move.Start makes the check on the groups' primaries: refused as bad input, nothing
-// written.
-func TestStartChecksTheSubmitterMayActAsTheOwner(t *testing.T) {
+// node. The move kind's submission check makes it on the groups' primaries, for `deckhand
+// move` and for a job spec with a move task alike: refused as bad input, nothing written.
+func TestSubmissionChecksTheSubmitterMayActAsTheOwner(t *testing.T) {
 	e := newMoveEnv(t)
 	e.asOwner(e.src, appSchema)
 	outsider, c := e.Submitter("outsider")
@@ -172,16 +175,64 @@ func TestStartChecksTheSubmitterMayActAsTheOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := move.Start(ctx, c, move.Request{Schema: "app", From: "g1", To: "g2", Owner: e.owner})
-	if err == nil || !engine.IsInvalid(err) ||
-		!strings.Contains(err.Error(), fmt.Sprintf("submitter %q is not a member of role %q", outsider, e.owner)) {
-		t.Errorf("Start by a submitter who is not a member of the owner = job %d, %v; want refused as bad input", id, err)
+	req := move.Request{Schema: "app", From: "g1", To: "g2", Owner: e.owner}
+	task, err := req.Task("relocate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asSpec := func() (int64, error) {
+		return c.Submit(ctx, &spec.Job{Tasks: []spec.Task{{Name: "first", Kind: spec.KindNoop}, task}})
+	}
+	for name, submit := range map[string]func() (int64, error){
+		"move.Start": func() (int64, error) { return move.Start(ctx, c, req) },
+		"job spec":   asSpec,
+	} {
+		id, err := submit()
+		if err == nil || !engine.IsInvalid(err) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("submitter %q is not a member of role %q", outsider, e.owner)) {
+			t.Errorf("%s by a submitter who is not a member of the owner = job %d, %v; want refused as bad input", name, id, err)
+		}
 	}
 	after, err := e.Client.Jobs(ctx, deckhandtype.JobFilter{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(after) != len(before) {
-		t.Errorf("the refused move wrote a job: %d jobs before, %d after", len(before), len(after))
+		t.Errorf("the refused moves wrote jobs: %d jobs before, %d after", len(before), len(after))
+	}
+}
+
+// A job spec's move task is refused at submission for what `deckhand move` is refused for,
+// the task named: a group with no nodes, a --from that is not where the object is, an object
+// a live job already moves.
+func TestJobSpecMoveIsCheckedAtSubmission(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	submit := func(r move.Request) (int64, error) {
+		task, err := r.Task("relocate")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Client.Submit(ctx, &spec.Job{Tasks: []spec.Task{{Name: "first", Kind: spec.KindNoop}, task}})
+	}
+	first, err := submit(move.Request{Schema: "app", From: "g1", To: "g2", Owner: e.owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Catalog().BeginMove(ctx, first, []deckhandtype.PlacedObject{{Schema: "app"}}, "g1", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		req  move.Request
+		want string
+	}{
+		{move.Request{Schema: "app", From: "g1", To: "nowhere", Owner: e.owner}, `task "relocate": node group "nowhere" has no nodes`},
+		{move.Request{Tables: []string{"app.orders"}, From: "g1", To: "g2", Owner: e.owner},
+			fmt.Sprintf(`task "relocate": table app.orders is already being moved by job %d`, first)},
+		{move.Request{Schema: "app", From: "g2", To: "g1", Owner: e.owner}, `task "relocate": schema app is`},
+	} {
+		if id, err := submit(tc.req); err == nil || !engine.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Submit of %s = job %d, %v; want refused as bad input with %q", tc.req.Describe(), id, err, tc.want)
+		}
 	}
 }

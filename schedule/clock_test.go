@@ -81,7 +81,7 @@ func fireDue(t *testing.T, s *schedule.Service) {
 // spring change of daylight saving time, at 03:30 EDT on the night 02:30 does not exist;
 // a due time fires once however often the leader looks; a missed window (the clock jumps an
 // hour past the due time, as after an outage) fires once for its latest due time, counting the
-// others as missed; with --skip-missed it submits nothing.
+// others as missed; with --skip-missed it submits nothing for them.
 func TestFiringOnAnInjectedClock(t *testing.T) {
 	e := testenv.New(t)
 	clock := &fakeClock{}
@@ -129,15 +129,19 @@ func TestFiringOnAnInjectedClock(t *testing.T) {
 	clock.Set(t0.Add(60*time.Minute + 10*time.Second))
 	fireDue(t, s)
 	fireDue(t, s)
-	for name, want := range map[string]deckhandtype.FiringOutcome{"fold": deckhandtype.FiringSubmitted, "skip": deckhandtype.FiringSkippedMissed} {
-		rs := runs(t, e, name)
-		if len(rs) != 1 {
-			t.Fatalf("%s: %d firings for a missed window, want 1: %+v", name, len(rs), rs)
-		}
-		r := rs[0]
-		if r.Outcome != want || !r.DueAt.Equal(t0.Add(60*time.Minute)) || r.Missed != 60 || (r.JobID != nil) != (want == deckhandtype.FiringSubmitted) {
-			t.Errorf("%s: firing %+v, want %s for the due time %s with 60 missed", name, r, want, t0.Add(60*time.Minute))
-		}
+	// The window's latest due time, 10 s late, is not missed: with --skip-missed the others are
+	// skipped and it fires on its own (see TestSkipMissedFiresAnOnTimeDueTime).
+	if rs := runs(t, e, "skip"); len(rs) != 2 || rs[0].Outcome != deckhandtype.FiringSkippedMissed ||
+		!rs[0].DueAt.Equal(t0.Add(59*time.Minute)) || rs[0].Missed != 59 || rs[0].JobID != nil ||
+		rs[1].Outcome != deckhandtype.FiringSubmitted || !rs[1].DueAt.Equal(t0.Add(60*time.Minute)) || rs[1].JobID == nil {
+		t.Errorf("skip: firings %+v, want skipped_missed for %s with 59 missed, then submitted for %s",
+			rs, t0.Add(59*time.Minute), t0.Add(60*time.Minute))
+	}
+	if rs := runs(t, e, "fold"); len(rs) != 1 || rs[0].Outcome != deckhandtype.FiringSubmitted ||
+		!rs[0].DueAt.Equal(t0.Add(60*time.Minute)) || rs[0].Missed != 60 || rs[0].JobID == nil {
+		t.Errorf("fold: firings %+v, want one submitted for the due time %s with 60 missed", rs, t0.Add(60*time.Minute))
+	}
+	for _, name := range []string{"fold", "skip"} {
 		sch, _ := e.Client.Catalog().Schedule(ctx, name)
 		if sch.NextRunAt == nil || !sch.NextRunAt.Equal(t0.Add(61*time.Minute)) {
 			t.Errorf("%s: next run %v, want %s", name, sch.NextRunAt, t0.Add(61*time.Minute))
@@ -147,7 +151,7 @@ func TestFiringOnAnInjectedClock(t *testing.T) {
 	s.LateWindow = 5 * time.Minute
 	clock.Set(t0.Add(63*time.Minute + 10*time.Second))
 	fireDue(t, s)
-	if rs := runs(t, e, "skip"); len(rs) != 4 || rs[1].Outcome != deckhandtype.FiringSubmitted || rs[3].Missed != 0 {
+	if rs := runs(t, e, "skip"); len(rs) != 5 || rs[2].Outcome != deckhandtype.FiringSubmitted || rs[4].Missed != 0 {
 		t.Errorf("caught up: %+v, want three more submitted firings", rs)
 	}
 }

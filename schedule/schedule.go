@@ -79,7 +79,9 @@ func Add(ctx context.Context, c *engine.Client, r Request) (int64, time.Time, er
 	return id, next, err
 }
 
-// Resume lets a paused schedule fire again from its first due time after now (returned).
+// Resume lets a paused schedule fire again from its first due time after now. It returns the
+// schedule's next due time as the catalog holds it afterwards: a schedule that was not paused
+// keeps the one it had (zero when it has none to show).
 func Resume(ctx context.Context, c *engine.Client, name string) (time.Time, error) {
 	cat := c.Catalog()
 	s, err := cat.Schedule(ctx, name)
@@ -106,8 +108,11 @@ func Resume(ctx context.Context, c *engine.Client, name string) (time.Time, erro
 	if err := cat.ResumeSchedule(ctx, name, next); err != nil {
 		return time.Time{}, err
 	}
-	if next == nil {
-		return time.Time{}, nil
+	// Read back rather than return next: the catalog resumes a paused schedule only, and
+	// a leader may already have moved a resumed one on.
+	s, err = cat.Schedule(ctx, name)
+	if err != nil || s.NextRunAt == nil {
+		return time.Time{}, err
 	}
-	return *next, nil
+	return *s.NextRunAt, nil
 }

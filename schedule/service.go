@@ -127,6 +127,11 @@ func (s *Service) fire(ctx context.Context, d catalog.DueSchedule, now time.Time
 		f.DueAt, f.Missed = latest(timing, due, now)
 		if d.SkipMissed {
 			f.Outcome = deckhandtype.FiringSkippedMissed
+			if f.Missed > 0 && now.Sub(f.DueAt) <= s.LateWindow {
+				// The window's latest due time is not late: the leader is back in time for
+				// it. Skip the others, up to the one before it; it fires on its own next.
+				f.DueAt, f.Missed = latest(timing, due, f.DueAt.Add(-time.Nanosecond))
+			}
 		}
 	}
 	f.Next = timing.Next(f.DueAt)

@@ -71,6 +71,10 @@ func (e badDSNError) Error() string { return e.msg }
 func (e badDSNError) Unwrap() error        { return ErrBadDSN }
 func (e badDSNError) Is(target error) bool { return target == ErrBadDSN }
 
+// DefaultConnectTimeout bounds a connection to the catalog when its conninfo sets no
+// connect_timeout: as long as a worker's CatalogTimeout.
+const DefaultConnectTimeout = 10 * time.Second
+
 // Open connects to the catalog database.
 func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	if dsn == "" {
@@ -90,6 +94,13 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	if cfg.ConnConfig.RuntimeParams["plan_cache_mode"] == "" {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
+	// A catalog that accepts the connection and never answers (a stopped server, packets
+	// dropped silently) would otherwise hold every command, and every new connection of a
+	// worker, for ever: libpq's default is no limit. connect_timeout (or PGCONNECT_TIMEOUT)
+	// given by the user wins.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "deckhand"
 	}
@@ -100,6 +111,11 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// pgx names every address and TLS mode it tried, each with the same timeout.
+			return nil, fmt.Errorf("connect to catalog: %s:%d did not answer within %s: %w",
+				cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.ConnectTimeout, context.DeadlineExceeded)
+		}
 		return nil, fmt.Errorf("connect to catalog: %w", err)
 	}
 	return New(pool), nil
@@ -125,8 +141,26 @@ func pinSearchPath(ctx context.Context, conn *pgx.Conn) error {
 	return err
 }
 
-// Close releases the pool.
-func (c *Catalog) Close() { c.Pool.Close() }
+// closeTimeout bounds Close.
+const closeTimeout = 2 * time.Second
+
+// Close releases the pool, waiting at most closeTimeout for its connections to close: a
+// connection whose statement was given up on (the catalog stopped answering) is closed only
+// after pgx has tried, for up to 15 s, to cancel that statement on the catalog, and a command
+// that already has its answer (job wait's timeout) must not wait for that.
+func (c *Catalog) Close() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Pool.Close()
+	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
 
 // now returns the injected time, or nil so SQL falls back to now() via coalesce($n, now()).
 func (c *Catalog) now() *time.Time {
@@ -239,7 +273,7 @@ func (c *Catalog) CheckSchema(ctx context.Context) error {
 		return errors.New("catalog is not initialised: run `deckhand init`")
 	}
 	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
-		return fmt.Errorf("read catalog schema version: %s%s", pgErr.Message, noAccessHint)
+		return &refusal{"read catalog schema version: " + pgErr.Message + noAccessHint, ErrForbidden}
 	}
 	if err != nil {
 		return fmt.Errorf("read catalog schema version: %w", err)

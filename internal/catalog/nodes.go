@@ -36,7 +36,8 @@ func (c *Catalog) AddNode(ctx context.Context, n deckhandtype.Node) (added bool,
 	return added, callError(err)
 }
 
-// RemoveNode deletes a node (admins only). Tasks that still target it fail when they are claimed.
+// RemoveNode deletes a node (admins only). Runnable tasks bound to it are failed by the
+// leader (ClaimStranded); a dead worker's task on it fails as its effect cannot be checked.
 func (c *Catalog) RemoveNode(ctx context.Context, name string) error {
 	_, err := c.Pool.Exec(ctx, `SELECT deckhand.node_remove($1)`, name)
 	return callError(err)

@@ -55,6 +55,7 @@ var TaskTransitions = []Transition[TaskState]{
 	{TaskBlocked, TaskCancelled, "PlanExport", "a part of an earlier epoch"},
 	{TaskBlocked, TaskPaused, "Complete", "its last prerequisite is done while its job is paused"},
 	{TaskRunnable, TaskRunning, "Claim", ""},
+	{TaskRunnable, TaskRunning, "ClaimStranded", "its node is no longer registered: taken by the leader, which fails it"},
 	{TaskRunnable, TaskCancelled, "CancelJob", "deckhand.cancel"},
 	{TaskRunnable, TaskCancelled, "PlanExport", "a part of an earlier epoch"},
 	{TaskRunnable, TaskPaused, "PauseJob", "deckhand.pause"},

@@ -15,6 +15,7 @@ import (
 func TestTaskAndJobStatementsFollowTheStateMachines(t *testing.T) {
 	m := newMachines(t)
 	t.Run("Claim", m.claim)
+	t.Run("ClaimStranded", m.claimStranded)
 	t.Run("CompleteWhilePaused", m.completeWhilePaused) // before Complete, which holds it to every edge
 	t.Run("Complete", m.complete)
 	t.Run("CancelJob", m.cancelJob)
@@ -42,6 +43,29 @@ func (m *machines) claim(t *testing.T) {
 	s.run("a task waiting for its backoff", func(c *step) {
 		claim(c, ct.TaskOpts{State: TaskRunnable, NotBefore: m.now.Add(time.Minute)})
 	})
+	s.promised()
+}
+
+// claimStranded takes only the runnable tasks of nodes that are not registered.
+func (m *machines) claimStranded(t *testing.T) {
+	s := m.statement(t, "ClaimStranded")
+	for _, st := range TaskStates {
+		for _, registered := range []bool{true, false} {
+			s.run("a task "+string(st)+map[bool]string{true: " of a node", false: " of a removed node"}[registered], func(c *step) {
+				node := "gone"
+				if registered {
+					node = ct.Node(ctx, t, m.db, &ct.NodeOpts{})
+				}
+				w := ct.Worker(ctx, t, m.db, nil)
+				ct.Job(ctx, t, m.db, &ct.JobOpts{Tasks: []ct.TaskOpts{{State: st, Node: node}}})
+				var got []catalog.Stranded
+				c.do(func() (err error) { got, err = m.cat.ClaimStranded(ctx, w); return err })
+				if want := !registered && st == TaskRunnable; (len(got) == 1) != want || len(got) > 1 {
+					t.Errorf("%s: took %+v", c.name, got)
+				}
+			})
+		}
+	}
 	s.promised()
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrLeaseLost is returned by Heartbeat when the worker was declared dead; it must stop
@@ -201,6 +202,60 @@ func (c *Catalog) ExpireWorkers(ctx context.Context) ([]Orphan, error) {
 	return orphans, nil
 }
 
+// Stranded is a task taken by ClaimStranded: it waited for a node that is no longer registered.
+type Stranded struct {
+	TaskID int64  `db:"id"`
+	Token  int64  `db:"attempt_token"`
+	Node   string `db:"node"`
+}
+
+// ClaimStranded takes, for worker (the leader), up to 1,000 runnable tasks bound to a node that
+// is no longer registered (deckhand node remove): no claim ever picks them, since a worker
+// reaches a node through its registered conninfo only, so they would keep their jobs running
+// for ever. The caller fails each through Complete, which unschedules its dependents; a
+// leader that dies in between leaves them to the rescue, as any dead worker's tasks. The nodes
+// come from the runnable indexes one probe each (a loose index scan), so that a queue of many
+// tasks on few nodes costs the leader's rounds few reads.
+func (c *Catalog) ClaimStranded(ctx context.Context, worker int64) ([]Stranded, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		WITH RECURSIVE queued(node) AS (
+			(SELECT t.node FROM deckhand.task t
+			 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
+			 ORDER BY t.node LIMIT 1)
+			UNION ALL
+			SELECT (SELECT t.node FROM deckhand.task t
+			        WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
+			          AND t.node > q.node ORDER BY t.node LIMIT 1)
+			FROM queued q WHERE q.node IS NOT NULL
+		), coordinators(node) AS (
+			(SELECT t.node FROM deckhand.task t
+			 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind = 'export'
+			 ORDER BY t.node LIMIT 1)
+			UNION ALL
+			SELECT (SELECT t.node FROM deckhand.task t
+			        WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
+			          AND t.node > q.node ORDER BY t.node LIMIT 1)
+			FROM coordinators q WHERE q.node IS NOT NULL
+		), gone AS (
+			SELECT q.node FROM (SELECT node FROM queued UNION SELECT node FROM coordinators) q
+			WHERE q.node IS NOT NULL AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.name = q.node)
+		), picked AS (
+			SELECT t.id FROM deckhand.task t
+			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IN (SELECT g.node FROM gone g)
+			ORDER BY t.id LIMIT 1000 FOR UPDATE SKIP LOCKED
+		)
+		UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
+			attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $1,
+			started_at = coalesce($2, clock_timestamp()), finished_at = NULL
+		FROM picked p WHERE t.id = p.id AND t.state = 'runnable'
+		RETURNING t.id, t.attempt_token, t.node`, worker, c.now())
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Stranded])
+	if err != nil {
+		return nil, fmt.Errorf("claim the tasks of removed nodes: %w", err)
+	}
+	return out, nil
+}
+
 // Setting reads a catalog-wide setting, or def when it is not set.
 func (c *Catalog) Setting(ctx context.Context, name, def string) (string, error) {
 	var v string
@@ -234,6 +289,16 @@ func (c *Catalog) Settings(ctx context.Context) (map[string]string, error) {
 		out[name] = value
 		return nil
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		// Only admins and workers may read the table: say so as the catalog's functions say
+		// what takes an admin, rather than with PostgreSQL's "permission denied for table".
+		var role string
+		if c.Pool.QueryRow(ctx, `SELECT session_user`).Scan(&role) == nil {
+			return nil, &refusal{fmt.Sprintf("%s may not read settings: that takes a deckhand admin (GRANT deckhand_admin TO %s)",
+				role, pgx.Identifier{role}.Sanitize()), ErrForbidden}
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read settings: %w", err)
 	}

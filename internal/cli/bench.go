@@ -40,6 +40,9 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
 			if o.Workers < 1 || o.Concurrency < 1 || o.Nodes < 0 {
 				return Usage("--workers and --concurrency must be positive, --nodes not negative")
 			}
+			if err := checkBench(o); err != nil {
+				return err
+			}
 			if o.RiverDir == "auto" {
 				o.RiverDir = ""
 				if _, err := os.Stat("bench/rivercmp/go.mod"); err == nil {
@@ -91,6 +94,9 @@ func (a *app) benchExportCommand() *cobra.Command {
 		Short: "Compare a Parquet export of a partition with COPY (FORMAT binary) on the same server",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := firstError(atLeast1("--rows", o.Rows), atLeast1("--parts", o.Parts), atLeast1("--workers", o.Workers)); err != nil {
+				return err
+			}
 			o.CatalogDSN = a.catalogDSN
 			res, err := bench.RunExport(cmd.Context(), o, a.stdout)
 			if err != nil {

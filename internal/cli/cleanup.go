@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -50,6 +51,9 @@ func (a *app) cleanupList() *cobra.Command {
   node_removed  its node is no longer registered: re-add the node and retry, or forget it`
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		f.State = deckhandtype.CleanupState(state)
+		if f.JobID < 0 { // would list nothing, as if the job had no records
+			return Usage("--job must be a job id, got %d", f.JobID)
+		}
 		return checkFilter("cleanup", f.State, deckhandtype.CleanupStates, f.Limit)
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only records in this state")
@@ -130,16 +134,18 @@ func recordID(s string) (int64, error) {
 
 func (a *app) cleanupRetry() *cobra.Command {
 	return a.recordCommand("retry ID", "Make a failed or node_removed record due again (after fixing its cause)",
-		(*catalog.Catalog).RetryCleanupRecord, "cleanup record %d is due again\n")
+		(*catalog.Catalog).RetryCleanupRecord, "cleanup record %d is due again")
 }
 
 func (a *app) cleanupForget() *cobra.Command {
 	return a.recordCommand("forget ID", "Give up on a record: the resource, if it still exists, is left alone",
-		(*catalog.Catalog).ForgetCleanupRecord, "cleanup record %d forgotten\n")
+		(*catalog.Catalog).ForgetCleanupRecord, "cleanup record %d forgotten")
 }
 
-// recordCommand is a command that applies action to one cleanup record and reports done.
+// recordCommand is a command that applies action to one cleanup record and reports done (a
+// format of the record's id); with -o json {"id": ID, "done": VERB}, VERB the use's first word.
 func (a *app) recordCommand(use, short string, action func(*catalog.Catalog, context.Context, int64) error, done string) *cobra.Command {
+	verb, _, _ := strings.Cut(use, " ")
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -157,8 +163,7 @@ func (a *app) recordCommand(use, short string, action func(*catalog.Catalog, con
 			if err := action(c.Catalog(), cmd.Context(), id); err != nil {
 				return classify(err)
 			}
-			fmt.Fprintf(a.stderr, done, id)
-			return nil
+			return a.done(map[string]any{"id": id, "done": verb}, fmt.Sprintf(done, id))
 		},
 	}
 }
@@ -238,8 +243,7 @@ func (a *app) cleanupUnpin() *cobra.Command {
 			if err := c.Unpin(cmd.Context(), id); err != nil {
 				return classify(err)
 			}
-			fmt.Fprintf(a.stderr, "pin %d removed\n", id)
-			return nil
+			return a.done(map[string]any{"id": id, "done": "unpin"}, fmt.Sprintf("pin %d removed", id))
 		},
 	}
 }
@@ -274,6 +278,9 @@ databases it drops afterwards) or on a throwaway cluster it starts itself:
 The last line is key=value pairs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := firstError(atLeast1("--rounds", o.Rounds), positive("--hold", o.Hold)); err != nil {
+				return err
+			}
 			o.CatalogDSN = a.catalogDSN
 			res, err := bench.RunCleanup(cmd.Context(), o, a.stdout)
 			if err != nil {

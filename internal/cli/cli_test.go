@@ -275,7 +275,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"job", "wait", "1", "--timeout", "soon"}, []string{"--timeout"}},
 		{[]string{"job", "wait", "1", "--timeout", "-1s"}, []string{"--timeout must not be negative"}},
 		{[]string{"job", "cancel", "1.5"}, []string{"job id must be a positive integer"}},
-		{[]string{"job", "cancel", "-1"}, []string{"unknown shorthand flag"}},
+		{[]string{"job", "cancel", "-1"}, []string{`"-1" is not a flag`, "IDs are positive integers"}},
 		{[]string{"job", "retry", "x"}, []string{"job id must be a positive integer"}},
 		{[]string{"job", "run", "SELECT 1"}, []string{"--node is required"}},
 		{[]string{"job", "run", "--node", "n1"}, []string{"expected the SQL text"}},
@@ -284,6 +284,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"job", "list", "--state", "finish"}, []string{`unknown job state "finish"`, "finished"}},
 		{[]string{"job", "list", "--limit", "0"}, []string{"--limit must be at least 1"}},
 		{[]string{"job", "list", "--limit", "-3"}, []string{"--limit must be at least 1"}},
+		{[]string{"job", "list", "--before", "-3"}, []string{"--before must be a job id, got -3"}},
+		{[]string{"cleanup", "list", "--job", "-3"}, []string{"--job must be a job id, got -3"}},
 		{[]string{"node", "add", "n1", "--dsn", "host=x", "--max-tasks", "0"}, []string{"--max-tasks must be at least 1"}},
 		{[]string{"node", "add", "n1"}, []string{"--dsn is required"}},
 		{[]string{"node", "add", "--dsn", "host=x"}, []string{"expected NAME"}},
@@ -595,9 +597,10 @@ func TestRunAndWait(t *testing.T) {
 		t.Errorf("job wait -o json = %+v", done)
 	}
 
-	// Retrying a job that did not fail is refused, clearly.
-	wantOneLineError(t, e.run("job", "retry", id), cli.ExitFailed, "job "+id+" is finished", "only failed or cancelled jobs can be retried")
-	wantOneLineError(t, e.run("job", "cancel", id), cli.ExitFailed, "job "+id, "has ended")
+	// Retrying a job that did not fail is refused, clearly: a request the job's state refuses
+	// is bad input (exit 2), as for an unknown job; 1 is for an operation that failed.
+	wantUsage(t, e.run("job", "retry", id), "job "+id+" is finished", "only failed or cancelled jobs can be retried")
+	wantUsage(t, e.run("job", "cancel", id), "job "+id, "has ended")
 
 	// Unknown jobs are bad input.
 	for _, cmd := range []string{"show", "wait", "cancel", "retry"} {

@@ -433,11 +433,17 @@ func (a *app) jobWait() *cobra.Command {
 // waitForClient opens the catalog as client does, but waits out a catalog that cannot be
 // reached (restarting, failing over), retrying with backoff until wait ends: a script that
 // waits for a job should not fail because the catalog restarted as it began. Each attempt
-// runs under ctx, bounded by 10 s, so that even a wait whose time is up answers once.
+// runs under ctx, bounded by 10 s or what is left of wait's time, but never less than a
+// second: a wait whose time is (nearly) up still answers once from a catalog that answers,
+// and one that does not answer keeps the wait to its --timeout.
 func (a *app) waitForClient(ctx, wait context.Context) (*engine.Client, error) {
 	delay := 100 * time.Millisecond
 	for {
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		bound := 10 * time.Second
+		if deadline, ok := wait.Deadline(); ok {
+			bound = min(bound, max(time.Until(deadline), time.Second))
+		}
+		actx, cancel := context.WithTimeout(ctx, bound)
 		c, err := a.client(actx)
 		cancel()
 		if err == nil || !engine.CatalogUnreachable(err) {

@@ -149,9 +149,14 @@ func TestPauseAndResumeCommands(t *testing.T) {
 	if got := decode[map[string]any](t, r); got["state"] != "scheduled" {
 		t.Errorf("job resume -o json: %s", r)
 	}
-	wantOneLineError(t, e.run("job", "resume", id), cli.ExitFailed, "only a paused or pausing job can be resumed")
+	// A request the job's state refuses is bad input (exit 2), as for `cleanup retry` of a
+	// record in the wrong state: 1 means the operation was tried and failed.
+	wantUsage(t, e.run("job", "resume", id), "only a paused or pausing job can be resumed")
+	wantUsage(t, e.run("job", "retry", id), "only failed or cancelled jobs can be retried")
 	want(t, e.run("job", "cancel", id), 0)
-	wantOneLineError(t, e.run("job", "pause", id), cli.ExitFailed, "can be paused", "cancelled")
+	wantUsage(t, e.run("job", "pause", id), "can be paused", "cancelled")
+	wantUsage(t, e.run("job", "pause", id, "--now"), "can be paused", "cancelled")
+	wantUsage(t, e.run("job", "resume", id), "only a paused or pausing job can be resumed")
 }
 
 // --priority on job run and job submit, shown by job show, job list and -o json.

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"strconv"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -48,8 +47,7 @@ func (a *app) nodeCommand() *cobra.Command {
 			if added {
 				done = "registered"
 			}
-			fmt.Fprintf(a.stderr, "node %s %s\n", n.Name, done)
-			return nil
+			return a.done(map[string]any{"name": n.Name, "done": "add", "created": added}, "node "+n.Name+" "+done)
 		},
 	}
 	add.Flags().StringVar(&n.DSN, "dsn", "", "conninfo of the node, without password")
@@ -73,8 +71,7 @@ func (a *app) nodeCommand() *cobra.Command {
 			if err := c.RemoveNode(cmd.Context(), args[0]); err != nil {
 				return classify(err)
 			}
-			fmt.Fprintf(a.stderr, "node %s removed\n", args[0])
-			return nil
+			return a.done(map[string]any{"name": args[0], "done": "remove"}, "node "+args[0]+" removed")
 		},
 	}
 	cmd.AddCommand(add, list, remove)

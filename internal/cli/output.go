@@ -138,8 +138,8 @@ func Bar(done, total, width int) string {
 // Exit codes of deckhand commands (part of the user-facing contract).
 const (
 	ExitOK      = 0
-	ExitFailed  = 1 // the operation failed
-	ExitUsage   = 2 // bad usage or input
+	ExitFailed  = 1 // the operation was tried and failed
+	ExitUsage   = 2 // bad usage or input, or a request the object's state refuses
 	ExitTimeout = 3 // gave up waiting
 	// ExitDuplicate: refused because an unfinished job holds the key; that job's id is on
 	// standard output (when the caller may see it) so that a script can wait for it.
@@ -186,4 +186,15 @@ func ExitCode(err error) int {
 		return ee.Code
 	}
 	return ExitFailed
+}
+
+// done reports what a command that changes something did: with -o json as one JSON object on
+// standard output (what a script reads), else as one line on standard error (for whoever
+// watches), keeping standard output for ids and listings.
+func (a *app) done(fields map[string]any, line string) error {
+	if a.json() {
+		return PrintJSON(a.stdout, fields)
+	}
+	_, err := fmt.Fprintln(a.stderr, line)
+	return err
 }

@@ -39,14 +39,26 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, rawStdout: rawStdout, rawStderr: rawStderr}
 	root := a.rootCommand()
 	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
-		fmt.Fprintln(stderr, "deckhand: "+spec.OneLine(err.Error()))
+		fmt.Fprintln(stderr, "deckhand: "+errorLine(err))
 	}
 	return ExitCode(err)
+}
+
+// errorLine is err on one line, each of its lines once: a connection that failed its TLS
+// attempt and then its plain one the same way reports the same line twice.
+func errorLine(err error) string {
+	var lines []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(err.Error(), "\n") {
+		l = spec.OneLine(l)
+		if l != "" && !seen[l] {
+			seen[l] = true
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, " ")
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -69,9 +81,11 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage("%v", err) })
+	root.SetFlagErrorFunc(flagError)
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.catalogDSN, "catalog", os.Getenv("DECKHAND_CATALOG"), "catalog database conninfo (env DECKHAND_CATALOG)")
+	// The environment's conninfo may hold a password: help shows no default rather than it.
+	pf.Lookup("catalog").DefValue = ""
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(a.initCommand(), a.nodeCommand(), a.jobCommand(), a.serveCommand(),
@@ -80,6 +94,11 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 	root.AddCommand(a.cleanupCommand(), a.dropCommand(), a.settingCommand())
 	root.AddCommand(a.placementsCommand(), a.moveCommand(), a.rebalanceCommand())
 	root.AddCommand(a.scheduleCommand())
+	// Before the built-in commands, which take their output stream when they are made.
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	builtinCommands(root)
 	groupCommands(root)
 	return root
 }
@@ -139,7 +158,8 @@ func (a *app) client(ctx context.Context) (*engine.Client, error) {
 		return nil, Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
 	}
 	c, err := engine.Open(ctx, a.catalogDSN, features()...)
-	if errors.Is(err, catalog.ErrBadDSN) {
+	if errors.Is(err, catalog.ErrBadDSN) || errors.Is(err, catalog.ErrForbidden) {
+		// A login without a deckhand role is refused as a missing grant is elsewhere: exit 2.
 		return nil, Usage("%v", err)
 	}
 	if err != nil {
@@ -162,8 +182,11 @@ func requireWorker(ctx context.Context, c *engine.Client, what string) error {
 	return nil
 }
 
-// classify maps engine and catalog errors to exit codes: bad input and unknown objects are
-// usage errors (2), everything else failed (1).
+// classify maps engine and catalog errors to exit codes: bad input, unknown objects and
+// requests that the object's state refuses (cancelling a job that has ended, resuming one that
+// is not paused, as retrying a cleanup record that has not failed) are usage errors (2): the
+// request as given cannot be done, and trying it again changes nothing. Everything else failed
+// (1): something was tried and did not work (a catalog or node that did not answer, ...).
 func classify(err error) error {
 	var exit *ExitError
 	switch {
@@ -171,12 +194,10 @@ func classify(err error) error {
 		return nil
 	case errors.As(err, &exit):
 		return err
-	case engine.IsInvalid(err), errors.Is(err, catalog.ErrNotFound):
+	case engine.IsInvalid(err), errors.Is(err, catalog.ErrNotFound), errors.Is(err, catalog.ErrJobTerminal):
 		return &ExitError{Code: ExitUsage, Err: err}
 	case errors.Is(err, catalog.ErrDuplicateKey):
 		return &ExitError{Code: ExitDuplicate, Err: err}
-	case errors.Is(err, catalog.ErrJobTerminal):
-		return &ExitError{Code: ExitFailed, Err: err}
 	default:
 		return &ExitError{Code: ExitFailed, Err: err}
 	}

@@ -21,6 +21,9 @@ func (a *app) serveCommand() *cobra.Command {
 		Short: "Run a worker (and leader candidate) until SIGINT or SIGTERM",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkServe(cfg, httpOpts); err != nil {
+				return err
+			}
 			if err := checkHTTP(&httpOpts); err != nil {
 				return err
 			}

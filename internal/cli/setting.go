@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 
@@ -75,9 +74,7 @@ func (a *app) changeSetting(cmd *cobra.Command, name, value string) error {
 		return classify(err)
 	}
 	if value == "" {
-		fmt.Fprintf(a.stderr, "setting %s reset to its default\n", name)
-	} else {
-		fmt.Fprintf(a.stderr, "setting %s set\n", name)
+		return a.done(map[string]any{"name": name, "done": "reset", "value": nil}, "setting "+name+" reset to its default")
 	}
-	return nil
+	return a.done(map[string]any{"name": name, "done": "set", "value": value}, "setting "+name+" set")
 }

@@ -48,6 +48,9 @@ func TestSettingCommands(t *testing.T) {
 	}
 	wantUsage(t, as("setting", "set", "retention", "1s"), "may not change settings", "deckhand_admin")
 	wantUsage(t, as("setting", "reset", "retention"), "may not change settings")
+	// Reading them is refused the same way, not with PostgreSQL's "permission denied for table".
+	wantUsage(t, as("setting", "list"), submitter+" may not read settings", "deckhand_admin")
+	wantUsage(t, as("setting", "list", "-o", "json"), "may not read settings")
 
 	want(t, e.run("setting", "reset", "retention"), 0)
 	if got := decode[map[string]string](t, e.run("setting", "list", "-o", "json")); len(got) != 0 {

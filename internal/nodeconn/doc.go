@@ -12,5 +12,8 @@
 //   - backends: the application_name of an attempt, terminating it, probing a node's role,
 //     and which names a node holds (Held; both as the user the node's conninfo names).
 //
-// Every built-in kind and the cleaner reach nodes through this package only.
+// Every built-in kind and the cleaner reach nodes through this package, with one exception:
+// a move also opens a replication connection and runs pg_dump and pg_restore itself, logged in
+// as the owner with the node's conninfo (WithUser), after an owner session of the same attempt
+// passed OwnerConn's check.
 package nodeconn
