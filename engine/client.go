@@ -80,7 +80,7 @@ type DuplicateKeyError = catalog.DuplicateKeyError
 // the submitter holds is refused with a *DuplicateKeyError.
 func (c *Client) Submit(ctx context.Context, job *spec.Job) (int64, error) {
 	var submitter, searchPath string
-	err := c.cat.Pool.QueryRow(ctx, `SELECT session_user, current_setting('search_path')`).Scan(&submitter, &searchPath)
+	err := c.cat.Pool.QueryRow(ctx, `SELECT session_user, `+catalog.CallerSearchPathSQL).Scan(&submitter, &searchPath)
 	if err != nil {
 		return 0, fmt.Errorf("read submitter: %w", err)
 	}

@@ -229,6 +229,9 @@ func TestShutdownIsBoundedWhenTheCatalogStalls(t *testing.T) {
 	e.Client.Cancel(ctx, id) //nolint:errcheck
 }
 
+// claimStatement matches the statements of a claim, which read the nodes' capacities it set.
+var claimStatement = regexp.MustCompile(`deckhand\.claim_caps`)
+
 // A claim that committed but whose answer the worker never got (the catalog restarted under
 // it) leaves a task running on the worker's behalf that the worker never started. The worker
 // notices at its next claim and releases it, so it runs rather than waiting for ever behind
@@ -239,8 +242,9 @@ func TestLostClaimAnswerIsReleased(t *testing.T) {
 	w, _ := proxiedWorker(t, proxy, e.DB, engine.Config{})
 	// Every claim of the worker fails while the rule is in place. The rule sees a statement
 	// when a connection prepares it: the worker's connections, which have prepared the claim
-	// already, are cut.
-	removeRule := proxy.AddRule(pgtest.Rule{Name: "claim", Match: regexp.MustCompile(`(?i)skip locked`), Action: pgtest.ActionError, Code: "08006"})
+	// already, are cut. It matches the claim's own statement (claimStatement), not the other
+	// statements that skip locked rows (the leader's settling and retention, the cleaner).
+	removeRule := proxy.AddRule(pgtest.Rule{Name: "claim", Match: claimStatement, Action: pgtest.ActionError, Code: "08006"})
 	proxy.DropAll()
 	id := submit(t, e, noopJob)
 	testenv.Eventually(t, 10*time.Second, func() bool { return proxy.Hits("claim") > 0 }, "a claim of the worker fails")
@@ -266,7 +270,7 @@ func TestLostClaimAnswerIsReleasedOnShutdown(t *testing.T) {
 	e := testenv.New(t)
 	proxy := pgtest.ProxyTo(t, e.Cluster)
 	w, stop := proxiedWorker(t, proxy, e.DB, engine.Config{})
-	proxy.AddRule(pgtest.Rule{Name: "claim", Match: regexp.MustCompile(`(?i)skip locked`), Action: pgtest.ActionError, Code: "08006"})
+	proxy.AddRule(pgtest.Rule{Name: "claim", Match: claimStatement, Action: pgtest.ActionError, Code: "08006"})
 	proxy.DropAll()
 	id := submit(t, e, noopJob)
 	testenv.Eventually(t, 10*time.Second, func() bool { return proxy.Hits("claim") > 0 }, "a claim of the worker fails")

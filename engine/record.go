@@ -55,6 +55,7 @@ func releasedEffect(t *deckhandtype.ClaimedTask) string {
 // recorded, or when ctx ends (a shutdown giving up).
 func (w *Worker) completer(ctx context.Context) {
 	defer close(w.completerDone)
+	defer w.parked.Wait()
 	const maxBatch = 2000
 	batch := make([]catalog.Result, 0, maxBatch)
 	for {
@@ -116,11 +117,71 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result) bool {
 		if ctx.Err() != nil {
 			return false
 		}
+		if catalog.IsLockTimeout(err) {
+			w.recordEach(ctx, batch)
+			return true
+		}
 		delay := catalogRetry.Delay(try, w.cfg.Rand())
 		w.log.Warn("could not record results; retrying", "tasks", len(batch), "err", err, "tries", try, "in", delay)
 		select {
 		case <-ctx.Done():
 			return false
+		case <-time.After(delay):
+		}
+	}
+}
+
+// recordEach records the results of a batch that met a row held locked one by one: a
+// catalog role may keep the rows of a job it may act on locked for as long as it likes
+// (deckhand.pause, cancel... in a statement or transaction that goes on), and only the
+// results of that job may wait for them. A result that meets the lock again is parked: it is
+// recorded apart, as soon as the lock is gone, while the completer goes on with the next.
+func (w *Worker) recordEach(ctx context.Context, batch []catalog.Result) {
+	for _, r := range batch {
+		one := []catalog.Result{r}
+		err := w.recordOnce(ctx, one)
+		switch {
+		case err == nil:
+			w.recorded(one)
+			if r.Outcome == deckhandtype.OutcomeRetry {
+				time.AfterFunc(r.Backoff, w.Nudge)
+			}
+		case ctx.Err() != nil:
+			return
+		default:
+			w.parked.Add(1)
+			go func() {
+				defer w.parked.Done()
+				w.recordParked(ctx, r)
+			}()
+		}
+	}
+	w.Nudge() // the claims of the results recorded alone may have left slots free
+}
+
+// recordParked records one result, retrying with backoff until the catalog takes it or ctx
+// ends. It claims nothing: the claims go on meanwhile, without waiting for its locks.
+func (w *Worker) recordParked(ctx context.Context, r catalog.Result) {
+	one := []catalog.Result{r}
+	for try := 1; ; try++ {
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
+		_, err := w.cat.Complete(cctx, one)
+		cancel()
+		if err == nil {
+			w.recorded(one)
+			if r.Outcome == deckhandtype.OutcomeRetry {
+				time.AfterFunc(r.Backoff, w.Nudge)
+			}
+			w.Nudge()
+			return
+		}
+		delay := catalogRetry.Delay(try, w.cfg.Rand())
+		if try == 1 || try%10 == 0 {
+			w.log.Warn("could not record a result; retrying", "task", r.TaskID, "err", err, "tries", try, "in", delay)
+		}
+		select {
+		case <-ctx.Done():
+			return
 		case <-time.After(delay):
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,13 +59,13 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 	defer release()
 	// The simple protocol, which runs SQL of several statements.
 	if !t.InTransaction {
-		if _, err = conn.PgConn().Exec(ctx, t.SQL).ReadAll(); err == nil {
+		if _, err = readDiscarding(conn.PgConn().Exec(ctx, t.SQL)); err == nil {
 			afterNodeCommit(t)
 		}
 		return explainImplicitTransaction(err)
 	}
 	// A newline ends a trailing -- comment; the semicolon a statement left open.
-	results, err := conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+xidSQL).ReadAll()
+	results, err := readDiscarding(conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+xidSQL))
 	if err != nil {
 		return err
 	}
@@ -125,6 +126,31 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid st
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// readDiscarding reads every result of mrr as MultiResultReader.ReadAll does, but keeps no
+// row but those of xidSQL's result: a task's SQL may return as many rows as it likes
+// (SELECT ... FROM generate_series(1, 1e9)), and the worker, whose memory every other running
+// task shares, must not hold them. Each row is read and dropped as it comes.
+func readDiscarding(mrr *pgconn.MultiResultReader) ([]*pgconn.Result, error) {
+	var results []*pgconn.Result
+	for mrr.NextResult() {
+		rr := mrr.ResultReader()
+		r := &pgconn.Result{}
+		for rr.NextRow() {
+			fields := rr.FieldDescriptions()
+			if len(fields) != 1 || fields[0].Name != xidColumn || len(r.Rows) > 1 {
+				continue
+			}
+			if r.FieldDescriptions == nil {
+				r.FieldDescriptions = slices.Clone(fields)
+			}
+			r.Rows = append(r.Rows, [][]byte{slices.Clone(rr.Values()[0])})
+		}
+		r.CommandTag, r.Err = rr.Close()
+		results = append(results, r)
+	}
+	return results, mrr.Close()
 }
 
 // attemptXID finds the transaction id in the results of the task's SQL and xidSQL: "" when the

@@ -62,6 +62,7 @@ type Worker struct {
 	// every result has been sent); completerDone once the completer has stopped.
 	tasksEnded    chan struct{}
 	completerDone chan struct{}
+	parked        sync.WaitGroup // results recorded apart, whose rows were held (recordEach)
 
 	mu      sync.Mutex
 	running map[int64]*runningTask

@@ -138,15 +138,54 @@ func (b *xactBatcher) recordOnce(ctx context.Context, batch []xactRequest) error
 	cctx, cancel := context.WithTimeout(ctx, b.timeout)
 	current, err := b.cat.RecordXacts(cctx, xs)
 	cancel()
+	if catalog.IsLockTimeout(err) {
+		// A task's row is held, most likely by a caller of deckhand.pause or cancel who keeps
+		// its locks: each attempt is recorded alone, so that only the held one waits, and
+		// the batches go on meanwhile.
+		for _, r := range batch {
+			go b.recordAlone(ctx, r)
+		}
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("record the node transactions of %d tasks: %w", len(batch), err)
 	}
 	for _, r := range batch {
-		if current[r.x.TaskID] {
-			r.done <- nil
-		} else {
-			r.done <- errTakenOver
-		}
+		answer(r, current)
 	}
 	return nil
+}
+
+// recordAlone records one attempt's transaction, for as long as its task's row is held (by
+// the attempt's own job's caller) or the catalog cannot be reached, until the attempt stops
+// waiting or ctx ends.
+func (b *xactBatcher) recordAlone(ctx context.Context, r xactRequest) {
+	for failures := 0; ctx.Err() == nil && r.ctx.Err() == nil; {
+		cctx, cancel := context.WithTimeout(ctx, b.timeout)
+		current, err := b.cat.RecordXacts(cctx, []catalog.AttemptXact{r.x})
+		cancel()
+		switch {
+		case err == nil:
+			answer(r, current)
+			return
+		case catalog.IsLockTimeout(err):
+			continue // each try already waited for the lock
+		}
+		failures++
+		select {
+		case <-time.After(catalogRetry.Delay(failures, b.rand())):
+		case <-r.ctx.Done():
+		case <-ctx.Done():
+		}
+	}
+}
+
+// answer tells the attempt whether its transaction id was recorded (it may commit) or the
+// attempt was taken over.
+func answer(r xactRequest, current map[int64]bool) {
+	if current[r.x.TaskID] {
+		r.done <- nil
+	} else {
+		r.done <- errTakenOver
+	}
 }

@@ -112,9 +112,9 @@ func (s *Service) fire(ctx context.Context, d catalog.DueSchedule, now time.Time
 	timing, timingErr := ParseTiming(d.Cron, d.Timezone, d.Every)
 	if d.NextRunAt == nil {
 		if timingErr != nil {
-			return true, s.cat.SetScheduleStart(ctx, d.ID, time.Time{}, "the schedule's timing is invalid: "+timingErr.Error())
+			return s.cat.SetScheduleStart(ctx, d.ID, time.Time{}, "the schedule's timing is invalid: "+timingErr.Error())
 		}
-		return true, s.cat.SetScheduleStart(ctx, d.ID, timing.Next(now), "")
+		return s.cat.SetScheduleStart(ctx, d.ID, timing.Next(now), "")
 	}
 	due := *d.NextRunAt
 	f := catalog.Firing{ScheduleID: d.ID, Expected: due, DueAt: due, Outcome: deckhandtype.FiringSubmitted}

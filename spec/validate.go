@@ -20,6 +20,10 @@ const MaxNameLen = 63
 // MaxMaxAttempts bounds Task.MaxAttempts.
 const MaxMaxAttempts = 1000
 
+// MaxTaskText bounds a task's SQL and its payload, in bytes, as the catalog does: each goes
+// whole into the memory of the worker that runs the task.
+const MaxTaskText = 16 << 20
+
 // PayloadValidator checks a task's payload at submission, without a database; its error is
 // the reason, shown after the task's name. An empty payload reaches it as nil.
 type PayloadValidator func(payload json.RawMessage) error
@@ -91,6 +95,12 @@ func (t Task) TimeoutOrDefault() time.Duration {
 	return time.Duration(t.Timeout)
 }
 
+// MaxJobText bounds a job's description and search_path, in characters, as the catalog does.
+const MaxJobText = 10000
+
+// jobKindRE is what a job's kind, a label its submitter chooses, may be (as in the catalog).
+var jobKindRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
 // gucNameRE matches setting names such as work_mem or myext.some_setting.
 var gucNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
@@ -118,6 +128,14 @@ func (j *Job) Validate(kinds Kinds) error {
 	}
 	if strings.ContainsRune(j.SearchPath, 0) {
 		return Invalidf("search_path contains a NUL byte")
+	}
+	// The catalog's own checks (deckhand.submit_job), which do not run for a job a worker
+	// writes: a schedule's firing.
+	if utf8.RuneCountInString(j.Description) > MaxJobText || utf8.RuneCountInString(j.SearchPath) > MaxJobText {
+		return Invalidf("description and search_path are limited to %d characters", MaxJobText)
+	}
+	if j.Kind != "" && !jobKindRE.MatchString(j.Kind) {
+		return Invalidf("job kind %q: use a lower-case word such as sql or drop", j.Kind)
 	}
 	if err := CheckKey(j.Key); err != nil {
 		return err
@@ -191,6 +209,9 @@ func (t Task) validate(index map[string]int, kinds Kinds) (string, error) {
 	k, ok := kinds.lookup(kind)
 	if !ok {
 		return "", Invalidf("task %q: unknown kind %q (known kinds: %s)", t.Name, kind, strings.Join(kinds.names(), ", "))
+	}
+	if len(t.SQL) > MaxTaskText || len(t.Payload) > MaxTaskText {
+		return "", Invalidf("task %q: sql and payload are limited to %d MiB each", t.Name, MaxTaskText>>20)
 	}
 	if kind == KindSQL {
 		if strings.TrimSpace(t.SQL) == "" {

@@ -104,6 +104,7 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "deckhand"
 	}
+	cfg.AfterConnect = pinSearchPath
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to catalog: %w", err)
@@ -118,6 +119,26 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 		return nil, fmt.Errorf("connect to catalog: %w", err)
 	}
 	return New(pool), nil
+}
+
+// Catalog sessions resolve names with search_path = pg_catalog, pg_temp. The catalog's
+// statements name its tables with their schema, but not the functions and operators they
+// call (unnest, nextval, =, ...), and PostgreSQL prefers a better-matching function in any
+// schema on the search_path to pg_catalog's: public.unnest(text[]) over
+// pg_catalog.unnest(anyarray), public.nextval(text) for nextval('...'). Any role that may
+// create objects in such a schema of the catalog's database (public, in a database created
+// before PostgreSQL 15) would have its function run by workers, admins and the API, with
+// their privileges. The session's own search_path, which a submission captures for its tasks
+// (the role's or database's default), is kept in deckhand.caller_search_path.
+const pinSearchPathSQL = `SELECT pg_catalog.set_config('deckhand.caller_search_path', pg_catalog.current_setting('search_path'), false);
+	SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)`
+
+// CallerSearchPathSQL is the catalog session's search_path as the role logged in with it.
+const CallerSearchPathSQL = `COALESCE(pg_catalog.current_setting('deckhand.caller_search_path', true), pg_catalog.current_setting('search_path'))`
+
+func pinSearchPath(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, pinSearchPathSQL)
+	return err
 }
 
 // closeTimeout bounds Close.

@@ -49,6 +49,8 @@ func (c *Catalog) Complete(ctx context.Context, results []Result) (Completion, e
 // CompleteAndClaim records results like Complete and, when limit > 0, claims up to limit
 // runnable tasks for workerID in the same transaction — so a dependent released by these
 // results starts without waiting for a second commit. It costs two pipelined round trips.
+// A result whose rows a catalog role holds locked fails the whole call with a lock timeout
+// (IsLockTimeout) after rowLockWait: the caller records the results one by one then.
 func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, workerID int64, limit int) (Completion, []deckhandtype.ClaimedTask, error) {
 	if len(results) == 0 {
 		return Completion{}, nil, nil
@@ -80,12 +82,14 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 			b := &pgx.Batch{}
 			b.Queue("BEGIN")
 			b.Queue(probesOnly)
+			b.Queue(boundLockWait)
 			b.Queue(completeStmt.sql, args...).QueryRow(scan)
 			b.Queue("COMMIT")
 			settle(b)
 			err = c.inTx(ctx, b)
 		} else {
 			claimed, err = c.inClaimTx(ctx, workerID, limit, func(b *pgx.Batch) {
+				b.Queue(boundLockWait)
 				b.Queue(completeStmt.sql, args...).QueryRow(scan)
 			}, settle)
 		}
@@ -124,8 +128,12 @@ func (c *Catalog) SettleJobs(ctx context.Context, ids []int64) error {
 	slices.Sort(ids)
 	for _, id := range slices.Compact(ids) {
 		for try := 0; ; try++ {
-			// A no-op update: the job's trigger folds the tallies and derives the state.
-			_, err := c.Pool.Exec(ctx, `UPDATE deckhand.job SET tasks_done = tasks_done WHERE id = $1`, id)
+			// A no-op update: the job's trigger folds the tallies and derives the state. A job
+			// whose row is locked is settled at a later round: the lock may be held for as
+			// long as a caller of deckhand.pause or cancel likes (locks.go), and this round
+			// is the leader's, which renews its lease and rescues attempts in between.
+			_, err := c.Pool.Exec(ctx, `UPDATE deckhand.job SET tasks_done = tasks_done
+				WHERE id = (SELECT l.id FROM deckhand.job l WHERE l.id = $1 FOR UPDATE SKIP LOCKED)`, id)
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "40P01" && try < 5 {
 				continue

@@ -46,11 +46,16 @@ func (c *Catalog) RecordProgress(ctx context.Context, samples []ProgressSample) 
 		d := string(doc)
 		docs[i] = &d
 	}
+	// A row that is locked is passed over, its sample dropped (the next one is recorded): a
+	// caller of deckhand.pause or cancel may hold its job's rows for as long as it likes
+	// (locks.go), and the other attempts' progress must not wait for them.
 	_, err := c.Pool.Exec(ctx, `
 		UPDATE deckhand.task t SET progress = u.doc::jsonb
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(id, token, doc)
 		WHERE t.id = u.id AND t.attempt_token = u.token AND t.state IN ('running', 'cancelling')
-		  AND t.progress IS DISTINCT FROM u.doc::jsonb`, ids, tokens, docs)
+		  AND t.progress IS DISTINCT FROM u.doc::jsonb
+		  AND t.id IN (SELECT l.id FROM deckhand.task l WHERE l.id = ANY ($1::bigint[]) ORDER BY l.id FOR UPDATE SKIP LOCKED)`,
+		ids, tokens, docs)
 	if err != nil {
 		return fmt.Errorf("record progress of %d tasks: %w", len(samples), err)
 	}

@@ -36,7 +36,7 @@ func (c *Catalog) AddSchedule(ctx context.Context, s NewSchedule) (int64, error)
 		every = &v
 	}
 	var id int64
-	err := c.Pool.QueryRow(ctx, `SELECT deckhand.schedule_add($1, $2::jsonb, $3, $4, $5::interval, $6, $7, $8)`,
+	err := c.Pool.QueryRow(ctx, `SELECT deckhand.schedule_add($1, $2::jsonb, $3, $4, $5::interval, $6, $7, $8, `+CallerSearchPathSQL+`)`,
 		s.Name, string(s.Spec), nonEmpty(s.Cron), nonEmpty(s.Timezone), every, s.SkipMissed, s.NoOverlap, s.NextRunAt).Scan(&id)
 	if err != nil {
 		return 0, callError(err)
@@ -188,22 +188,25 @@ func (c *Catalog) NextScheduleDue(ctx context.Context) (*time.Time, error) {
 
 // SetScheduleStart sets the first due time of a schedule that has none yet; errText, when set,
 // records why the schedule cannot fire (its timing does not parse), and next is then infinity.
-func (c *Catalog) SetScheduleStart(ctx context.Context, id int64, next time.Time, errText string) error {
-	_, err := c.Pool.Exec(ctx, `
+// It reports whether it did: not when the schedule's row is locked, which its submitter may
+// keep it for as long as it likes (deckhand.schedule_resume in a statement that goes on).
+func (c *Catalog) SetScheduleStart(ctx context.Context, id int64, next time.Time, errText string) (bool, error) {
+	tag, err := c.Pool.Exec(ctx, `
 		UPDATE deckhand.schedule SET next_run_at = CASE WHEN $3::text IS NULL THEN $2::timestamptz ELSE 'infinity'::timestamptz END,
 			last_error = coalesce(deckhand.redact($3), last_error),
 			last_outcome = CASE WHEN $3::text IS NULL THEN last_outcome ELSE 'failed' END
-		WHERE id = $1 AND next_run_at IS NULL AND NOT paused`, id, next, nonEmpty(errText))
+		WHERE id = (SELECT l.id FROM deckhand.schedule l WHERE l.id = $1 AND l.next_run_at IS NULL AND NOT l.paused
+		            FOR UPDATE SKIP LOCKED)`, id, next, nonEmpty(errText))
 	if err != nil {
-		return fmt.Errorf("set the first due time of schedule %d: %w", id, err)
+		return false, fmt.Errorf("set the first due time of schedule %d: %w", id, err)
 	}
-	return nil
+	return tag.RowsAffected() > 0, nil
 }
 
 // SessionContext is what a submission by this catalog session captures: the session user (the
 // submitter), its search_path, and the catalog's clock.
 func (c *Catalog) SessionContext(ctx context.Context) (user, searchPath string, now time.Time, err error) {
-	err = c.Pool.QueryRow(ctx, `SELECT session_user, current_setting('search_path'), coalesce($1, now())`, c.now()).
+	err = c.Pool.QueryRow(ctx, `SELECT session_user, `+CallerSearchPathSQL+`, coalesce($1, now())`, c.now()).
 		Scan(&user, &searchPath, &now)
 	if err != nil {
 		err = fmt.Errorf("read the catalog session: %w", err)
@@ -246,7 +249,10 @@ type Fired struct {
 // other finds next_run_at moved and writes nothing. At commit the submitter must still be
 // allowed to submit (deckhand_submitter, as deckhand.submit_job requires), and with
 // no_overlap the schedule's previous job must have ended; else the firing is recorded
-// failed, or skipped_overlap.
+// failed, or skipped_overlap. A schedule whose row is locked is not fired (Applied false):
+// its submitter may keep it locked for as long as it likes (deckhand.schedule_resume, pause
+// or remove in a statement or transaction that goes on), and the leader must not wait for
+// it with every other schedule behind; the due time is handled once the row is free.
 func (c *Catalog) FireSchedule(ctx context.Context, f Firing) (Fired, error) {
 	out := Fired{Outcome: f.Outcome, Err: f.Err}
 	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
@@ -261,7 +267,7 @@ func (c *Catalog) FireSchedule(ctx context.Context, f Firing) (Fired, error) {
 				        AND j.state NOT IN ('finished', 'failed', 'cancelled'))
 			FROM deckhand.schedule s
 			WHERE s.id = $1 AND s.next_run_at = $2 AND NOT s.paused
-			FOR UPDATE OF s`, f.ScheduleID, f.Expected).Scan(&submitter, &noOverlap, &maySubmit, &mayLogIn, &previousRuns)
+			FOR UPDATE OF s SKIP LOCKED`, f.ScheduleID, f.Expected).Scan(&submitter, &noOverlap, &maySubmit, &mayLogIn, &previousRuns)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

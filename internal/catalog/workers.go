@@ -314,7 +314,9 @@ func (c *Catalog) DeleteFinishedJobs(ctx context.Context, cutoff time.Time, limi
 		)
 		DELETE FROM deckhand.job WHERE id IN (
 			SELECT id FROM deckhand.job WHERE finished_at < $1 AND state IN ('finished', 'failed', 'cancelled')
-			ORDER BY finished_at LIMIT $2)`, cutoff, limit)
+			-- A job whose row a caller of deckhand.retry keeps locked (locks.go) waits for
+			-- a later round rather than hold back the removal of every other.
+			ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, limit)
 	if err != nil {
 		return 0, fmt.Errorf("retention: %w", err)
 	}

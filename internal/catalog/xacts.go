@@ -26,24 +26,26 @@ func (c *Catalog) RecordXacts(ctx context.Context, xs []AttemptXact) (map[int64]
 	for i, x := range xs {
 		ids[i], tokens[i], xids[i] = x.TaskID, x.Token, x.XID
 	}
-	rows, err := c.Pool.Query(ctx, `
+	// A task whose row a catalog role holds locked fails the statement after rowLockWait
+	// (IsLockTimeout), rather than hold back the others: the caller records them one by one.
+	current := map[int64]bool{}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(boundLockWait)
+	b.Queue(`
 		UPDATE deckhand.task t SET attempt_xid = r.xid::xid8, xid_token = r.token
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS r(id, token, xid)
 		WHERE t.id = r.id AND t.attempt_token = r.token AND t.state IN ('running', 'cancelling')
-		RETURNING t.id`, ids, tokens, xids)
-	if err != nil {
-		return nil, fmt.Errorf("record node transactions: %w", err)
-	}
-	current := map[int64]bool{}
-	var id int64
-	for rows.Next() {
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		current[id] = true
-	}
-	if err := rows.Err(); err != nil {
+		RETURNING t.id`, ids, tokens, xids).Query(func(rows pgx.Rows) error {
+		var id int64
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+			current[id] = true
+			return nil
+		})
+		return err
+	})
+	b.Queue("COMMIT")
+	if err := c.inTx(ctx, b); err != nil {
 		return nil, fmt.Errorf("record node transactions: %w", err)
 	}
 	return current, nil

@@ -63,7 +63,7 @@ Exit status: 0 when the job finished and its result checked out, 1 when it faile
 			defer stop()
 			context.AfterFunc(ctx, stop)
 
-			p := NewProgress(a.stdout)
+			p := NewProgress(a.rawStdout)
 			opts.Status, opts.Bar = p, Bar
 			opts.Logger = slog.Default()
 			if f := cmd.Flag("log-level"); f == nil || !f.Changed {

@@ -373,7 +373,7 @@ func (a *app) jobWait() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			bar := NewProgress(a.stderr)
+			bar := NewProgress(a.rawStderr)
 			var progress func(deckhandtype.Job)
 			if bar.Terminal() {
 				var running string // the running statements' progress, read about every second

@@ -60,7 +60,8 @@ func PrintTable(w io.Writer, headers []string, rows [][]string) error {
 
 var cellReplacer = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ", "\t", " ")
 
-func cell(s string) string { return cellReplacer.Replace(s) }
+// cell is s on one line, with any other control character escaped (safe.go).
+func cell(s string) string { return safeText(cellReplacer.Replace(s)) }
 
 // Progress renders a single status line that rewrites itself on a terminal. When the writer
 // is not a terminal (a pipe, a file), Update prints nothing and only Done's final line appears,
@@ -108,7 +109,7 @@ func (p *Progress) Done(final string) {
 	if p.terminal {
 		fmt.Fprint(p.w, "\r\x1b[K")
 	}
-	fmt.Fprintln(p.w, final)
+	fmt.Fprintln(p.w, safeText(final))
 }
 
 // Clear erases the progress line on a terminal and prints nothing otherwise: for when the

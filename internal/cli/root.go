@@ -25,13 +25,18 @@ type app struct {
 	output     string
 	logLevel   string
 	stdin      io.Reader
-	stdout     io.Writer
+	stdout     io.Writer // every text the CLI prints goes through a safeWriter (safe.go)
 	stderr     io.Writer
+	// The streams as given, for the progress line, which draws with escape sequences of its
+	// own and escapes what it shows itself.
+	rawStdout, rawStderr io.Writer
 }
 
 // Main runs the command line with args and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	rawStdout, rawStderr := stdout, stderr
+	stdout, stderr = newSafeWriter(stdout), newSafeWriter(stderr)
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, rawStdout: rawStdout, rawStderr: rawStderr}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	err := catalog.ExplainReadOnly(root.ExecuteContext(ctx))
