@@ -229,6 +229,12 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 				"the node had committed the attempt's transaction %s, so the task did its work and does not run again", o.WorkerID, xid)}}, nil
 	case nodeconn.XactAborted:
 		return lost, nil
+	case nodeconn.XactFuture:
+		// Asked of a server that never gave out the id (the node failed over before the
+		// transaction reached the new primary): it did not commit there. Waiting for a
+		// later round would only wait for ever.
+		lost.Err.Message += fmt.Sprintf("; the node has not given out its transaction %s (another server since, as after a failover): it did not commit there", xid)
+		return lost, nil
 	default:
 		// In progress cannot be, with its backend gone; unknown means an id older than the
 		// node's oldest commit status: it did not commit recently enough to matter here.

@@ -114,7 +114,10 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid st
 		case err == nil && status == nodeconn.XactCommitted:
 			return nil
 		case err == nil && status != nodeconn.XactInProgress:
-			return commitErr // aborted: running the task again is safe
+			// aborted, or unknown to the server the conninfo reaches now (XactFuture: the
+			// node failed over before the transaction reached the new primary): it did not
+			// commit there, and running the task again is safe
+			return commitErr
 		}
 		// Unreachable, or still committing (its backend has not yet noticed the lost
 		// connection): ask again.

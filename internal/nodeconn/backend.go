@@ -2,11 +2,13 @@ package nodeconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ApplicationName identifies a task attempt's backend in pg_stat_activity, so the leader can
@@ -52,6 +54,11 @@ const (
 	XactCommitted  = "committed"
 	XactAborted    = "aborted"
 	XactInProgress = "in progress"
+	// XactFuture: the server has not yet given out the id. No server that ran the
+	// transaction says that of it: the one the conninfo reaches now is another (a standby
+	// promoted before the transaction reached it, a restored backup), and the transaction
+	// did not commit there.
+	XactFuture = "future"
 )
 
 // XactStatus asks o's node what became of transaction xid: for an attempt whose COMMIT was
@@ -70,6 +77,12 @@ func XactStatus(ctx context.Context, pools *Pools, o Owner, xid string) (string,
 func xactStatus(ctx context.Context, conn *pgx.Conn, xid string) (string, error) {
 	var status *string
 	err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_xact_status($1::pg_catalog.text::pg_catalog.xid8)`, xid).Scan(&status)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22023" {
+		// "transaction ID ... is in the future", the only invalid_parameter_value that
+		// pg_xact_status raises for a well-formed id; its words depend on lc_messages.
+		return XactFuture, nil
+	}
 	if err != nil || status == nil {
 		return "", err
 	}
