@@ -54,8 +54,8 @@ const (
 	XactCommitted  = "committed"
 	XactAborted    = "aborted"
 	XactInProgress = "in progress"
-	// XactFuture: the server has not yet given out the id. No server that ran the
-	// transaction says that of it: the one the conninfo reaches now is another (a standby
+	// XactFuture: the server, a primary, has not yet given out the id. No server that ran
+	// the transaction says that of it: the one the conninfo reaches now is another (a standby
 	// promoted before the transaction reached it, a restored backup), and the transaction
 	// did not commit there.
 	XactFuture = "future"
@@ -80,7 +80,13 @@ func xactStatus(ctx context.Context, conn *pgx.Conn, xid string) (string, error)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "22023" {
 		// "transaction ID ... is in the future", the only invalid_parameter_value that
-		// pg_xact_status raises for a well-formed id; its words depend on lc_messages.
+		// pg_xact_status raises for a well-formed id; its words depend on lc_messages. Only a
+		// primary's word is final: a standby that has not replayed as far as the id says the
+		// same of a transaction its primary committed, and is asked again later.
+		var standby bool
+		if rerr := conn.QueryRow(ctx, `SELECT pg_catalog.pg_is_in_recovery()`).Scan(&standby); rerr != nil || standby {
+			return "", err
+		}
 		return XactFuture, nil
 	}
 	if err != nil || status == nil {
