@@ -67,6 +67,22 @@ func XactStatus(ctx context.Context, pools *Pools, o Owner, xid string) (string,
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pools.OwnerConn(ctx, o)
+	if Refused(err) {
+		// The submitter may no longer act as the owner there (a membership revoked since
+		// the attempt ran), and never will again: asking as the owner would be refused for
+		// ever. What became of a transaction is no secret of the owner's (pg_xact_status
+		// needs no privilege): ask as the user the node's conninfo names, as Probe does.
+		pool, perr := pools.get(ctx, o.DSN, "")
+		if perr != nil {
+			return "", perr
+		}
+		pc, perr := pool.Acquire(ctx)
+		if perr != nil {
+			return "", perr
+		}
+		defer Release(ctx, pc)
+		return xactStatus(ctx, pc.Conn(), xid)
+	}
 	if err != nil {
 		return "", err
 	}
