@@ -246,9 +246,25 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 // failStranded fails the runnable tasks bound to a node that is no longer registered: no worker
 // can reach it, so they would wait for ever and keep their jobs from ending. They are taken as
 // a claim takes tasks, then failed through Complete, which unschedules their dependents.
+// Taken, they are held by this worker, which never starts them, and its lease stays fresh:
+// the rescue never settles them, so this does, whatever fails on the way. Failures the catalog
+// did not record are recorded at the next round; tasks taken by a statement whose answer was
+// lost (or failures never recorded once this worker stops leading) go back to the queue at
+// its next claim, as those of a claim whose answer was lost (claimUnsure), and are taken again.
 func (w *Worker) failStranded(ctx context.Context) {
+	if len(w.strandedUnrecorded) > 0 {
+		if _, err := w.cat.Complete(ctx, w.strandedUnrecorded); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("could not fail the tasks of removed nodes; trying again", "err", err)
+			}
+			return
+		}
+		w.log.Warn("failed tasks bound to nodes that are no longer registered", "tasks", len(w.strandedUnrecorded))
+		w.strandedUnrecorded = nil
+	}
 	stranded, err := w.cat.ClaimStranded(ctx, w.ID())
 	if err != nil {
+		w.strandedUnsure()
 		if ctx.Err() == nil {
 			w.log.Warn("could not look for tasks of removed nodes", "err", err)
 		}
@@ -265,10 +281,20 @@ func (w *Worker) failStranded(ctx context.Context) {
 				"register the node again and run deckhand job retry", s.Node)}}
 	}
 	if _, err := w.cat.Complete(ctx, results); err != nil {
+		w.strandedUnrecorded = results
+		w.strandedUnsure()
 		if ctx.Err() == nil {
-			w.log.Warn("could not fail the tasks of removed nodes; the rescue settles them once this worker's lease expires", "err", err)
+			w.log.Warn("could not fail the tasks of removed nodes; trying again", "err", err)
 		}
 		return
 	}
 	w.log.Warn("failed tasks bound to nodes that are no longer registered", "tasks", len(stranded))
+}
+
+// strandedUnsure makes the next claim give back what this worker holds and never started,
+// should failStranded not settle it first.
+func (w *Worker) strandedUnsure() {
+	w.claimMu.Lock()
+	w.claimUnsure = true
+	w.claimMu.Unlock()
 }
