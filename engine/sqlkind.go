@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
@@ -28,6 +29,12 @@ type sqlExecutor struct {
 	pools  *nodeconn.Pools
 	xacts  xactRecorder
 	killed <-chan struct{} // the worker's shutdown cancelled its tasks
+	nodes  nodeRegistry    // nil: not consulted
+}
+
+// nodeRegistry says how the catalog registers nodes now.
+type nodeRegistry interface {
+	NodesByName(ctx context.Context, names []string) (map[string]deckhandtype.Node, error)
 }
 
 // xactRecorder makes an attempt's node transaction id durable in the catalog before it commits.
@@ -119,6 +126,15 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid st
 			// commit there, and running the task again is safe
 			return commitErr
 		}
+		if err != nil && s.unregistered(ask, o) {
+			// Nobody can ever be asked: the node was removed, or its entry now names another
+			// server, and the one the attempt used does not answer. As the rescue does for a
+			// dead worker's attempt on a removed node, the task fails and is not run again
+			// on its own: it may have committed.
+			return taskerr.Permanent(fmt.Errorf("the COMMIT's answer was lost, and node %s is no longer registered with the conninfo the attempt "+
+				"used (deckhand node remove, or node add with another), which does not answer: whether transaction %s committed cannot be "+
+				"asked, so its effect is unknown, and it does not run again on its own (deckhand job retry runs it again); asking it: %v", o.Node, xid, err))
+		}
 		// Unreachable, or still committing (its backend has not yet noticed the lost
 		// connection): ask again.
 		select {
@@ -128,6 +144,22 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid st
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// unregistered reports whether the catalog says that o's node is no longer registered with
+// the conninfo o has; false when it cannot say.
+func (s sqlExecutor) unregistered(ctx context.Context, o nodeconn.Owner) bool {
+	if s.nodes == nil || s.nodes == (*catalog.Catalog)(nil) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nodes, err := s.nodes.NodesByName(ctx, []string{o.Node})
+	if err != nil {
+		return false
+	}
+	n, ok := nodes[o.Node]
+	return !ok || n.DSN != o.DSN
 }
 
 // attemptXID finds the transaction id in the results of the task's SQL and xidSQL: "" when the
