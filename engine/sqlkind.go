@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,10 +59,12 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 	if err != nil {
 		return err
 	}
-	conn, release, err := s.pools.TaskSession(ctx, o, t)
+	conn, releaseSession, err := s.pools.TaskSession(ctx, o, t)
 	if err != nil {
 		return err
 	}
+	var released sync.Once
+	release := func() { released.Do(releaseSession) }
 	defer release()
 	// The simple protocol, which runs SQL of several statements.
 	if !t.InTransaction {
@@ -94,7 +97,11 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 	if xid == "" || !commitUnknown(err) {
 		return err
 	}
-	// The COMMIT was sent and its answer lost: the node knows what became of it.
+	// The COMMIT was sent and its answer lost: the node knows what became of it. The session
+	// goes back first: asking takes one from the same pool, which holds as many as the worker
+	// runs tasks, and a task that kept its own while it asked could wait for ever for another
+	// (one slot, or every task on the node asking at once after the node restarted).
+	release()
 	return s.commitOutcome(ctx, o, xid, err)
 }
 
