@@ -120,6 +120,10 @@ var errCommitUnknown = errors.New("the COMMIT's answer was lost and the node has
 func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid string, commitErr error) error {
 	ask := context.WithoutCancel(ctx)
 	delay := 100 * time.Millisecond
+	// A cancel, a pause or the task's timeout do not end the asking; losing the worker's
+	// lease does: the attempt is the leader's rescue's then, which asks the node itself, and
+	// what this worker would learn is fenced off. Asking on would only hold the task's slot.
+	stopped := ctx.Done()
 	for {
 		actx, cancel := context.WithTimeout(ask, 15*time.Second)
 		status, err := nodeconn.XactStatus(actx, s.pools, o, xid)
@@ -144,10 +148,21 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid st
 		}
 		// Unreachable, or still committing (its backend has not yet noticed the lost
 		// connection): ask again.
-		select {
-		case <-time.After(delay):
-		case <-s.killed:
-			return fmt.Errorf("%w (transaction %s): %w", errCommitUnknown, xid, commitErr)
+		timer := time.NewTimer(delay)
+		for waiting := true; waiting; {
+			select {
+			case <-timer.C:
+				waiting = false
+			case <-s.killed:
+				timer.Stop()
+				return fmt.Errorf("%w (transaction %s): %w", errCommitUnknown, xid, commitErr)
+			case <-stopped:
+				if errors.Is(context.Cause(ctx), errLeaseLost) {
+					timer.Stop()
+					return commitErr // dropped: the lease is lost
+				}
+				stopped = nil // cancelled otherwise, and the first cause is the one that stays
+			}
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
