@@ -194,12 +194,15 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 	}
 	owner := nodeconn.Owner{Node: *o.Node, DSN: *o.NodeDSN, Role: o.Owner, Submitter: o.SubmittedBy}
 	err := nodeconn.TerminateAttempt(ctx, w.pools, owner, o.TaskID, o.Token)
+	refused := nodeconn.Refused(err)
 	switch {
-	case nodeconn.Refused(err):
-		// The submitter may not act as the owner there: no attempt can have run as it, so there
-		// is nothing to terminate. The task goes back and its next attempt is refused the same way.
+	case refused:
+		// The submitter may not act as the owner there (now: the membership may have been
+		// revoked after the attempt ran as it). There is nothing to terminate as the owner;
+		// whether a transaction committed is still asked, as the node's user (XactStatus):
+		// an attempt that committed is done, not run again. Otherwise the task goes back and
+		// its next attempt is refused the same way.
 		w.log.Warn("orphaned task's owner refused on its node; nothing to terminate", "task", o.TaskID, "node", *o.Node, "err", err)
-		return lost, nil
 	case err != nil:
 		w.log.Warn("could not terminate orphaned backend; will retry", "task", o.TaskID, "node", *o.Node, "err", err)
 		return catalog.Result{}, err
@@ -219,6 +222,10 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 	if err != nil {
 		w.log.Warn("could not ask the node about the orphaned attempt's transaction; will retry", "task", o.TaskID, "node", *o.Node, "err", err)
 		return catalog.Result{}, err
+	}
+	if refused && status == nodeconn.XactInProgress {
+		// Its backend, which could not be terminated, still runs it: ask at a later round.
+		return catalog.Result{}, fmt.Errorf("task %d: transaction %s is still in progress on node %s", o.TaskID, xid, *o.Node)
 	}
 	switch status {
 	case nodeconn.XactCommitted:
