@@ -32,6 +32,7 @@ func checkSubmission(ctx context.Context, c *engine.Client, submitter string, ta
 	if err != nil {
 		return err
 	}
+	bySchema := placementsBySchema(placed)
 	payloads := make([]Payload, len(tasks))
 	// The groups the job's own moves take something of each schema to: a move from such a
 	// group may follow one of them (a round trip, a move on), so where the catalog places
@@ -66,7 +67,7 @@ func checkSubmission(ctx context.Context, c *engine.Client, submitter string, ta
 		if err := checkNotMoving(moving, p); err != nil {
 			return taskError(t, err)
 		}
-		if err := checkFrom(placed, p, arriving); err != nil {
+		if err := checkFrom(bySchema, p, arriving); err != nil {
 			return taskError(t, err)
 		}
 	}
@@ -107,12 +108,12 @@ func checkNotMoving(moving []deckhandtype.PlacementMove, p Payload) error {
 // now, naming the group, rather than a job whose task fails on the source with "does not
 // exist". The task checks again (BeginMove). An object of a schema that a move of the same
 // job takes to from (arriving) is not checked: that move may be the one this follows.
-func checkFrom(placed []deckhandtype.Placement, p Payload, arriving map[[2]string]bool) error {
+func checkFrom(placed map[string][]deckhandtype.Placement, p Payload, arriving map[[2]string]bool) error {
 	for _, o := range p.objects() {
 		if arriving[[2]string{o.Schema, p.From}] {
 			continue
 		}
-		pl := placedElsewhere(placed, o, p.From)
+		pl := placedElsewhere(placed[o.Schema], o, p.From)
 		if pl == nil {
 			continue
 		}
@@ -127,4 +128,15 @@ func checkFrom(placed []deckhandtype.Placement, p Payload, arriving map[[2]strin
 		return fmt.Errorf("%s is on group %s%s, not %s (see `deckhand placements`)", where, pl.Group, by, p.From)
 	}
 	return nil
+}
+
+// placementsBySchema groups placements by schema, as placedElsewhere reads them: a job of
+// thousands of moves (a rebalance of tenant schemas) over as many placements would otherwise
+// read every placement for each move.
+func placementsBySchema(placed []deckhandtype.Placement) map[string][]deckhandtype.Placement {
+	out := map[string][]deckhandtype.Placement{}
+	for _, pl := range placed {
+		out[pl.Schema] = append(out[pl.Schema], pl)
+	}
+	return out
 }
