@@ -88,7 +88,9 @@ type registry map[string]Kind
 
 // builtinKinds are the kinds the engine runs itself.
 var builtinKinds = []Kind{
-	{Name: spec.KindSQL, NeedsNode: true, New: func(d Deps) Executor { return sqlExecutor{pools: d.Nodes, xacts: d.xacts, killed: d.killed} }},
+	{Name: spec.KindSQL, NeedsNode: true, New: func(d Deps) Executor {
+		return sqlExecutor{pools: d.Nodes, xacts: d.xacts, killed: d.killed, nodes: d.Catalog}
+	}},
 	{Name: spec.KindNoop, New: func(Deps) Executor {
 		return ExecutorFunc(func(context.Context, *deckhandtype.ClaimedTask) error { return nil })
 	}},

@@ -194,12 +194,15 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 	}
 	owner := nodeconn.Owner{Node: *o.Node, DSN: *o.NodeDSN, Role: o.Owner, Submitter: o.SubmittedBy}
 	err := nodeconn.TerminateAttempt(ctx, w.pools, owner, o.TaskID, o.Token)
+	refused := nodeconn.Refused(err)
 	switch {
-	case nodeconn.Refused(err):
-		// The submitter may not act as the owner there: no attempt can have run as it, so there
-		// is nothing to terminate. The task goes back and its next attempt is refused the same way.
+	case refused:
+		// The submitter may not act as the owner there (now: the membership may have been
+		// revoked after the attempt ran as it). There is nothing to terminate as the owner;
+		// whether a transaction committed is still asked, as the node's user (XactStatus):
+		// an attempt that committed is done, not run again. Otherwise the task goes back and
+		// its next attempt is refused the same way.
 		w.log.Warn("orphaned task's owner refused on its node; nothing to terminate", "task", o.TaskID, "node", *o.Node, "err", err)
-		return lost, nil
 	case err != nil:
 		w.log.Warn("could not terminate orphaned backend; will retry", "task", o.TaskID, "node", *o.Node, "err", err)
 		return catalog.Result{}, err
@@ -220,6 +223,10 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 		w.log.Warn("could not ask the node about the orphaned attempt's transaction; will retry", "task", o.TaskID, "node", *o.Node, "err", err)
 		return catalog.Result{}, err
 	}
+	if refused && status == nodeconn.XactInProgress {
+		// Its backend, which could not be terminated, still runs it: ask at a later round.
+		return catalog.Result{}, fmt.Errorf("task %d: transaction %s is still in progress on node %s", o.TaskID, xid, *o.Node)
+	}
 	switch status {
 	case nodeconn.XactCommitted:
 		w.log.Info("recovered the result of a dead worker's attempt from its node", "task", o.TaskID, "xid", xid)
@@ -228,6 +235,12 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("recovered: worker %d stopped before recording the result; "+
 				"the node had committed the attempt's transaction %s, so the task did its work and does not run again", o.WorkerID, xid)}}, nil
 	case nodeconn.XactAborted:
+		return lost, nil
+	case nodeconn.XactFuture:
+		// Asked of a server that never gave out the id (the node failed over before the
+		// transaction reached the new primary): it did not commit there. Waiting for a
+		// later round would only wait for ever.
+		lost.Err.Message += fmt.Sprintf("; the node has not given out its transaction %s (another server since, as after a failover): it did not commit there", xid)
 		return lost, nil
 	default:
 		// In progress cannot be, with its backend gone; unknown means an id older than the
@@ -240,6 +253,11 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 // failStranded fails the runnable tasks bound to a node that is no longer registered: no worker
 // can reach it, so they would wait for ever and keep their jobs from ending. They are taken as
 // a claim takes tasks, then failed through Complete, which unschedules their dependents.
+// Taken, they are held by this worker, which never starts them, and its lease stays fresh:
+// the rescue never settles them, so this does, whatever fails on the way. Failures the catalog
+// did not record are recorded at the next round; tasks taken by a statement whose answer was
+// lost (or failures never recorded once this worker stops leading) go back to the queue at
+// its next claim, as those of a claim whose answer was lost (claimUnsure), and are taken again.
 func (w *Worker) failStranded(ctx context.Context) {
 	// An export's coordinator follows its group's primary rather than fail with a removed one.
 	rebound, err := w.cat.RebindStrandedCoordinators(ctx)
@@ -249,8 +267,19 @@ func (w *Worker) failStranded(ctx context.Context) {
 	for _, r := range rebound {
 		w.log.Info("export coordinator moved from a removed node to its group's primary", "task", r.TaskID, "from", r.From, "to", r.To)
 	}
+	if len(w.strandedUnrecorded) > 0 {
+		if _, err := w.cat.Complete(ctx, w.strandedUnrecorded); err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("could not fail the tasks of removed nodes; trying again", "err", err)
+			}
+			return
+		}
+		w.log.Warn("failed tasks bound to nodes that are no longer registered", "tasks", len(w.strandedUnrecorded))
+		w.strandedUnrecorded = nil
+	}
 	stranded, err := w.cat.ClaimStranded(ctx, w.ID())
 	if err != nil {
+		w.strandedUnsure()
 		if ctx.Err() == nil {
 			w.log.Warn("could not look for tasks of removed nodes", "err", err)
 		}
@@ -267,10 +296,20 @@ func (w *Worker) failStranded(ctx context.Context) {
 				"register the node again and run deckhand job retry", s.Node)}}
 	}
 	if _, err := w.cat.Complete(ctx, results); err != nil {
+		w.strandedUnrecorded = results
+		w.strandedUnsure()
 		if ctx.Err() == nil {
-			w.log.Warn("could not fail the tasks of removed nodes; the rescue settles them once this worker's lease expires", "err", err)
+			w.log.Warn("could not fail the tasks of removed nodes; trying again", "err", err)
 		}
 		return
 	}
 	w.log.Warn("failed tasks bound to nodes that are no longer registered", "tasks", len(stranded))
+}
+
+// strandedUnsure makes the next claim give back what this worker holds and never started,
+// should failStranded not settle it first.
+func (w *Worker) strandedUnsure() {
+	w.claimMu.Lock()
+	w.claimUnsure = true
+	w.claimMu.Unlock()
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/taskerr"
 )
@@ -29,6 +31,12 @@ type sqlExecutor struct {
 	pools  *nodeconn.Pools
 	xacts  xactRecorder
 	killed <-chan struct{} // the worker's shutdown cancelled its tasks
+	nodes  nodeRegistry    // nil: not consulted
+}
+
+// nodeRegistry says how the catalog registers nodes now.
+type nodeRegistry interface {
+	NodesByName(ctx context.Context, names []string) (map[string]deckhandtype.Node, error)
 }
 
 // xactRecorder makes an attempt's node transaction id durable in the catalog before it commits.
@@ -52,10 +60,12 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 	if err != nil {
 		return err
 	}
-	conn, release, err := s.pools.TaskSession(ctx, o, t)
+	conn, releaseSession, err := s.pools.TaskSession(ctx, o, t)
 	if err != nil {
 		return err
 	}
+	var released sync.Once
+	release := func() { released.Do(releaseSession) }
 	defer release()
 	// The simple protocol, which runs SQL of several statements.
 	if !t.InTransaction {
@@ -88,7 +98,11 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 	if xid == "" || !commitUnknown(err) {
 		return err
 	}
-	// The COMMIT was sent and its answer lost: the node knows what became of it.
+	// The COMMIT was sent and its answer lost: the node knows what became of it. The session
+	// goes back first: asking takes one from the same pool, which holds as many as the worker
+	// runs tasks, and a task that kept its own while it asked could wait for ever for another
+	// (one slot, or every task on the node asking at once after the node restarted).
+	release()
 	return s.commitOutcome(ctx, o, xid, err)
 }
 
@@ -107,6 +121,10 @@ var errCommitUnknown = errors.New("the COMMIT's answer was lost and the node has
 func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid string, commitErr error) error {
 	ask := context.WithoutCancel(ctx)
 	delay := 100 * time.Millisecond
+	// A cancel, a pause or the task's timeout do not end the asking; losing the worker's
+	// lease does: the attempt is the leader's rescue's then, which asks the node itself, and
+	// what this worker would learn is fenced off. Asking on would only hold the task's slot.
+	stopped := ctx.Done()
 	for {
 		actx, cancel := context.WithTimeout(ask, 15*time.Second)
 		status, err := nodeconn.XactStatus(actx, s.pools, o, xid)
@@ -115,14 +133,37 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid st
 		case err == nil && status == nodeconn.XactCommitted:
 			return nil
 		case err == nil && status != nodeconn.XactInProgress:
-			return commitErr // aborted: running the task again is safe
+			// aborted, or unknown to the server the conninfo reaches now (XactFuture: the
+			// node failed over before the transaction reached the new primary): it did not
+			// commit there, and running the task again is safe
+			return commitErr
+		}
+		if err != nil && s.unregistered(ask, o) {
+			// Nobody can ever be asked: the node was removed, or its entry now names another
+			// server, and the one the attempt used does not answer. As the rescue does for a
+			// dead worker's attempt on a removed node, the task fails and is not run again
+			// on its own: it may have committed.
+			return taskerr.Permanent(fmt.Errorf("the COMMIT's answer was lost, and node %s is no longer registered with the conninfo the attempt "+
+				"used (deckhand node remove, or node add with another), which does not answer: whether transaction %s committed cannot be "+
+				"asked, so its effect is unknown, and it does not run again on its own (deckhand job retry runs it again); asking it: %v", o.Node, xid, err))
 		}
 		// Unreachable, or still committing (its backend has not yet noticed the lost
 		// connection): ask again.
-		select {
-		case <-time.After(delay):
-		case <-s.killed:
-			return fmt.Errorf("%w (transaction %s): %w", errCommitUnknown, xid, commitErr)
+		timer := time.NewTimer(delay)
+		for waiting := true; waiting; {
+			select {
+			case <-timer.C:
+				waiting = false
+			case <-s.killed:
+				timer.Stop()
+				return fmt.Errorf("%w (transaction %s): %w", errCommitUnknown, xid, commitErr)
+			case <-stopped:
+				if errors.Is(context.Cause(ctx), errLeaseLost) {
+					timer.Stop()
+					return commitErr // dropped: the lease is lost
+				}
+				stopped = nil // cancelled otherwise, and the first cause is the one that stays
+			}
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
@@ -151,6 +192,22 @@ func readDiscarding(mrr *pgconn.MultiResultReader) ([]*pgconn.Result, error) {
 		results = append(results, r)
 	}
 	return results, mrr.Close()
+}
+
+// unregistered reports whether the catalog says that o's node is no longer registered with
+// the conninfo o has; false when it cannot say.
+func (s sqlExecutor) unregistered(ctx context.Context, o nodeconn.Owner) bool {
+	if s.nodes == nil || s.nodes == (*catalog.Catalog)(nil) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nodes, err := s.nodes.NodesByName(ctx, []string{o.Node})
+	if err != nil {
+		return false
+	}
+	n, ok := nodes[o.Node]
+	return !ok || n.DSN != o.DSN
 }
 
 // attemptXID finds the transaction id in the results of the task's SQL and xidSQL: "" when the

@@ -54,10 +54,15 @@ type Worker struct {
 	// (its answer was lost with the connection, or it timed out): the next claim first hands
 	// back what the catalog says this worker holds but it never started. Guarded by claimMu.
 	claimUnsure bool
-	tasksCtx    context.Context
-	killed      chan struct{} // closed when the shutdown cancels the running tasks
-	wake        chan struct{}
-	results     chan catalog.Result
+	// strandedUnrecorded are failures of tasks of removed nodes (failStranded) that the
+	// catalog did not record: the leader holds those tasks, never started, and its lease
+	// stays fresh, so no rescue would settle them. Tried again at its next round.
+	strandedUnrecorded []catalog.Result
+
+	tasksCtx context.Context
+	killed   chan struct{} // closed when the shutdown cancels the running tasks
+	wake     chan struct{}
+	results  chan catalog.Result
 	// tasksEnded is closed once the worker stops claiming and every task has returned (so
 	// every result has been sent); completerDone once the completer has stopped.
 	tasksEnded    chan struct{}

@@ -14,7 +14,8 @@ import (
 // job, a job spec or a schedule's firing alike. It refuses a group with no nodes, an owner
 // the submitter is not a member of on either group's primary (Submit checks owners only on
 // nodes a task names, and a move names groups), a move of something a live job is already
-// moving, and one whose from is not the group the catalog places the object on. What needs
+// moving, and one whose from is not the group the catalog places the object on (unless a move
+// of the same job takes it there: a job may move a schema and then back or on). What needs
 // the nodes themselves (a table without a key, wal_level, the target having the schema) is
 // refused by the task when it starts, as a permanent failure, before it creates anything; the
 // task checks all of this again then.
@@ -31,12 +32,25 @@ func checkSubmission(ctx context.Context, c *engine.Client, submitter string, ta
 	if err != nil {
 		return err
 	}
-	checked := map[[2]string]bool{} // primary, owner
-	for _, t := range tasks {
+	bySchema := placementsBySchema(placed)
+	payloads := make([]Payload, len(tasks))
+	// The groups the job's own moves take something of each schema to: a move from such a
+	// group may follow one of them (a round trip, a move on), so where the catalog places
+	// that schema now does not say its from is wrong. The task checks again when it begins.
+	arriving := map[[2]string]bool{} // schema, group
+	for i, t := range tasks {
 		p, err := ParsePayload(t.Payload)
 		if err != nil {
 			return spec.Invalidf("task %q: %v", t.Name, err)
 		}
+		payloads[i] = p
+		for _, o := range p.objects() {
+			arriving[[2]string{o.Schema, p.To}] = true
+		}
+	}
+	checked := map[[2]string]bool{} // primary, owner
+	for i, t := range tasks {
+		p := payloads[i]
 		if err := checkGroups(nodes, p); err != nil {
 			return taskError(t, err)
 		}
@@ -53,7 +67,7 @@ func checkSubmission(ctx context.Context, c *engine.Client, submitter string, ta
 		if err := checkNotMoving(moving, p); err != nil {
 			return taskError(t, err)
 		}
-		if err := checkFrom(placed, p); err != nil {
+		if err := checkFrom(bySchema, p, arriving); err != nil {
 			return taskError(t, err)
 		}
 	}
@@ -92,10 +106,14 @@ func checkNotMoving(moving []deckhandtype.PlacementMove, p Payload) error {
 
 // checkFrom refuses a move whose from is not where the catalog places the object: refused
 // now, naming the group, rather than a job whose task fails on the source with "does not
-// exist". The task checks again (BeginMove).
-func checkFrom(placed []deckhandtype.Placement, p Payload) error {
+// exist". The task checks again (BeginMove). An object of a schema that a move of the same
+// job takes to from (arriving) is not checked: that move may be the one this follows.
+func checkFrom(placed map[string][]deckhandtype.Placement, p Payload, arriving map[[2]string]bool) error {
 	for _, o := range p.objects() {
-		pl := placedElsewhere(placed, o, p.From)
+		if arriving[[2]string{o.Schema, p.From}] {
+			continue
+		}
+		pl := placedElsewhere(placed[o.Schema], o, p.From)
 		if pl == nil {
 			continue
 		}
@@ -110,4 +128,15 @@ func checkFrom(placed []deckhandtype.Placement, p Payload) error {
 		return fmt.Errorf("%s is on group %s%s, not %s (see `deckhand placements`)", where, pl.Group, by, p.From)
 	}
 	return nil
+}
+
+// placementsBySchema groups placements by schema, as placedElsewhere reads them: a job of
+// thousands of moves (a rebalance of tenant schemas) over as many placements would otherwise
+// read every placement for each move.
+func placementsBySchema(placed []deckhandtype.Placement) map[string][]deckhandtype.Placement {
+	out := map[string][]deckhandtype.Placement{}
+	for _, pl := range placed {
+		out[pl.Schema] = append(out[pl.Schema], pl)
+	}
+	return out
 }

@@ -145,7 +145,7 @@ func (s *Service) fire(ctx context.Context, d catalog.DueSchedule, now time.Time
 			// due time is tried again until it is LateWindow late.
 			return false, err
 		default:
-			f.Outcome, f.Err = deckhandtype.FiringFailed, err.Error()
+			f.Outcome, f.Err, f.Refused = deckhandtype.FiringFailed, err.Error(), true
 		}
 	}
 	return s.record(ctx, d, f)

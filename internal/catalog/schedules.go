@@ -231,6 +231,10 @@ type Firing struct {
 	Outcome deckhandtype.FiringOutcome
 	Job     *NewJob
 	Err     string
+	// Refused: Outcome is FiringFailed because the submission's checks refused the job. The
+	// schedule's no-overlap rule comes first, as for a job it submits: a check may refuse the
+	// job only because the schedule's previous one still runs (a move of what that job moves).
+	Refused bool
 }
 
 // Fired is what a firing did; Applied is false when the due time had already been handled
@@ -249,10 +253,11 @@ type Fired struct {
 // other finds next_run_at moved and writes nothing. At commit the submitter must still be
 // allowed to submit (deckhand_submitter, as deckhand.submit_job requires), and with
 // no_overlap the schedule's previous job must have ended; else the firing is recorded
-// failed, or skipped_overlap. A schedule whose row is locked is not fired (Applied false):
-// its submitter may keep it locked for as long as it likes (deckhand.schedule_resume, pause
-// or remove in a statement or transaction that goes on), and the leader must not wait for
-// it with every other schedule behind; the due time is handled once the row is free.
+// failed, or skipped_overlap (also when the submission's checks refused the job, f.Refused).
+// A schedule whose row is locked is not fired (Applied false): its submitter may keep it
+// locked for as long as it likes (deckhand.schedule_resume, pause or remove in a statement
+// or transaction that goes on), and the leader must not wait for it with every other
+// schedule behind; the due time is handled once the row is free.
 func (c *Catalog) FireSchedule(ctx context.Context, f Firing) (Fired, error) {
 	out := Fired{Outcome: f.Outcome, Err: f.Err}
 	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
@@ -275,10 +280,11 @@ func (c *Catalog) FireSchedule(ctx context.Context, f Firing) (Fired, error) {
 			return err
 		}
 		out.Applied = true
+		if noOverlap && previousRuns && (out.Outcome == deckhandtype.FiringSubmitted || f.Refused) {
+			out.Outcome, out.Err = deckhandtype.FiringSkippedOverlap, ""
+		}
 		if out.Outcome == deckhandtype.FiringSubmitted {
 			switch {
-			case noOverlap && previousRuns:
-				out.Outcome = deckhandtype.FiringSkippedOverlap
 			case !maySubmit:
 				out.Outcome = deckhandtype.FiringFailed
 				out.Err = fmt.Sprintf("%s may not submit jobs: an admin can GRANT deckhand_submitter TO %s",

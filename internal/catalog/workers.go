@@ -217,38 +217,7 @@ type Stranded struct {
 // come from the runnable indexes one probe each (a loose index scan), so that a queue of many
 // tasks on few nodes costs the leader's rounds few reads.
 func (c *Catalog) ClaimStranded(ctx context.Context, worker int64) ([]Stranded, error) {
-	rows, _ := c.Pool.Query(ctx, `
-		WITH RECURSIVE queued(node) AS (
-			(SELECT t.node FROM deckhand.task t
-			 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
-			 ORDER BY t.node LIMIT 1)
-			UNION ALL
-			SELECT (SELECT t.node FROM deckhand.task t
-			        WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
-			          AND t.node > q.node ORDER BY t.node LIMIT 1)
-			FROM queued q WHERE q.node IS NOT NULL
-		), coordinators(node) AS (
-			(SELECT t.node FROM deckhand.task t
-			 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind = 'export'
-			 ORDER BY t.node LIMIT 1)
-			UNION ALL
-			SELECT (SELECT t.node FROM deckhand.task t
-			        WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
-			          AND t.node > q.node ORDER BY t.node LIMIT 1)
-			FROM coordinators q WHERE q.node IS NOT NULL
-		), gone AS (
-			SELECT q.node FROM (SELECT node FROM queued UNION SELECT node FROM coordinators) q
-			WHERE q.node IS NOT NULL AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.name = q.node)
-		), picked AS (
-			SELECT t.id FROM deckhand.task t
-			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IN (SELECT g.node FROM gone g)
-			ORDER BY t.id LIMIT 1000 FOR UPDATE SKIP LOCKED
-		)
-		UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
-			attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $1,
-			started_at = coalesce($2, clock_timestamp()), finished_at = NULL
-		FROM picked p WHERE t.id = p.id AND t.state = 'runnable'
-		RETURNING t.id, t.attempt_token, t.node`, worker, c.now())
+	rows, _ := c.Pool.Query(ctx, claimStrandedSQL, worker, c.now())
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Stranded])
 	if err != nil {
 		return nil, fmt.Errorf("claim the tasks of removed nodes: %w", err)
@@ -322,3 +291,50 @@ func (c *Catalog) DeleteFinishedJobs(ctx context.Context, cutoff time.Time, limi
 	}
 	return tag.RowsAffected(), nil
 }
+
+// claimStrandedSQL is ClaimStranded's statement ($1 the leader's worker id, $2 the injected
+// time or NULL).
+const claimStrandedSQL = `
+		WITH RECURSIVE queued(node) AS (
+			(SELECT t.node FROM deckhand.task t
+			 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
+			 ORDER BY t.node LIMIT 1)
+			UNION ALL
+			SELECT (SELECT t.node FROM deckhand.task t
+			        WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
+			          AND t.node > q.node ORDER BY t.node LIMIT 1)
+			FROM queued q WHERE q.node IS NOT NULL
+		), coordinators(node) AS (
+			(SELECT t.node FROM deckhand.task t
+			 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind = 'export'
+			 ORDER BY t.node LIMIT 1)
+			UNION ALL
+			SELECT (SELECT t.node FROM deckhand.task t
+			        WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
+			          AND t.node > q.node ORDER BY t.node LIMIT 1)
+			FROM coordinators q WHERE q.node IS NOT NULL
+		), gone AS MATERIALIZED (
+			SELECT q.node FROM (SELECT node FROM queued UNION SELECT node FROM coordinators) q
+			WHERE q.node IS NOT NULL AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.name = q.node)
+		), picked AS (
+			-- From each gone node through the runnable index of its tasks, never from the
+			-- task table in id order: with no node gone (the usual round) that would read every
+			-- task the catalog keeps, finished ones included.
+			SELECT p.id FROM (
+				SELECT x.id FROM gone g CROSS JOIN LATERAL (
+					SELECT t.id FROM deckhand.task t
+					WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
+					  AND t.node = g.node
+					LIMIT 1000 FOR UPDATE SKIP LOCKED) x
+				UNION ALL
+				SELECT x.id FROM gone g CROSS JOIN LATERAL (
+					SELECT t.id FROM deckhand.task t
+					WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export' AND t.node = g.node
+					LIMIT 1000 FOR UPDATE SKIP LOCKED) x
+			) p LIMIT 1000
+		)
+		UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
+			attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $1,
+			started_at = coalesce($2, clock_timestamp()), finished_at = NULL
+		FROM picked p WHERE t.id = p.id AND t.state = 'runnable'
+		RETURNING t.id, t.attempt_token, t.node`

@@ -2,11 +2,13 @@ package nodeconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ApplicationName identifies a task attempt's backend in pg_stat_activity, so the leader can
@@ -52,6 +54,11 @@ const (
 	XactCommitted  = "committed"
 	XactAborted    = "aborted"
 	XactInProgress = "in progress"
+	// XactFuture: the server, a primary, has not yet given out the id. No server that ran
+	// the transaction says that of it: the one the conninfo reaches now is another (a standby
+	// promoted before the transaction reached it, a restored backup), and the transaction
+	// did not commit there.
+	XactFuture = "future"
 )
 
 // XactStatus asks o's node what became of transaction xid: for an attempt whose COMMIT was
@@ -60,6 +67,22 @@ func XactStatus(ctx context.Context, pools *Pools, o Owner, xid string) (string,
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pools.OwnerConn(ctx, o)
+	if Refused(err) {
+		// The submitter may no longer act as the owner there (a membership revoked since
+		// the attempt ran), and never will again: asking as the owner would be refused for
+		// ever. What became of a transaction is no secret of the owner's (pg_xact_status
+		// needs no privilege): ask as the user the node's conninfo names, as Probe does.
+		pool, perr := pools.get(ctx, o.DSN, "")
+		if perr != nil {
+			return "", perr
+		}
+		pc, perr := pool.Acquire(ctx)
+		if perr != nil {
+			return "", perr
+		}
+		defer Release(ctx, pc)
+		return xactStatus(ctx, pc.Conn(), xid)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -70,6 +93,18 @@ func XactStatus(ctx context.Context, pools *Pools, o Owner, xid string) (string,
 func xactStatus(ctx context.Context, conn *pgx.Conn, xid string) (string, error) {
 	var status *string
 	err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_xact_status($1::pg_catalog.text::pg_catalog.xid8)`, xid).Scan(&status)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22023" {
+		// "transaction ID ... is in the future", the only invalid_parameter_value that
+		// pg_xact_status raises for a well-formed id; its words depend on lc_messages. Only a
+		// primary's word is final: a standby that has not replayed as far as the id says the
+		// same of a transaction its primary committed, and is asked again later.
+		var standby bool
+		if rerr := conn.QueryRow(ctx, `SELECT pg_catalog.pg_is_in_recovery()`).Scan(&standby); rerr != nil || standby {
+			return "", err
+		}
+		return XactFuture, nil
+	}
 	if err != nil || status == nil {
 		return "", err
 	}
