@@ -44,10 +44,33 @@ func CheckConninfo(dsn string) error {
 	if in.url && !strings.HasPrefix(dsn, "postgresql://") && !strings.HasPrefix(dsn, "postgres://") {
 		return errors.New("conninfo cannot be parsed: a URL must start with postgresql:// or postgres://, in lower case")
 	}
+	for _, p := range in.pairs {
+		if !libpqKeywords[p.key] {
+			return fmt.Errorf("conninfo keyword %q is not one PostgreSQL's clients know (pg_dump, psql): see the libpq connection parameters", p.key)
+		}
+	}
 	if _, err := pgconn.ParseConfig(dsn); err != nil {
 		return errors.New("conninfo cannot be parsed: check its keywords and values")
 	}
 	return nil
+}
+
+// libpqKeywords are the connection parameters libpq takes (PostgreSQL 15 to 17). A node's
+// conninfo reaches libpq too (pg_dump and pg_restore for a move), which refuses any other
+// keyword, while the Go driver would send an unknown one to the server as a setting and fail
+// only when connecting: refused when the node is registered instead.
+var libpqKeywords = map[string]bool{
+	"host": true, "hostaddr": true, "port": true, "dbname": true, "user": true, "password": true,
+	"passfile": true, "require_auth": true, "channel_binding": true, "connect_timeout": true,
+	"client_encoding": true, "options": true, "application_name": true,
+	"fallback_application_name": true, "keepalives": true, "keepalives_idle": true,
+	"keepalives_interval": true, "keepalives_count": true, "tcp_user_timeout": true,
+	"replication": true, "gssencmode": true, "sslmode": true, "sslnegotiation": true,
+	"sslcompression": true, "sslcert": true, "sslkey": true, "sslpassword": true,
+	"sslcertmode": true, "sslrootcert": true, "sslcrl": true, "sslcrldir": true, "sslsni": true,
+	"requirepeer": true, "ssl_min_protocol_version": true, "ssl_max_protocol_version": true,
+	"krbsrvname": true, "gsslib": true, "gssdelegation": true, "service": true,
+	"target_session_attrs": true, "load_balance_hosts": true,
 }
 
 // WithUser returns dsn connecting as user instead of the user it names (none: unchanged).

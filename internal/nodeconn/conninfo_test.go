@@ -2,6 +2,7 @@ package nodeconn
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -101,6 +102,24 @@ func TestCheckRefusesMalformed(t *testing.T) {
 	}
 }
 
+// A keyword libpq does not know is refused when the node is registered: the driver would send
+// it to the server as a setting (and fail there when connecting), and pg_dump refuses it.
+func TestCheckRefusesUnknownKeywords(t *testing.T) {
+	noEnvironment(t)
+	for dsn, keyword := range map[string]string{
+		"bogus==": "bogus",
+		"host=localhost dbname=app Host=elsewhere":     "Host",
+		"host=localhost database=app":                  "database",
+		"host=localhost search_path=evil":              "search_path",
+		"postgres://localhost/app?statement_timeout=1": "statement_timeout",
+	} {
+		err := CheckConninfo(dsn)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("keyword %q", keyword)) {
+			t.Errorf("CheckConninfo(%q) = %v, want the keyword %q refused", dsn, err, keyword)
+		}
+	}
+}
+
 func TestCheckAccepts(t *testing.T) {
 	noEnvironment(t)
 	for _, dsn := range []string{
@@ -114,6 +133,8 @@ func TestCheckAccepts(t *testing.T) {
 		"postgres://app@[::1]:5432/app",
 		"postgresql:///app?host=/var/run/postgresql",
 		"postgres://localhost/app?",
+		"host=h1,h2 port=5432,5433 dbname=app connect_timeout=5 keepalives_idle=30 target_session_attrs=read-write options='-c lock_timeout=1s'",
+		"host=db sslmode=disable passfile=/etc/deckhand/pgpass fallback_application_name=x",
 	} {
 		if err := CheckConninfo(dsn); err != nil {
 			t.Errorf("CheckConninfo(%q) = %v, want nil", dsn, err)
