@@ -244,8 +244,8 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 		w.log.Warn("the orphaned attempt's transaction cannot be checked; the task fails", "task", o.TaskID, "xid", xid, "why", why)
 		return catalog.Result{TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: deckhandtype.OutcomeFailed,
 			FinishedAt: w.injectedNow(),
-			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired; the effect of its transaction %s is unknown because %s: "+
-				"it does not run again on its own (deckhand job retry runs it again)", o.WorkerID, xid, why)}}, nil
+			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired; its effect is unknown because %s: "+
+				"the task does not run again on its own (deckhand job retry runs it again)", o.WorkerID, why)}}, nil
 	case nodeconn.NotCommitted:
 		if answer.Status == nodeconn.XactFuture {
 			// Asked of a server that never gave out the id (the node failed over before the

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -69,11 +70,11 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 		return explainImplicitTransaction(err)
 	}
 	// A newline ends a trailing -- comment; the semicolon a statement left open.
-	results, err := readDiscarding(conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+nodeconn.XactSQL))
+	results, err := readDiscarding(conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+nodeconn.AttemptXactSQL(conn)))
 	if err != nil {
 		return err
 	}
-	x, ok, err := attemptXact(results)
+	x, ok, err := attemptXact(conn, results)
 	if err != nil {
 		return err
 	}
@@ -143,7 +144,7 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, x node
 				return commitErr
 			case nodeconn.Unknown:
 				return taskerr.Permanent(fmt.Errorf("the COMMIT's answer was lost, and its effect is unknown because %s: "+
-					"it does not run again on its own (deckhand job retry runs it again): %w", why, commitErr))
+					"the task does not run again on its own (deckhand job retry runs it again); the COMMIT: %w", why, commitErr))
 			}
 		}
 		if err != nil && s.unregistered(ask, o) {
@@ -178,7 +179,7 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, x node
 }
 
 // readDiscarding reads every result of mrr as MultiResultReader.ReadAll does, but keeps no
-// row but those of nodeconn.XactSQL's result: a task's SQL may return as many rows as it likes
+// row but those of nodeconn.AttemptXactSQL's result: a task's SQL may return as many rows as it likes
 // (SELECT ... FROM generate_series(1, 1e9)), and the worker, whose memory every other running
 // task shares, must not hold them. Each row is read and dropped as it comes.
 func readDiscarding(mrr *pgconn.MultiResultReader) ([]*pgconn.Result, error) {
@@ -218,10 +219,11 @@ func (s sqlExecutor) unregistered(ctx context.Context, o nodeconn.Owner) bool {
 	return !ok || n.DSN != o.DSN
 }
 
-// attemptXact finds the transaction in the results of the task's SQL and nodeconn.XactSQL:
-// an empty XID when the transaction wrote nothing; ok false when XactSQL never ran as a
-// statement of its own; an error when its value is not what it reads.
-func attemptXact(results []*pgconn.Result) (x nodeconn.Xact, ok bool, err error) {
+// attemptXact finds the transaction in the results of the task's SQL and
+// nodeconn.AttemptXactSQL(conn): an empty XID when the transaction wrote nothing; ok false
+// when that statement never ran as a statement of its own; an error when its value is not
+// what it reads.
+func attemptXact(conn *pgx.Conn, results []*pgconn.Result) (x nodeconn.Xact, ok bool, err error) {
 	if len(results) == 0 {
 		return nodeconn.Xact{}, false, nil
 	}
@@ -232,7 +234,7 @@ func attemptXact(results []*pgconn.Result) (x nodeconn.Xact, ok bool, err error)
 	if last.Rows[0][0] == nil {
 		return nodeconn.Xact{}, true, nil // NULL: no id
 	}
-	if x, ok = nodeconn.ParseXact(string(last.Rows[0][0])); !ok {
+	if x, ok = nodeconn.ReadAttemptXact(conn, string(last.Rows[0][0])); !ok {
 		// The transaction rolls back with the session: nothing was recorded for it.
 		return nodeconn.Xact{}, false, fmt.Errorf("the node's answer %q is not a transaction id and timeline", last.Rows[0][0])
 	}

@@ -88,7 +88,8 @@ const XactColumn = "deckhand_attempt_xid"
 // the task's SQL: every function and operator is named in pg_catalog, with exact types. A
 // transaction with an id runs on a primary, where pg_walfile_name may be called; the system
 // identifier is read only where the role may execute pg_control_system (PUBLIC by default),
-// so that a server that revoked it fails no task.
+// so that a server that revoked it fails no task. A session that knows its server's history
+// already (queueServerHistory) reads the id alone (xidSQL): see AttemptXactSQL.
 const XactSQL = `SELECT CASE WHEN x.id IS NOT NULL THEN x.id
 	OPERATOR(pg_catalog.||) ' '::pg_catalog.text
 	OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1::pg_catalog.int4, 8::pg_catalog.int4)
@@ -96,6 +97,88 @@ const XactSQL = `SELECT CASE WHEN x.id IS NOT NULL THEN x.id
 	OPERATOR(pg_catalog.||) COALESCE(CASE WHEN pg_catalog.has_function_privilege('pg_catalog.pg_control_system()'::pg_catalog.text, 'EXECUTE'::pg_catalog.text)
 		THEN (pg_catalog.pg_control_system()).system_identifier::pg_catalog.text END, ''::pg_catalog.text) END AS ` + XactColumn + `
 	FROM (SELECT pg_catalog.pg_current_xact_id_if_assigned()::pg_catalog.text) AS x(id)`
+
+// xidSQL reads the transaction's id alone, in a session whose server's history is known.
+const xidSQL = "SELECT pg_catalog.pg_current_xact_id_if_assigned()::pg_catalog.text AS " + XactColumn
+
+// serverHistorySQL reads the server's timeline (NULL on a standby) and system identifier
+// (NULL where the role may not read it), as XactSQL does.
+const serverHistorySQL = `
+	SELECT CASE WHEN NOT pg_catalog.pg_is_in_recovery()
+			THEN pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1::pg_catalog.int4, 8::pg_catalog.int4) END,
+		CASE WHEN pg_catalog.has_function_privilege('pg_catalog.pg_control_system()'::pg_catalog.text, 'EXECUTE'::pg_catalog.text)
+			THEN (pg_catalog.pg_control_system()).system_identifier END`
+
+// serverHistoryKey holds, in a session's custom data, its server's history (a serverHistory)
+// once read: a primary's timeline cannot change while the session lasts (a server changes
+// timeline only when it leaves recovery, and a primary enters recovery only through a
+// restart, which ends the session), nor can a server's system identifier. A session on a
+// standby holds nil: the standby may be promoted while the session lasts, so its transactions
+// read the history with their id (XactSQL).
+const serverHistoryKey = "deckhand.history"
+
+type serverHistory struct {
+	timeline int64
+	systemID *int64
+}
+
+// queueServerHistory queues the read of the session's server's history into b, unless the
+// session has read it already; the session keeps it in its custom data.
+func queueServerHistory(b *pgx.Batch, conn *pgx.Conn) {
+	data := conn.PgConn().CustomData()
+	if _, known := data[serverHistoryKey]; known {
+		return
+	}
+	b.Queue(serverHistorySQL).QueryRow(func(row pgx.Row) error {
+		var (
+			timeline *string
+			h        serverHistory
+		)
+		if err := row.Scan(&timeline, &h.systemID); err != nil {
+			return err
+		}
+		if timeline == nil {
+			data[serverHistoryKey] = (*serverHistory)(nil)
+			return nil
+		}
+		tl, err := strconv.ParseUint(*timeline, 16, 32)
+		if err != nil {
+			return fmt.Errorf("the node's timeline %q: %w", *timeline, err)
+		}
+		h.timeline = int64(tl)
+		data[serverHistoryKey] = &h
+		return nil
+	})
+}
+
+// knownHistory is the history of conn's server, nil when it is not known (a standby's).
+func knownHistory(conn *pgx.Conn) *serverHistory {
+	h, _ := conn.PgConn().CustomData()[serverHistoryKey].(*serverHistory)
+	return h
+}
+
+// AttemptXactSQL is the statement that follows a transactional task's SQL in conn, a session
+// from TaskSession: xidSQL when the session knows its server's history, XactSQL otherwise.
+// ReadAttemptXact reads its value.
+func AttemptXactSQL(conn *pgx.Conn) string {
+	if knownHistory(conn) != nil {
+		return xidSQL
+	}
+	return XactSQL
+}
+
+// ReadAttemptXact reads the value of AttemptXactSQL(conn), run in conn: ok false when it is
+// not one.
+func ReadAttemptXact(conn *pgx.Conn, v string) (Xact, bool) {
+	h := knownHistory(conn)
+	if h == nil {
+		return ParseXact(v)
+	}
+	if _, err := strconv.ParseUint(v, 10, 64); err != nil {
+		return Xact{}, false
+	}
+	return Xact{XID: v, Timeline: h.timeline, SystemID: h.systemID}, true
+}
 
 // ParseXact reads XactSQL's value: ok false when it is not one.
 func ParseXact(v string) (x Xact, ok bool) {
@@ -321,8 +404,8 @@ func Judge(x Xact, node string, a XactAnswer) (Outcome, string) {
 		// Not a server of the history the id came from at all (the node's conninfo or
 		// name was pointed at another cluster): whatever it says of the id, the server
 		// that ran the attempt may hold its effect.
-		return Unknown, fmt.Sprintf("node %s is another server now (system identifier %d, %d when the attempt ran), "+
-			"between the attempt and the check", node, *a.SystemID, *x.SystemID)
+		return Unknown, fmt.Sprintf("node %s is another server now than the one that gave out transaction %s, between the attempt and the check "+
+			"(system identifier %d, %d then)", node, x.XID, *a.SystemID, *x.SystemID)
 	}
 	if a.Status == XactFuture {
 		return NotCommitted, ""
@@ -330,8 +413,8 @@ func Judge(x Xact, node string, a XactAnswer) (Outcome, string) {
 	if x.Timeline != 0 {
 		switch {
 		case a.Standby:
-			return Unknown, fmt.Sprintf("node %s answers as a standby now, not the primary (timeline %d) that ran the attempt: "+
-				"it failed over or is another server, between the attempt and the check", node, x.Timeline)
+			return Unknown, fmt.Sprintf("node %s answers as a standby now, not as the primary (timeline %d) that gave out transaction %s: "+
+				"it failed over or is another server, between the attempt and the check", node, x.Timeline, x.XID)
 		case a.Timeline != x.Timeline:
 			return Unknown, fmt.Sprintf("node %s failed over between the attempt and the check (timeline %d when the attempt ran, %d now), "+
 				"and transaction %s may name another transaction there", node, x.Timeline, a.Timeline, x.XID)
