@@ -150,9 +150,17 @@ func TestRescueOfATransactionTheNodeNoLongerKnowsLeavesTheEffectUnknown(t *testi
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "a", Node: "n1", SQL: "INSERT INTO hits VALUES (1)", MaxAttempts: 3}}})
 	diesAfterNodeCommit(t, e, id)
 
-	var xid string
-	if err := e.Pool(e.DB).QueryRow(ctx, `SELECT attempt_xid::text FROM deckhand.task WHERE job_id = $1`, id).Scan(&xid); err != nil {
+	var (
+		xid      string
+		timeline *int64
+		system   *int64
+	)
+	if err := e.Pool(e.DB).QueryRow(ctx, `SELECT attempt_xid::text, xid_timeline, xid_system FROM deckhand.task WHERE job_id = $1`,
+		id).Scan(&xid, &timeline, &system); err != nil {
 		t.Fatal(err)
+	}
+	if timeline == nil || *timeline != 1 || system == nil {
+		t.Fatalf("recorded transaction %s with timeline %v and system %v; want timeline 1 and a system identifier", xid, timeline, system)
 	}
 	conn := pgtest.Connect(t, node.DSN(db, pgcluster.Superuser))
 	var next string

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
@@ -129,4 +130,91 @@ func TestJudgeTrustsOnlyTheHistoryThatGaveOutTheID(t *testing.T) {
 	if got, why := nodeconn.Judge(x, "n1", onStandby); got != nodeconn.Unknown || !strings.Contains(why, "standby") {
 		t.Errorf("a standby's answer: %v (%s); want unknown", got, why)
 	}
+}
+
+// A task session reads its server's history once, with its first transaction: on a primary,
+// the statement after the task's SQL then reads the id alone and the recorded history is the
+// session's. A session opened on a standby knows none (the standby may be promoted while the
+// session lasts): after the promotion, its transaction reads the new timeline with its id.
+func TestTaskSessionRecordsItsServersHistory(t *testing.T) {
+	ctx := pgtest.Context(t, 2*time.Minute)
+	primary := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t)
+	if err := primary.Exec(ctx, db, "CREATE TABLE t (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	standby := pgtest.NewStandby(t, primary, pgcluster.Options{})
+	lsn, err := primary.CurrentLSN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.WaitReplayed(ctx, lsn); err != nil {
+		t.Fatal(err)
+	}
+	pools := nodeconn.NewPools(1)
+	defer pools.Close()
+	task := &deckhandtype.ClaimedTask{ID: 1, Token: 1, InTransaction: true, TimeoutMS: 10000}
+	write := func(c *pgcluster.Cluster) (nodeconn.Xact, string) {
+		t.Helper()
+		o := nodeconn.Owner{Node: "n1", DSN: c.DSN(db, pgcluster.Superuser), Role: pgcluster.Superuser, Submitter: pgcluster.Superuser}
+		conn, release, err := pools.TaskSession(ctx, o, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+		q := nodeconn.AttemptXactSQL(conn)
+		var v string
+		if _, err := conn.Exec(ctx, "INSERT INTO t VALUES (1)"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, q).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		x, ok := nodeconn.ReadAttemptXact(conn, v)
+		if !ok {
+			t.Fatalf("read %q as no transaction", v)
+		}
+		return x, q
+	}
+	first, q1 := write(primary)
+	second, q2 := write(primary)
+	if q1 != q2 || q2 == nodeconn.XactSQL || first.Timeline != 1 || first.SystemID == nil ||
+		second.Timeline != 1 || *second.SystemID != *first.SystemID {
+		t.Errorf("on a primary: %+v then %+v, the second by %q; want timeline 1, one system identifier, the id alone read", first, second, q2)
+	}
+
+	// A session opened on the standby, kept in its pool of one while the standby is promoted.
+	o := nodeconn.Owner{Node: "n1", DSN: standby.DSN(db, pgcluster.Superuser), Role: pgcluster.Superuser, Submitter: pgcluster.Superuser}
+	ro := &deckhandtype.ClaimedTask{ID: 2, Token: 1, InTransaction: true, TimeoutMS: 10000}
+	conn, release, err := pools.TaskSession(ctx, o, ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := conn.PgConn().PID()
+	if q := nodeconn.AttemptXactSQL(conn); q != nodeconn.XactSQL {
+		t.Errorf("a session on a standby reads %q; want the history read with the id", q)
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := standby.Exec(ctx, "postgres", `SELECT pg_promote()`); err != nil {
+		t.Fatal(err)
+	}
+	promoted, _ := write(standby)
+	if promoted.Timeline != 2 || promoted.SystemID == nil || *promoted.SystemID != *first.SystemID {
+		t.Errorf("after the promotion: %+v; want timeline 2, the same system identifier", promoted)
+	}
+	conn, release, err = pools.TaskSession(ctx, o, ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn.PgConn().PID() != pid {
+		t.Errorf("the promoted server's write ran in another session than the one opened on the standby")
+	}
+	conn.Exec(ctx, "ROLLBACK") //nolint:errcheck
+	release()
 }
