@@ -210,42 +210,53 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 	if !o.InTransaction {
 		return lost, nil
 	}
-	xid, err := w.cat.AttemptXID(ctx, o.TaskID, o.Token)
+	x, err := w.cat.AttemptXID(ctx, o.TaskID, o.Token)
 	if err != nil {
 		w.log.Warn("could not read the orphaned attempt's node transaction; will retry", "task", o.TaskID, "err", err)
 		return catalog.Result{}, err
 	}
+	xid := x.XID
 	if xid == "" {
 		return lost, nil // it committed nothing that wrote
 	}
-	status, err := nodeconn.XactStatus(ctx, w.pools, owner, xid)
+	answer, err := nodeconn.XactStatus(ctx, w.pools, owner, xid)
 	if err != nil {
 		w.log.Warn("could not ask the node about the orphaned attempt's transaction; will retry", "task", o.TaskID, "node", *o.Node, "err", err)
 		return catalog.Result{}, err
 	}
-	if refused && status == nodeconn.XactInProgress {
+	outcome, why := nodeconn.Judge(x, *o.Node, answer)
+	if refused && outcome == nodeconn.InProgress {
 		// Its backend, which could not be terminated, still runs it: ask at a later round.
 		return catalog.Result{}, fmt.Errorf("task %d: transaction %s is still in progress on node %s", o.TaskID, xid, *o.Node)
 	}
-	switch status {
-	case nodeconn.XactCommitted:
+	switch outcome {
+	case nodeconn.Committed:
 		w.log.Info("recovered the result of a dead worker's attempt from its node", "task", o.TaskID, "xid", xid)
 		return catalog.Result{TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: deckhandtype.OutcomeDone,
 			FinishedAt: w.injectedNow(),
 			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("recovered: worker %d stopped before recording the result; "+
 				"the node had committed the attempt's transaction %s, so the task did its work and does not run again", o.WorkerID, xid)}}, nil
-	case nodeconn.XactAborted:
-		return lost, nil
-	case nodeconn.XactFuture:
-		// Asked of a server that never gave out the id (the node failed over before the
-		// transaction reached the new primary): it did not commit there. Waiting for a
-		// later round would only wait for ever.
-		lost.Err.Message += fmt.Sprintf("; the node has not given out its transaction %s (another server since, as after a failover): it did not commit there", xid)
+	case nodeconn.Unknown:
+		// The answer is not the transaction's (another server, or another history of it),
+		// or there is none any more: running the task again could apply its effect twice,
+		// and recording it done could lose it. As for an attempt on a removed node, the
+		// task fails and says so; `job retry` is the operator's call.
+		w.log.Warn("the orphaned attempt's transaction cannot be checked; the task fails", "task", o.TaskID, "xid", xid, "why", why)
+		return catalog.Result{TaskID: o.TaskID, Token: o.Token, WorkerID: o.WorkerID, Outcome: deckhandtype.OutcomeFailed,
+			FinishedAt: w.injectedNow(),
+			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("worker %d stopped heartbeating; its lease expired; its effect is unknown because %s: "+
+				"the task does not run again on its own (deckhand job retry runs it again)", o.WorkerID, why)}}, nil
+	case nodeconn.NotCommitted:
+		if answer.Status == nodeconn.XactFuture {
+			// Asked of a server that never gave out the id (the node failed over before the
+			// transaction reached the new primary): it did not commit there. Waiting for a
+			// later round would only wait for ever.
+			lost.Err.Message += fmt.Sprintf("; the node has not given out its transaction %s (another server since, as after a failover): it did not commit there", xid)
+		}
 		return lost, nil
 	default:
-		// In progress cannot be, with its backend gone; unknown means an id older than the
-		// node's oldest commit status: it did not commit recently enough to matter here.
-		lost.Err.Message += fmt.Sprintf("; the node reports its transaction %s as %q", xid, status)
+		// In progress cannot be, with its backend gone.
+		lost.Err.Message += fmt.Sprintf("; the node reports its transaction %s as %q", xid, answer.Status)
 		return lost, nil
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -41,14 +42,8 @@ type nodeRegistry interface {
 
 // xactRecorder makes an attempt's node transaction id durable in the catalog before it commits.
 type xactRecorder interface {
-	Record(ctx context.Context, t *deckhandtype.ClaimedTask, xid string) error
+	Record(ctx context.Context, t *deckhandtype.ClaimedTask, x nodeconn.Xact) error
 }
-
-// xidColumn names the id the executor appends to the task's SQL, so that it can tell its own
-// statement's result from the task's.
-const xidColumn = "deckhand_attempt_xid"
-
-const xidSQL = "SELECT pg_catalog.pg_current_xact_id_if_assigned()::pg_catalog.text AS " + xidColumn
 
 // afterNodeCommit runs right after a task's work committed on its node (its transaction, or
 // its statements outside one), before its result is recorded: a test build kills the process
@@ -75,17 +70,21 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 		return explainImplicitTransaction(err)
 	}
 	// A newline ends a trailing -- comment; the semicolon a statement left open.
-	results, err := readDiscarding(conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+xidSQL))
+	results, err := readDiscarding(conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+nodeconn.AttemptXactSQL(conn)))
 	if err != nil {
 		return err
 	}
-	xid, ok := attemptXID(results)
+	x, ok, err := attemptXact(conn, results)
+	if err != nil {
+		return err
+	}
 	if !ok {
 		return taskerr.Permanent(errors.New("the task's SQL does not end with complete statements " +
 			"(an unterminated comment, quoted string or dollar quote hides what follows it)"))
 	}
+	xid := x.XID
 	if xid != "" {
-		if err := s.xacts.Record(ctx, t, xid); err != nil {
+		if err := s.xacts.Record(ctx, t, x); err != nil {
 			return err
 		}
 	}
@@ -103,7 +102,7 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 	// runs tasks, and a task that kept its own while it asked could wait for ever for another
 	// (one slot, or every task on the node asking at once after the node restarted).
 	release()
-	return s.commitOutcome(ctx, o, xid, err)
+	return s.commitOutcome(ctx, o, x, err)
 }
 
 // errCommitUnknown: a COMMIT's answer was lost and the node could not say what became of it
@@ -118,7 +117,12 @@ var errCommitUnknown = errors.New("the COMMIT's answer was lost and the node has
 // twice if it had committed. Only the worker's shutdown ends the asking, with
 // errCommitUnknown: the attempt is then the leader's to settle, which asks the node the same
 // way before running the task again.
-func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid string, commitErr error) error {
+//
+// The answer settles the task only when it can be trusted (nodeconn.Judge): from the server,
+// on the history, that gave out the id, and while it still keeps the id's commit status.
+// Otherwise the task fails, its effect unknown, and does not run again on its own.
+func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, x nodeconn.Xact, commitErr error) error {
+	xid := x.XID
 	ask := context.WithoutCancel(ctx)
 	delay := 100 * time.Millisecond
 	// A cancel, a pause or the task's timeout do not end the asking; losing the worker's
@@ -127,16 +131,21 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid st
 	stopped := ctx.Done()
 	for {
 		actx, cancel := context.WithTimeout(ask, 15*time.Second)
-		status, err := nodeconn.XactStatus(actx, s.pools, o, xid)
+		answer, err := nodeconn.XactStatus(actx, s.pools, o, xid)
 		cancel()
-		switch {
-		case err == nil && status == nodeconn.XactCommitted:
-			return nil
-		case err == nil && status != nodeconn.XactInProgress:
-			// aborted, or unknown to the server the conninfo reaches now (XactFuture: the
-			// node failed over before the transaction reached the new primary): it did not
-			// commit there, and running the task again is safe
-			return commitErr
+		if err == nil {
+			switch outcome, why := nodeconn.Judge(x, o.Node, answer); outcome {
+			case nodeconn.Committed:
+				return nil
+			case nodeconn.NotCommitted:
+				// aborted, or unknown to the server the conninfo reaches now (XactFuture: the
+				// node failed over before the transaction reached the new primary): it did not
+				// commit there, and running the task again is safe
+				return commitErr
+			case nodeconn.Unknown:
+				return taskerr.Permanent(fmt.Errorf("the COMMIT's answer was lost, and its effect is unknown because %s: "+
+					"the task does not run again on its own (deckhand job retry runs it again); the COMMIT: %w", why, commitErr))
+			}
 		}
 		if err != nil && s.unregistered(ask, o) {
 			// Nobody can ever be asked: the node was removed, or its entry now names another
@@ -170,7 +179,7 @@ func (s sqlExecutor) commitOutcome(ctx context.Context, o nodeconn.Owner, xid st
 }
 
 // readDiscarding reads every result of mrr as MultiResultReader.ReadAll does, but keeps no
-// row but those of xidSQL's result: a task's SQL may return as many rows as it likes
+// row but those of nodeconn.AttemptXactSQL's result: a task's SQL may return as many rows as it likes
 // (SELECT ... FROM generate_series(1, 1e9)), and the worker, whose memory every other running
 // task shares, must not hold them. Each row is read and dropped as it comes.
 func readDiscarding(mrr *pgconn.MultiResultReader) ([]*pgconn.Result, error) {
@@ -180,7 +189,7 @@ func readDiscarding(mrr *pgconn.MultiResultReader) ([]*pgconn.Result, error) {
 		r := &pgconn.Result{}
 		for rr.NextRow() {
 			fields := rr.FieldDescriptions()
-			if len(fields) != 1 || fields[0].Name != xidColumn || len(r.Rows) > 1 {
+			if len(fields) != 1 || fields[0].Name != nodeconn.XactColumn || len(r.Rows) > 1 {
 				continue
 			}
 			if r.FieldDescriptions == nil {
@@ -210,17 +219,26 @@ func (s sqlExecutor) unregistered(ctx context.Context, o nodeconn.Owner) bool {
 	return !ok || n.DSN != o.DSN
 }
 
-// attemptXID finds the transaction id in the results of the task's SQL and xidSQL: "" when the
-// transaction wrote nothing; ok false when xidSQL never ran as a statement of its own.
-func attemptXID(results []*pgconn.Result) (xid string, ok bool) {
+// attemptXact finds the transaction in the results of the task's SQL and
+// nodeconn.AttemptXactSQL(conn): an empty XID when the transaction wrote nothing; ok false
+// when that statement never ran as a statement of its own; an error when its value is not
+// what it reads.
+func attemptXact(conn *pgx.Conn, results []*pgconn.Result) (x nodeconn.Xact, ok bool, err error) {
 	if len(results) == 0 {
-		return "", false
+		return nodeconn.Xact{}, false, nil
 	}
 	last := results[len(results)-1]
-	if len(last.FieldDescriptions) != 1 || last.FieldDescriptions[0].Name != xidColumn || len(last.Rows) != 1 {
-		return "", false
+	if len(last.FieldDescriptions) != 1 || last.FieldDescriptions[0].Name != nodeconn.XactColumn || len(last.Rows) != 1 {
+		return nodeconn.Xact{}, false, nil
 	}
-	return string(last.Rows[0][0]), true
+	if last.Rows[0][0] == nil {
+		return nodeconn.Xact{}, true, nil // NULL: no id
+	}
+	if x, ok = nodeconn.ReadAttemptXact(conn, string(last.Rows[0][0])); !ok {
+		// The transaction rolls back with the session: nothing was recorded for it.
+		return nodeconn.Xact{}, false, fmt.Errorf("the node's answer %q is not a transaction id and timeline", last.Rows[0][0])
+	}
+	return x, true, nil
 }
 
 // commitUnknown reports whether a COMMIT's error leaves its outcome unknown: the connection

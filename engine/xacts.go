@@ -9,6 +9,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
 // errTakenOver: the attempt's lease is gone and the task was handed to another attempt; its
@@ -47,11 +48,11 @@ func newXactBatcher(cat *catalog.Catalog, cfg Config, log *slog.Logger) *xactBat
 	return &xactBatcher{cat: cat, reqs: make(chan xactRequest), timeout: cfg.CatalogTimeout, rand: cfg.Rand, log: log}
 }
 
-// Record makes xid durable as the node transaction of t's attempt, waiting for a catalog that
+// Record makes x durable as the node transaction of t's attempt, waiting for a catalog that
 // cannot be reached until ctx ends. It fails when ctx ends first, or when the attempt was
 // taken over; then the transaction must not commit.
-func (b *xactBatcher) Record(ctx context.Context, t *deckhandtype.ClaimedTask, xid string) error {
-	req := xactRequest{ctx: ctx, x: catalog.AttemptXact{TaskID: t.ID, Token: t.Token, XID: xid}, done: make(chan error, 1)}
+func (b *xactBatcher) Record(ctx context.Context, t *deckhandtype.ClaimedTask, x nodeconn.Xact) error {
+	req := xactRequest{ctx: ctx, x: catalog.AttemptXact{TaskID: t.ID, Token: t.Token, Xact: x}, done: make(chan error, 1)}
 	select {
 	case b.reqs <- req:
 	case <-ctx.Done():

@@ -40,7 +40,7 @@ func (p *Pools) OwnerConn(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
 // acquire is OwnerConn; then queues statements that run in the same round trip, after the
 // check (the session set-up of an attempt). They run whatever the check finds,
 // so they must do nothing that matters before the caller has seen its result: set up, not act.
-func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch)) (*pgxpool.Conn, error) {
+func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch, *pgx.Conn)) (*pgxpool.Conn, error) {
 	if o.Role == "" || o.Submitter == "" {
 		return nil, taskerr.Permanent(fmt.Errorf("the task names no owner or no submitter on node %s: %w", o.Node, ErrRefused))
 	}
@@ -57,7 +57,7 @@ func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch)) (*p
 	var member bool
 	b.Queue(verifyOwnerSQL, o.Submitter).QueryRow(func(row pgx.Row) error { return row.Scan(&sessionUser, &member) })
 	if then != nil {
-		then(b)
+		then(b, conn.Conn())
 	}
 	err = conn.SendBatch(ctx, b).Close()
 	if err == nil {

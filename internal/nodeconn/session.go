@@ -46,8 +46,11 @@ func (p *Pools) session(ctx context.Context, o Owner, t *deckhandtype.ClaimedTas
 	if err != nil {
 		return nil, nil, err
 	}
-	pooled, err := p.acquire(ctx, o, func(b *pgx.Batch) {
+	pooled, err := p.acquire(ctx, o, func(b *pgx.Batch, conn *pgx.Conn) {
 		if s.begin {
+			// A transaction that writes records its id with what identifies the server's
+			// history (see XactSQL); the session's first transaction reads it once for all.
+			queueServerHistory(b, conn)
 			b.Queue("BEGIN")
 		}
 		b.Queue(setConfigSQL(len(names), s.begin), setConfigArgs(names, values)...)

@@ -42,15 +42,15 @@ func TestXactStatusOfAnIDNotGivenOut(t *testing.T) {
 	owner := func(c *pgcluster.Cluster) nodeconn.Owner {
 		return nodeconn.Owner{Node: "n1", DSN: c.DSN(db, pgcluster.Superuser), Role: pgcluster.Superuser, Submitter: pgcluster.Superuser}
 	}
-	if st, err := nodeconn.XactStatus(ctx, pools, owner(primary), xid); err != nil || st != nodeconn.XactCommitted {
-		t.Errorf("the primary of its own committed transaction: %q, %v; want committed", st, err)
+	if a, err := nodeconn.XactStatus(ctx, pools, owner(primary), xid); err != nil || a.Status != nodeconn.XactCommitted {
+		t.Errorf("the primary of its own committed transaction: %+v, %v; want committed", a, err)
 	}
 	future := strconv.FormatUint(n+1_000_000, 10)
-	if st, err := nodeconn.XactStatus(ctx, pools, owner(primary), future); err != nil || st != nodeconn.XactFuture {
-		t.Errorf("a primary of an id it never gave out: %q, %v; want %q", st, err, nodeconn.XactFuture)
+	if a, err := nodeconn.XactStatus(ctx, pools, owner(primary), future); err != nil || a.Status != nodeconn.XactFuture {
+		t.Errorf("a primary of an id it never gave out: %+v, %v; want %q", a, err, nodeconn.XactFuture)
 	}
 	// The standby has not replayed the commit.
-	if st, err := nodeconn.XactStatus(ctx, pools, owner(standby), xid); err == nil {
-		t.Errorf("a standby of a committed transaction it has not replayed: %q; want an error, to ask again", st)
+	if a, err := nodeconn.XactStatus(ctx, pools, owner(standby), xid); err == nil {
+		t.Errorf("a standby of a committed transaction it has not replayed: %+v; want an error, to ask again", a)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -189,4 +190,21 @@ func (c *Cluster) Running() bool {
 	default:
 		return true
 	}
+}
+
+// ResetWAL runs pg_resetwal with args on the data directory of a server that is shut down
+// (Shutdown), as the server's user, so that a test can set what its control data says (-u:
+// the oldest transaction whose commit status it keeps, -x: the next transaction id). Restart
+// starts it again.
+func (c *Cluster) ResetWAL(ctx context.Context, args ...string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc != nil {
+		return fmt.Errorf("pgcluster: pg_resetwal on port %d: the server runs", c.Port)
+	}
+	args = append(args, "-D", c.DataDir)
+	if out, err := c.user.command(ctx, c.Dir, filepath.Join(c.bin, "pg_resetwal"), args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("pgcluster: pg_resetwal %s: %w\n%s", strings.Join(args, " "), err, tail(out, 30))
+	}
+	return nil
 }

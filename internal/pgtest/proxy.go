@@ -65,16 +65,16 @@ type rule struct {
 // protocol to inject faults at statement boundaries.
 type Proxy struct {
 	ln        net.Listener
-	target    string
 	closed    chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
-	mu    sync.Mutex
-	rules []*rule
-	hits  map[string]int
-	conns map[*proxyConn]struct{}
-	stall chan struct{} // non-nil while Stall(true); closed by Stall(false)
+	mu     sync.Mutex
+	target string // host:port new connections are forwarded to
+	rules  []*rule
+	hits   map[string]int
+	conns  map[*proxyConn]struct{}
+	stall  chan struct{} // non-nil while Stall(true); closed by Stall(false)
 }
 
 // NewProxy listens on a free port of 127.0.0.1 and forwards each connection to target (host:port).
@@ -93,6 +93,15 @@ func NewProxy(target string) (*Proxy, error) {
 	p.wg.Add(1)
 	go p.acceptLoop()
 	return p, nil
+}
+
+// Retarget forwards the connections made from now on to target (host:port), as a name or
+// address that follows a group's primary does after a failover; connections already made
+// stay with the server they reached.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
 }
 
 // Addr is the proxy's host:port.

@@ -54,7 +54,10 @@ func (p *Proxy) serve(cl net.Conn) {
 		}
 	}()
 	d := net.Dialer{Timeout: 10 * time.Second}
-	sv, err := d.DialContext(ctx, "tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	sv, err := d.DialContext(ctx, "tcp", target)
 	cancel()
 	if err != nil {
 		_ = cl.Close()
