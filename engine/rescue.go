@@ -261,9 +261,10 @@ func (w *Worker) rescueOne(ctx context.Context, o catalog.Orphan) (catalog.Resul
 	}
 }
 
-// failStranded fails the runnable tasks bound to a node that is no longer registered: no worker
-// can reach it, so they would wait for ever and keep their jobs from ending. They are taken as
-// a claim takes tasks, then failed through Complete, which unschedules their dependents.
+// failStranded fails the runnable tasks bound to a node that is no longer registered, or to a
+// node group with no node left: no worker can reach it, so they would wait for ever and keep
+// their jobs from ending. They are taken as a claim takes tasks, then failed through Complete,
+// which unschedules their dependents.
 // Taken, they are held by this worker, which never starts them, and its lease stays fresh:
 // the rescue never settles them, so this does, whatever fails on the way. Failures the catalog
 // did not record are recorded at the next round; tasks taken by a statement whose answer was
@@ -301,10 +302,14 @@ func (w *Worker) failStranded(ctx context.Context) {
 	}
 	results := make([]catalog.Result, len(stranded))
 	for i, s := range stranded {
+		msg := fmt.Sprintf("node %s is no longer registered (deckhand node remove): the task cannot run; "+
+			"register the node again and run deckhand job retry", s.Node)
+		if s.Group != nil {
+			msg = fmt.Sprintf("node group %s has no registered node left (deckhand node remove): the task cannot run; "+
+				"register a node of the group again and run deckhand job retry", *s.Group)
+		}
 		results[i] = catalog.Result{TaskID: s.TaskID, Token: s.Token, WorkerID: w.ID(), Outcome: deckhandtype.OutcomeFailed,
-			FinishedAt: w.injectedNow(),
-			Err: &deckhandtype.TaskError{Message: fmt.Sprintf("node %s is no longer registered (deckhand node remove): the task cannot run; "+
-				"register the node again and run deckhand job retry", s.Node)}}
+			FinishedAt: w.injectedNow(), Err: &deckhandtype.TaskError{Message: msg}}
 	}
 	if _, err := w.cat.Complete(ctx, results); err != nil {
 		w.strandedUnrecorded = results
