@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/spec"
+	"golang.org/x/sync/errgroup"
 )
 
 // Defaults of a Service.
@@ -74,7 +76,7 @@ func (s *Service) Retain(ctx context.Context, now time.Time) error {
 // handled; its error joins those of the schedules it could not handle (they are tried again
 // at the next call). A schedule it could not handle is passed over for the rest of the call,
 // so that those due after it are read and fired: a hundred schedules whose node does not
-// answer hold back nobody else's.
+// answer hold back nobody else's. Schedules due together are fired several at a time.
 func (s *Service) FireDue(ctx context.Context) (int, error) {
 	const batch = 100
 	fired := 0
@@ -89,22 +91,36 @@ func (s *Service) FireDue(ctx context.Context) (int, error) {
 		if len(due) == 0 {
 			return fired, errors.Join(errs...)
 		}
+		var mu sync.Mutex
+		g := errgroup.Group{}
+		g.SetLimit(fireParallelism)
 		for _, d := range due {
-			ok, err := s.fire(ctx, d, now)
-			if err != nil {
-				if ctx.Err() != nil {
-					return fired, err
+			g.Go(func() error {
+				ok, err := s.fire(ctx, d, now)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil && ctx.Err() == nil {
+					errs = append(errs, fmt.Errorf("schedule %s: %w", d.Name, err))
 				}
-				errs = append(errs, fmt.Errorf("schedule %s: %w", d.Name, err))
-			}
-			if ok && err == nil {
-				fired++ // it may be due again (a leader catching up after a failover)
-			} else {
-				skip = append(skip, d.ID)
-			}
+				if ok && err == nil {
+					fired++ // it may be due again (a leader catching up after a failover)
+				} else {
+					skip = append(skip, d.ID)
+				}
+				return nil
+			})
+		}
+		g.Wait() //nolint:errcheck // every error is kept in errs
+		if ctx.Err() != nil {
+			return fired, ctx.Err()
 		}
 	}
 }
+
+// fireParallelism bounds the schedules fired at once. A firing checks its job's nodes, and a
+// node that takes connections but never answers holds its firing for nodeconn.CheckTimeout:
+// in turn, a few such schedules would hold back every other schedule due behind them.
+const fireParallelism = 16
 
 // fire handles the due time of one schedule; false when nothing was recorded (another
 // leader had done it, or it is to be tried again).
