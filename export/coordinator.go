@@ -98,9 +98,13 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 	if err != nil {
 		return err
 	}
-	var lsn string
+	var lsn, walFile string
 	var pages int64
-	if err := conn.QueryRow(ctx, pointSQL, rel.OID).Scan(&lsn, &pages); err != nil {
+	if err := conn.QueryRow(ctx, pointSQL, rel.OID).Scan(&lsn, &pages, &walFile); err != nil {
+		return err
+	}
+	timeline, err := nodeconn.TimelineOfWALFile(walFile)
+	if err != nil {
 		return err
 	}
 
@@ -110,7 +114,8 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 	}
 	parts := planParts(pages, e.PartSize)
 	epoch, err := c.Catalog.PlanExport(ctx, catalog.ExportPlan{
-		ExportID: e.ID, CoordinatorID: t.ID, Token: t.Token, ConsistencyLSN: lsn, Columns: colsJSON, Parts: parts,
+		ExportID: e.ID, CoordinatorID: t.ID, Token: t.Token, ConsistencyLSN: lsn, ConsistencyTimeline: timeline,
+		Columns: colsJSON, Parts: parts,
 		Key: func(epoch, part int) string { return fmt.Sprintf("%sepoch-%d/part-%05d.parquet", prefix, epoch, part) },
 		PartTask: func(epoch int, part catalog.ExportPart) catalog.NewTask {
 			payload, _ := json.Marshal(partPayload{ExportID: e.ID, Epoch: epoch, Part: part.Part})
