@@ -383,6 +383,19 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 	if _, err := conn.Exec(ctx, "SELECT"); err != nil {
 		return fmt.Errorf("the session holding the consistency point was lost: %w", err)
 	}
+	// A forced export replaces only exports its submitter may act on: one that held nothing
+	// when it was submitted may have been retried, and committed there, meanwhile.
+	if e.Forced {
+		other, err := c.Catalog.ForceRefusedBy(ctx, e.ID)
+		if err != nil {
+			return err
+		}
+		if other != 0 {
+			return taskerr.Permanent(fmt.Errorf("%s may not force an export over export %d, which committed at this destination "+
+				"(or runs there again) after this one was submitted: only who may act on that export, or a deckhand admin, may replace it",
+				t.SubmittedBy, other))
+		}
+	}
 	// Another export may have committed there while this one ran.
 	if !e.Forced {
 		if err := checkDestinationFree(ctx, e.Destination, ours); err != nil {
