@@ -197,13 +197,27 @@ func (d Drop) lockCheckDrop(ctx context.Context, conn *pgx.Conn, node string, tb
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+tb.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return err
 		}
-		if err := d.checkPins(ctx, tx.Conn(), node, tb); err != nil {
+		// Everyone who uses the table queues behind the lock while the catalog is asked: a
+		// catalog that does not answer (packets dropped, a failover) must not keep them there.
+		// Past pinWait the lock is given up and the drop tried again later.
+		pctx, cancel := context.WithTimeout(ctx, pinWait(lockTimeout))
+		defer cancel()
+		if err := d.checkPins(pctx, tx.Conn(), node, tb); err != nil {
+			if pctx.Err() != nil && ctx.Err() == nil {
+				return fmt.Errorf("the catalog did not answer the check of %s's pins within %s while the drop held its lock; "+
+					"the lock was given up: %w", tb.Sanitize(), pinWait(lockTimeout), err)
+			}
 			return err
 		}
 		_, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+tb.Sanitize())
 		return err
 	})
 }
+
+// pinWait bounds how long the table's users may wait behind a drop's lock for the catalog's
+// answer about its pins: the drop's lock_timeout, which bounds how long they wait behind its
+// request for the lock, but at least a second, a few catalog round trips even far away.
+func pinWait(lockTimeout time.Duration) time.Duration { return max(lockTimeout, time.Second) }
 
 // takenWithSQL lists what DROP TABLE $1 removes besides the table: the partitions of a
 // partitioned table, at every level, and the indexes of all of them. It runs in owner sessions

@@ -12,7 +12,7 @@ import (
 
 // result classifies how an attempt ended.
 func (w *Worker) result(t *deckhandtype.ClaimedTask, err, cause error) catalog.Result {
-	r := catalog.Result{TaskID: t.ID, Token: t.Token, WorkerID: w.ID(), FinishedAt: w.injectedNow()}
+	r := catalog.Result{TaskID: t.ID, Token: t.Token, JobID: t.JobID, WorkerID: w.ID(), FinishedAt: w.injectedNow()}
 	switch {
 	case err == nil:
 		r.Outcome = deckhandtype.OutcomeDone
@@ -95,6 +95,10 @@ func (w *Worker) completer(ctx context.Context) {
 // change hands in one catalog commit rather than two (with a node's max_tasks reached, that
 // commit is what every next task there waits for).
 func (w *Worker) record(ctx context.Context, batch []catalog.Result) bool {
+	// The results of a job whose rows are held wait with those already parked.
+	if batch = w.parkHeld(ctx, batch); len(batch) == 0 {
+		return true
+	}
 	for try := 1; ; try++ {
 		err := w.recordOnce(ctx, batch)
 		if err == nil {
@@ -134,10 +138,16 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result) bool {
 // recordEach records the results of a batch that met a row held locked one by one: a
 // catalog role may keep the rows of a job it may act on locked for as long as it likes
 // (deckhand.pause, cancel... in a statement or transaction that goes on), and only the
-// results of that job may wait for them. A result that meets the lock again is parked: it is
-// recorded apart, as soon as the lock is gone, while the completer goes on with the next.
+// results of that job may wait for them. A result that meets the lock again is parked with
+// the others of its job (park), and the results of its job that follow are parked without
+// being tried: each try waits rowLockWait, and one after the other, a job's many results
+// would hold back everyone else's for as long as it has results.
 func (w *Worker) recordEach(ctx context.Context, batch []catalog.Result) {
 	for _, r := range batch {
+		if w.isHeld(r) {
+			w.park(ctx, r)
+			continue
+		}
 		one := []catalog.Result{r}
 		err := w.recordOnce(ctx, one)
 		switch {
@@ -149,40 +159,105 @@ func (w *Worker) recordEach(ctx context.Context, batch []catalog.Result) {
 		case ctx.Err() != nil:
 			return
 		default:
-			w.parked.Add(1)
-			go func() {
-				defer w.parked.Done()
-				w.recordParked(ctx, r)
-			}()
+			w.park(ctx, r)
 		}
 	}
 	w.Nudge() // the claims of the results recorded alone may have left slots free
 }
 
-// recordParked records one result, retrying with backoff until the catalog takes it or ctx
-// ends. It claims nothing: the claims go on meanwhile, without waiting for its locks.
-func (w *Worker) recordParked(ctx context.Context, r catalog.Result) {
-	one := []catalog.Result{r}
-	for try := 1; ; try++ {
-		cctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
-		_, err := w.cat.Complete(cctx, one)
-		cancel()
-		if err == nil {
-			w.recorded(one)
-			if r.Outcome == deckhandtype.OutcomeRetry {
-				time.AfterFunc(r.Backoff, w.Nudge)
+// heldKey groups parked results: by job, or by task when the job is not known.
+func heldKey(r catalog.Result) int64 {
+	if r.JobID != 0 {
+		return r.JobID
+	}
+	return -r.TaskID
+}
+
+// isHeld reports whether results of r's job are parked: its rows were held a moment ago.
+func (w *Worker) isHeld(r catalog.Result) bool {
+	w.heldMu.Lock()
+	defer w.heldMu.Unlock()
+	_, ok := w.held[heldKey(r)]
+	return ok
+}
+
+// parkHeld parks the results of batch whose jobs have results parked, and returns the others.
+func (w *Worker) parkHeld(ctx context.Context, batch []catalog.Result) []catalog.Result {
+	w.heldMu.Lock()
+	none := len(w.held) == 0
+	w.heldMu.Unlock()
+	if none {
+		return batch
+	}
+	rest := batch[:0]
+	for _, r := range batch {
+		if w.isHeld(r) {
+			w.park(ctx, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	return rest
+}
+
+// park queues r with the parked results of its job, and starts recording them if nothing
+// does yet: one goroutine, one statement and one catalog connection per held job, however
+// many of its results wait.
+func (w *Worker) park(ctx context.Context, r catalog.Result) {
+	key := heldKey(r)
+	w.heldMu.Lock()
+	q, active := w.held[key]
+	w.held[key] = append(q, r)
+	w.heldMu.Unlock()
+	if active {
+		return
+	}
+	w.parked.Add(1)
+	go func() {
+		defer w.parked.Done()
+		w.recordParked(ctx, key)
+	}()
+}
+
+// recordParked records the parked results of one job, retrying with backoff until the catalog
+// takes them or ctx ends, and those parked meanwhile after them. It claims nothing: the claims
+// go on meanwhile, without waiting for the job's locks.
+func (w *Worker) recordParked(ctx context.Context, key int64) {
+	for try := 1; ; {
+		w.heldMu.Lock()
+		rs := w.held[key]
+		if len(rs) == 0 {
+			delete(w.held, key)
+			w.heldMu.Unlock()
+			return
+		}
+		w.held[key] = []catalog.Result{} // still held: results that come meanwhile queue here
+		w.heldMu.Unlock()
+		for {
+			cctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
+			_, err := w.cat.Complete(cctx, rs)
+			cancel()
+			if err == nil {
+				w.recorded(rs)
+				for _, r := range rs {
+					if r.Outcome == deckhandtype.OutcomeRetry {
+						time.AfterFunc(r.Backoff, w.Nudge)
+					}
+				}
+				w.Nudge()
+				try = 1
+				break
 			}
-			w.Nudge()
-			return
-		}
-		delay := catalogRetry.Delay(try, w.cfg.Rand())
-		if try == 1 || try%10 == 0 {
-			w.log.Warn("could not record a result; retrying", "task", r.TaskID, "err", err, "tries", try, "in", delay)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
+			delay := catalogRetry.Delay(try, w.cfg.Rand())
+			if try == 1 || try%10 == 0 {
+				w.log.Warn("could not record results; retrying", "task", rs[0].TaskID, "tasks", len(rs), "err", err, "tries", try, "in", delay)
+			}
+			try++
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
 		}
 	}
 }

@@ -68,6 +68,10 @@ type Worker struct {
 	tasksEnded    chan struct{}
 	completerDone chan struct{}
 	parked        sync.WaitGroup // results recorded apart, whose rows were held (recordEach)
+	// held are the parked results by job (heldKey), while something records them: a job
+	// whose rows were found held, whose next results are parked without being tried.
+	heldMu sync.Mutex
+	held   map[int64][]catalog.Result
 
 	mu      sync.Mutex
 	running map[int64]*runningTask
@@ -108,6 +112,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		wake:          make(chan struct{}, 1),
 		results:       make(chan catalog.Result, 2*cfg.Concurrency),
 		running:       map[int64]*runningTask{},
+		held:          map[int64][]catalog.Result{},
 
 		outstanding:   map[attempt]struct{}{},
 		tasksEnded:    make(chan struct{}),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -33,10 +34,17 @@ type xactBatcher struct {
 	timeout time.Duration  // bounds each statement, as CatalogTimeout bounds the worker's calls
 	rand    func() float64 // jitter of the retries
 	log     *slog.Logger
+
+	// held are the requests of jobs whose task rows were found held (a lock timeout), by
+	// job, while a goroutine of their own records them: the job's later requests join them
+	// there rather than make every batch wait for the lock again.
+	heldMu sync.Mutex
+	held   map[int64][]xactRequest
 }
 
 type xactRequest struct {
 	ctx  context.Context // the attempt's: once it ends, nobody waits for the answer
+	job  int64
 	x    catalog.AttemptXact
 	done chan error
 }
@@ -45,14 +53,15 @@ type xactRequest struct {
 const maxXactBatch = 1000
 
 func newXactBatcher(cat *catalog.Catalog, cfg Config, log *slog.Logger) *xactBatcher {
-	return &xactBatcher{cat: cat, reqs: make(chan xactRequest), timeout: cfg.CatalogTimeout, rand: cfg.Rand, log: log}
+	return &xactBatcher{cat: cat, reqs: make(chan xactRequest), timeout: cfg.CatalogTimeout, rand: cfg.Rand, log: log,
+		held: map[int64][]xactRequest{}}
 }
 
 // Record makes x durable as the node transaction of t's attempt, waiting for a catalog that
 // cannot be reached until ctx ends. It fails when ctx ends first, or when the attempt was
 // taken over; then the transaction must not commit.
 func (b *xactBatcher) Record(ctx context.Context, t *deckhandtype.ClaimedTask, x nodeconn.Xact) error {
-	req := xactRequest{ctx: ctx, x: catalog.AttemptXact{TaskID: t.ID, Token: t.Token, Xact: x}, done: make(chan error, 1)}
+	req := xactRequest{ctx: ctx, job: t.JobID, x: catalog.AttemptXact{TaskID: t.ID, Token: t.Token, Xact: x}, done: make(chan error, 1)}
 	select {
 	case b.reqs <- req:
 	case <-ctx.Done():
@@ -78,7 +87,7 @@ func (b *xactBatcher) run(ctx context.Context) {
 				return
 			}
 		}
-		batch = b.gather(batch)
+		batch = b.gather(ctx, batch)
 		err := b.recordOnce(ctx, batch)
 		if err == nil {
 			batch, failures = nil, 0
@@ -106,8 +115,8 @@ func (b *xactBatcher) run(ctx context.Context) {
 }
 
 // gather adds the requests already waiting to batch, up to maxXactBatch, and leaves out those
-// whose attempt stopped waiting.
-func (b *xactBatcher) gather(batch []xactRequest) []xactRequest {
+// whose attempt stopped waiting, and those of held jobs, which join their job's.
+func (b *xactBatcher) gather(ctx context.Context, batch []xactRequest) []xactRequest {
 	for len(batch) < maxXactBatch {
 		select {
 		case r := <-b.reqs:
@@ -119,7 +128,7 @@ func (b *xactBatcher) gather(batch []xactRequest) []xactRequest {
 	}
 	live := batch[:0]
 	for _, r := range batch {
-		if r.ctx.Err() == nil {
+		if r.ctx.Err() == nil && !b.joinHeld(r) {
 			live = append(live, r)
 		}
 	}
@@ -141,10 +150,10 @@ func (b *xactBatcher) recordOnce(ctx context.Context, batch []xactRequest) error
 	cancel()
 	if catalog.IsLockTimeout(err) {
 		// A task's row is held, most likely by a caller of deckhand.pause or cancel who keeps
-		// its locks: each attempt is recorded alone, so that only the held one waits, and
-		// the batches go on meanwhile.
+		// its job's locks: each job's attempts are recorded apart, so that only the held
+		// job's wait, and the batches go on meanwhile.
 		for _, r := range batch {
-			go b.recordAlone(ctx, r)
+			b.hold(ctx, r)
 		}
 		return nil
 	}
@@ -157,25 +166,80 @@ func (b *xactBatcher) recordOnce(ctx context.Context, batch []xactRequest) error
 	return nil
 }
 
-// recordAlone records one attempt's transaction, for as long as its task's row is held (by
-// the attempt's own job's caller) or the catalog cannot be reached, until the attempt stops
-// waiting or ctx ends.
-func (b *xactBatcher) recordAlone(ctx context.Context, r xactRequest) {
-	for failures := 0; ctx.Err() == nil && r.ctx.Err() == nil; {
+// heldXactKey groups held requests: by job, or by task when the job is not known.
+func heldXactKey(r xactRequest) int64 {
+	if r.job != 0 {
+		return r.job
+	}
+	return -r.x.TaskID
+}
+
+// joinHeld queues r with its job's held requests, if it has any, and reports whether it did.
+func (b *xactBatcher) joinHeld(r xactRequest) bool {
+	b.heldMu.Lock()
+	defer b.heldMu.Unlock()
+	q, ok := b.held[heldXactKey(r)]
+	if ok {
+		b.held[heldXactKey(r)] = append(q, r)
+	}
+	return ok
+}
+
+// hold queues r with its job's held requests, and starts recording them if nothing does yet.
+func (b *xactBatcher) hold(ctx context.Context, r xactRequest) {
+	key := heldXactKey(r)
+	b.heldMu.Lock()
+	q, active := b.held[key]
+	b.held[key] = append(q, r)
+	b.heldMu.Unlock()
+	if !active {
+		go b.recordHeld(ctx, key)
+	}
+}
+
+// recordHeld records the transactions of one job's held requests, with those that join them
+// meanwhile, for as long as its rows are held or the catalog cannot be reached, until their
+// attempts stop waiting or ctx ends: one goroutine, one statement and one catalog connection
+// per held job.
+func (b *xactBatcher) recordHeld(ctx context.Context, key int64) {
+	var pending []xactRequest
+	for failures := 0; ; {
+		b.heldMu.Lock()
+		pending = append(pending, b.held[key]...)
+		live := pending[:0]
+		for _, r := range pending {
+			if r.ctx.Err() == nil {
+				live = append(live, r)
+			}
+		}
+		pending = live
+		if len(pending) == 0 || ctx.Err() != nil {
+			delete(b.held, key)
+			b.heldMu.Unlock()
+			return
+		}
+		b.held[key] = []xactRequest{}
+		b.heldMu.Unlock()
+		xs := make([]catalog.AttemptXact, len(pending))
+		for i, r := range pending {
+			xs[i] = r.x
+		}
 		cctx, cancel := context.WithTimeout(ctx, b.timeout)
-		current, err := b.cat.RecordXacts(cctx, []catalog.AttemptXact{r.x})
+		current, err := b.cat.RecordXacts(cctx, xs)
 		cancel()
 		switch {
 		case err == nil:
-			answer(r, current)
-			return
+			for _, r := range pending {
+				answer(r, current)
+			}
+			pending, failures = nil, 0
+			continue
 		case catalog.IsLockTimeout(err):
 			continue // each try already waited for the lock
 		}
 		failures++
 		select {
 		case <-time.After(catalogRetry.Delay(failures, b.rand())):
-		case <-r.ctx.Done():
 		case <-ctx.Done():
 		}
 	}

@@ -98,9 +98,13 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 	if err != nil {
 		return err
 	}
-	var lsn string
+	var lsn, walFile string
 	var pages int64
-	if err := conn.QueryRow(ctx, pointSQL, rel.OID).Scan(&lsn, &pages); err != nil {
+	if err := conn.QueryRow(ctx, pointSQL, rel.OID).Scan(&lsn, &pages, &walFile); err != nil {
+		return err
+	}
+	timeline, err := nodeconn.TimelineOfWALFile(walFile)
+	if err != nil {
 		return err
 	}
 
@@ -110,7 +114,8 @@ func (c Coordinator) run(ctx context.Context, t *deckhandtype.ClaimedTask, e *de
 	}
 	parts := planParts(pages, e.PartSize)
 	epoch, err := c.Catalog.PlanExport(ctx, catalog.ExportPlan{
-		ExportID: e.ID, CoordinatorID: t.ID, Token: t.Token, ConsistencyLSN: lsn, Columns: colsJSON, Parts: parts,
+		ExportID: e.ID, CoordinatorID: t.ID, Token: t.Token, ConsistencyLSN: lsn, ConsistencyTimeline: timeline,
+		Columns: colsJSON, Parts: parts,
 		Key: func(epoch, part int) string { return fmt.Sprintf("%sepoch-%d/part-%05d.parquet", prefix, epoch, part) },
 		PartTask: func(epoch int, part catalog.ExportPart) catalog.NewTask {
 			payload, _ := json.Marshal(partPayload{ExportID: e.ID, Epoch: epoch, Part: part.Part})
@@ -377,6 +382,19 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 	// Still holding the point? Only then may the manifest vouch for the parts.
 	if _, err := conn.Exec(ctx, "SELECT"); err != nil {
 		return fmt.Errorf("the session holding the consistency point was lost: %w", err)
+	}
+	// A forced export replaces only exports its submitter may act on: one that held nothing
+	// when it was submitted may have been retried, and committed there, meanwhile.
+	if e.Forced {
+		other, err := c.Catalog.ForceRefusedBy(ctx, e.ID)
+		if err != nil {
+			return err
+		}
+		if other != 0 {
+			return taskerr.Permanent(fmt.Errorf("%s may not force an export over export %d, which committed at this destination "+
+				"(or runs there again) after this one was submitted: only who may act on that export, or a deckhand admin, may replace it",
+				t.SubmittedBy, other))
+		}
 	}
 	// Another export may have committed there while this one ran.
 	if !e.Forced {

@@ -35,8 +35,14 @@ type group struct {
 
 func newGroup(t *testing.T, maxTasks int) *group {
 	t.Helper()
+	return newGroupWith(t, maxTasks, pgcluster.Options{})
+}
+
+// newGroupWith is newGroup with the primary (and its standby) made with opts.
+func newGroupWith(t *testing.T, maxTasks int, opts pgcluster.Options) *group {
+	t.Helper()
 	e := testenv.New(t, export.Feature())
-	primary := pgtest.New(t, pgcluster.Options{})
+	primary := pgtest.New(t, opts)
 	const db = "shop"
 	if err := primary.CreateDatabase(ctx, db); err != nil {
 		t.Fatal(err)
@@ -51,7 +57,7 @@ func newGroup(t *testing.T, maxTasks int) *group {
 		FROM generate_series(1, 60000) g;`); err != nil {
 		t.Fatal(err)
 	}
-	standby := pgtest.NewStandby(t, primary, pgcluster.Options{})
+	standby := pgtest.NewStandby(t, primary, opts)
 	for name, cl := range map[string]*pgcluster.Cluster{"p1": primary, "s1": standby} {
 		if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: name, DSN: cl.DSN(db, pgcluster.Superuser), Group: "g1", MaxTasks: maxTasks}); err != nil {
 			t.Fatal(err)

@@ -42,7 +42,8 @@ const isAncestorSQL = `
 
 const setLockTimeoutSQL = `SELECT pg_catalog.set_config('lock_timeout'::pg_catalog.text, $1::pg_catalog.text, true)`
 
-// pointSQL reads the consistency point and the size of relation $1 in pages, under the lock.
+// pointSQL reads the consistency point and the size of relation $1 in pages, under the lock,
+// and the name of the point's WAL file, whose first digits are the primary's timeline.
 // The point is the end of the last WAL record inserted: every commit before the lock is at or
 // before it. When that record ended a page, the insert position already points past the next
 // page's header, which no standby ever reports as replayed: step back over it.
@@ -60,7 +61,8 @@ const pointSQL = `
 	             WHEN (lsn - '0/0'::pg_catalog.pg_lsn) % block = 24 THEN lsn - 24::pg_catalog.numeric
 	             ELSE lsn END)::pg_catalog.text,
 	       pg_catalog.pg_relation_size($1::pg_catalog.oid::pg_catalog.regclass)
-	           / pg_catalog.current_setting('block_size'::pg_catalog.text)::pg_catalog.int8
+	           / pg_catalog.current_setting('block_size'::pg_catalog.text)::pg_catalog.int8,
+	       pg_catalog.pg_walfile_name(p.lsn)
 	FROM p`
 
 // untrustedPolicySQL: row security of relation $1 applies to the session user, and the code its

@@ -94,6 +94,9 @@ func (x Part) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error {
 	if err := x.stillHeld(ctx, e.ID, p.Epoch, coordinator); err != nil {
 		return err
 	}
+	if err := x.onPointsHistory(ctx, conn.Conn(), e.ID, p.Epoch, coordinator, owner); err != nil {
+		return err
+	}
 	err = x.Catalog.RecordExportPart(ctx, e.ID, p.Epoch, p.Part, t.Token, owner.Node, stats.Rows, stats.Bytes, hex.EncodeToString(stats.SHA256[:]))
 	if errors.Is(err, catalog.ErrStaleAttempt) {
 		return taskerr.Permanent(err)
@@ -192,6 +195,37 @@ func (x Part) descendsFromPoint(ctx context.Context, conn *pgx.Conn, exportID, c
 	return taskerr.Permanent(fmt.Errorf("node %s answers as a primary, but the export's consistency point is held on %s, "+
 		"the primary of its group: a group with two primaries (a standby promoted while the old primary runs) has two "+
 		"histories, and the export does not mix them", node, holder))
+}
+
+// onPointsHistory refuses what was read on a member that is not on the history of the
+// primary holding the consistency point. A standby past the point's position holds the point's
+// rows only while it replays that primary's WAL: one whose upstream was promoted while that
+// primary still ran (a split brain; the promoted server need not be a node of the group)
+// follows a history of its own past the fork, with rows that differ at the same positions.
+// Asked after the read: a member promoted meanwhile is a second primary (descendsFromPoint),
+// and a standby's timeline only grows, so the one it has now bounds the one it read on.
+func (x Part) onPointsHistory(ctx context.Context, conn *pgx.Conn, exportID int64, epoch int, coordinator int64, owner nodeconn.Owner) error {
+	if err := x.descendsFromPoint(ctx, conn, exportID, coordinator, owner.Node); err != nil {
+		return err
+	}
+	var standby bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_is_in_recovery()`).Scan(&standby); err != nil || !standby {
+		return err
+	}
+	want, err := x.Catalog.ExportTimeline(ctx, exportID, epoch)
+	if err != nil || want == 0 {
+		return err
+	}
+	got, err := nodeconn.StandbyTimeline(ctx, x.Pools, owner.DSN)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return taskerr.Permanent(fmt.Errorf("standby %s replays timeline %d, but the export's consistency point was taken on "+
+			"timeline %d: its upstream was promoted while the primary holding the point still runs, a history of its own, "+
+			"and the export does not mix two histories", owner.Node, got, want))
+	}
+	return nil
 }
 
 // replayedSQL: the node's data includes every commit up to $1 (at once on a primary). It runs

@@ -20,6 +20,9 @@ type Result struct {
 	TaskID   int64
 	Token    int64
 	WorkerID int64
+	// JobID is the task's job, when the caller knows it (0 otherwise). Nothing is written
+	// from it: a worker keeps the results of a job whose rows are held together (locks.go).
+	JobID int64
 	// Outcome is OutcomeDone, OutcomeRetry, OutcomeFailed, OutcomeCancelled, OutcomeReleased or
 	// OutcomeLost. Retry and lost become failed when the task has no attempts left.
 	Outcome deckhandtype.Outcome

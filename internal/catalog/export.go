@@ -120,8 +120,10 @@ type ExportPlan struct {
 	CoordinatorID  int64 // task id of the coordinator
 	Token          int64 // the coordinator's attempt token: the plan is refused if it is stale
 	ConsistencyLSN string
-	Columns        json.RawMessage
-	Parts          []ExportPart
+	// ConsistencyTimeline is the timeline of the primary the point was taken on (0: unknown).
+	ConsistencyTimeline int32
+	Columns             json.RawMessage
+	Parts               []ExportPart
 	// Key names the object of a part in an epoch.
 	Key func(epoch, part int) string
 	// PartTask builds the task that exports one part, for the given epoch.
@@ -161,12 +163,12 @@ func (c *Catalog) PlanExport(ctx context.Context, p ExportPlan) (int, error) {
 		var jobID int64
 		err := tx.QueryRow(ctx, `
 			UPDATE deckhand.export e SET epoch = e.epoch + 1, state = 'running', consistency_lsn = @lsn::pg_lsn,
-				coordinator_token = @token, parts_total = @parts, columns = @columns, planned_at = coalesce(@now, now())
+				consistency_timeline = nullif(@timeline::int, 0), coordinator_token = @token, parts_total = @parts, columns = @columns, planned_at = coalesce(@now, now())
 			FROM deckhand.task t
 			WHERE e.id = @export AND e.state IN ('planning', 'running')
 			  AND t.job_id = e.job_id AND t.attempt_token = @token AND t.state = 'running'
 			RETURNING e.epoch, e.job_id`,
-			pgx.StrictNamedArgs{"export": p.ExportID, "token": p.Token, "lsn": p.ConsistencyLSN, "parts": len(p.Parts),
+			pgx.StrictNamedArgs{"export": p.ExportID, "token": p.Token, "lsn": p.ConsistencyLSN, "timeline": p.ConsistencyTimeline, "parts": len(p.Parts),
 				"columns": p.Columns, "now": c.now()}).Scan(&epoch, &jobID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var state deckhandtype.ExportState

@@ -79,3 +79,19 @@ func (c *Catalog) CoordinatorNode(ctx context.Context, exportID, token int64) (s
 	}
 	return *node, nil
 }
+
+// ExportTimeline is the timeline of the primary that epoch's consistency point of the export
+// was taken on: 0 when the point predates the record of timelines, or epoch is not the
+// export's current one (its parts are refused for that anyway).
+func (c *Catalog) ExportTimeline(ctx context.Context, exportID int64, epoch int) (int32, error) {
+	var tli *int32
+	err := c.Pool.QueryRow(ctx, `SELECT consistency_timeline FROM deckhand.export WHERE id = $1 AND epoch = $2`,
+		exportID, epoch).Scan(&tli)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && tli == nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the consistency point of export %d: %w", exportID, err)
+	}
+	return *tli, nil
+}
