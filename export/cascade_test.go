@@ -7,7 +7,6 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
@@ -35,23 +34,7 @@ func TestExportReadsNothingOnAStandbyOfASecondPrimary(t *testing.T) {
 		"p1": func(n deckhandtype.Node) bool { return n.Role == "primary" && n.LastError == nil },
 		"c1": func(n deckhandtype.Node) bool { return n.Role == "standby" && n.LastError == nil },
 	})
-	dir := t.TempDir()
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
-		To: "file://" + dir, PartSize: 16 << 10, MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Export(ctx, e.ID)
-		return err == nil && got.PartsDone >= 1
-	}, "a part is written")
-	if _, err := g.env.Client.Pause(ctx, e.JobID, true); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		job, err := g.env.Client.JobRow(ctx, e.JobID)
-		return err == nil && job.State == deckhandtype.JobPaused
-	}, "the export's job is paused")
+	e, dir := pausedAfterAPart(t, g, 1)
 	if err := g.standby.Exec(ctx, "postgres", `SELECT pg_promote()`); err != nil {
 		t.Fatal(err)
 	}

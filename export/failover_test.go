@@ -13,6 +13,31 @@ import (
 
 // failOver stops the group's primary and promotes its standby, then waits until the leader
 // has recorded s1 as primary and p1 as not answering (with the role it last had).
+// pausedAfterAPart starts an export of events_2024 to a new directory (maxAttempts: 0 for the
+// default), waits until a part is written, then pauses its job at once and waits until it is
+// paused. It returns the export and the directory.
+func pausedAfterAPart(t *testing.T, g *group, maxAttempts int) (*deckhandtype.Export, string) {
+	t.Helper()
+	dir := t.TempDir()
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
+		To: "file://" + dir, PartSize: 16 << 10, MaxAttempts: maxAttempts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		got, err := g.env.Client.Export(ctx, e.ID)
+		return err == nil && got.PartsDone >= 1
+	}, "a part is written")
+	if _, err := g.env.Client.Pause(ctx, e.JobID, true); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		job, err := g.env.Client.JobRow(ctx, e.JobID)
+		return err == nil && job.State == deckhandtype.JobPaused
+	}, "the export's job is paused")
+	return e, dir
+}
+
 func failOver(t *testing.T, g *group) {
 	t.Helper()
 	waitRoles(t, g, "the leader records p1 primary and s1 standby", map[string]func(deckhandtype.Node) bool{
@@ -88,23 +113,7 @@ func TestExportAfterGroupFailover(t *testing.T) {
 func TestExportCoordinatorFollowsTheNewPrimary(t *testing.T) {
 	g := newGroup(t, 1)
 	g.env.Worker(engine.Config{Concurrency: 2, MaintenanceInterval: 50 * time.Millisecond})
-	dir := t.TempDir()
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
-		To: "file://" + dir, PartSize: 16 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Export(ctx, e.ID)
-		return err == nil && got.PartsDone >= 1
-	}, "a part is written")
-	if _, err := g.env.Client.Pause(ctx, e.JobID, true); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		job, err := g.env.Client.JobRow(ctx, e.JobID)
-		return err == nil && job.State == deckhandtype.JobPaused
-	}, "the export's job is paused")
+	e, dir := pausedAfterAPart(t, g, 0)
 	failOver(t, g)
 	if _, err := g.env.Client.Resume(ctx, e.JobID); err != nil {
 		t.Fatal(err)
@@ -124,23 +133,7 @@ func TestExportCoordinatorFollowsTheNewPrimary(t *testing.T) {
 func TestExportCoordinatorOfARemovedPrimaryFollowsTheNewOne(t *testing.T) {
 	g := newGroup(t, 1)
 	g.env.Worker(engine.Config{Concurrency: 2, MaintenanceInterval: 50 * time.Millisecond})
-	dir := t.TempDir()
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
-		To: "file://" + dir, PartSize: 16 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Export(ctx, e.ID)
-		return err == nil && got.PartsDone >= 1
-	}, "a part is written")
-	if _, err := g.env.Client.Pause(ctx, e.JobID, true); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		job, err := g.env.Client.JobRow(ctx, e.JobID)
-		return err == nil && job.State == deckhandtype.JobPaused
-	}, "the export's job is paused")
+	e, dir := pausedAfterAPart(t, g, 0)
 	failOver(t, g)
 	if err := g.env.Client.RemoveNode(ctx, "p1"); err != nil {
 		t.Fatal(err)
@@ -164,23 +157,7 @@ func TestExportCoordinatorOfARemovedPrimaryFollowsTheNewOne(t *testing.T) {
 func TestExportReadsNothingOnASecondPrimary(t *testing.T) {
 	g := newGroup(t, 1)
 	g.env.Worker(engine.Config{Concurrency: 2, MaintenanceInterval: 50 * time.Millisecond})
-	dir := t.TempDir()
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
-		To: "file://" + dir, PartSize: 16 << 10, MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Export(ctx, e.ID)
-		return err == nil && got.PartsDone >= 1
-	}, "a part is written")
-	if _, err := g.env.Client.Pause(ctx, e.JobID, true); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		job, err := g.env.Client.JobRow(ctx, e.JobID)
-		return err == nil && job.State == deckhandtype.JobPaused
-	}, "the export's job is paused")
+	e, dir := pausedAfterAPart(t, g, 1)
 	if err := g.standby.Exec(ctx, "postgres", `SELECT pg_promote()`); err != nil {
 		t.Fatal(err)
 	}

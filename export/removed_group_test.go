@@ -6,8 +6,6 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
-	"github.com/deckhandhq/deckhand/export"
-	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
 // Every node of an export's group removed while the export is paused: its coordinator has no
@@ -16,22 +14,7 @@ import (
 func TestExportOfARemovedGroupEnds(t *testing.T) {
 	g := newGroup(t, 1)
 	g.env.Worker(engine.Config{Concurrency: 2, MaintenanceInterval: 50 * time.Millisecond})
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
-		To: "file://" + t.TempDir(), PartSize: 16 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Export(ctx, e.ID)
-		return err == nil && got.PartsDone >= 1
-	}, "a part is written")
-	if _, err := g.env.Client.Pause(ctx, e.JobID, true); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		job, err := g.env.Client.JobRow(ctx, e.JobID)
-		return err == nil && job.State == deckhandtype.JobPaused
-	}, "the export's job is paused")
+	e, _ := pausedAfterAPart(t, g, 0)
 	for _, n := range []string{"p1", "s1"} {
 		if err := g.env.Client.RemoveNode(ctx, n); err != nil {
 			t.Fatal(err)
