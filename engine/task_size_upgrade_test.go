@@ -23,12 +23,14 @@ func TestTaskWrittenBeforeTheSizeBoundStillRuns(t *testing.T) {
 	e := testenv.New(t)
 	e.AddNode("n1", 4)
 	db := e.Pool(e.DB)
-	// The catalog as it was before the bound (0023 and what follows undone), a task written
+	// The catalog as it was before the bound (0023 and every later migration undone), a task written
 	// then, and the upgrade.
 	e.Exec(e.DB, `DROP TRIGGER IF EXISTS task_size ON deckhand.task;
 		DROP FUNCTION IF EXISTS deckhand.refuse_huge_task();
 		ALTER TABLE deckhand.task DROP CONSTRAINT IF EXISTS task_sql_at_most_16_mib,
-			DROP CONSTRAINT IF EXISTS task_payload_at_most_16_mib;
+			DROP CONSTRAINT IF EXISTS task_payload_at_most_16_mib,
+			DROP COLUMN IF EXISTS xid_timeline, DROP COLUMN IF EXISTS xid_system;
+		ALTER TABLE deckhand.export DROP COLUMN IF EXISTS consistency_timeline;
 		DELETE FROM deckhand.schema_migration WHERE version >= 23`)
 	big := "SELECT 1 -- " + strings.Repeat("x", 17<<20)
 	doc, err := json.Marshal(map[string]any{"description": "legacy", "tasks": []any{
