@@ -22,12 +22,12 @@ func (c *Catalog) ForceRefusedBy(ctx context.Context, exportID int64) (int64, er
 	err := c.Pool.QueryRow(ctx, `
 		WITH h AS (
 			SELECT x.id, x.destination, j.submitted_by AS who,
-			       (SELECT r.oid FROM pg_roles r WHERE r.rolname = j.submitted_by) AS who_oid
+			       (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = j.submitted_by) AS who_oid
 			FROM deckhand.export x JOIN deckhand.job j ON j.id = x.job_id
 			WHERE x.id = $1
 		), admin AS (
-			SELECT h.who_oid IS NOT NULL AND (pg_has_role(h.who_oid, 'deckhand_admin', 'MEMBER')
-			       OR EXISTS (SELECT 1 FROM pg_namespace n WHERE n.nspname = 'deckhand' AND n.nspowner = h.who_oid)) AS yes
+			SELECT h.who_oid IS NOT NULL AND (pg_catalog.pg_has_role(h.who_oid, 'deckhand_admin'::pg_catalog.name, 'MEMBER'::pg_catalog.text)
+			       OR EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n WHERE n.nspname = 'deckhand' AND n.nspowner = h.who_oid)) AS yes
 			FROM h
 		)
 		SELECT e.id
@@ -36,10 +36,10 @@ func (c *Catalog) ForceRefusedBy(ctx context.Context, exportID int64) (int64, er
 		  AND (e.state = 'committed'
 		       OR (e.state IN ('planning', 'running') AND j.state NOT IN ('failed', 'failing', 'cancelled', 'cancelling')))
 		  AND j.submitted_by <> h.who
-		  AND NOT (h.who_oid IS NOT NULL AND cardinality(j.owners) > 0 AND NOT EXISTS (
-		          SELECT 1 FROM unnest(j.owners) o(name)
-		          WHERE NOT EXISTS (SELECT 1 FROM pg_roles r
-		                            WHERE r.rolname = o.name AND pg_has_role(h.who_oid, r.oid, 'MEMBER'))))
+		  AND NOT (h.who_oid IS NOT NULL AND pg_catalog.cardinality(j.owners) > 0 AND NOT EXISTS (
+		          SELECT 1 FROM pg_catalog.unnest(j.owners) o(name)
+		          WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+		                            WHERE r.rolname = o.name AND pg_catalog.pg_has_role(h.who_oid, r.oid, 'MEMBER'::pg_catalog.text))))
 		ORDER BY e.id DESC LIMIT 1`, exportID).Scan(&other)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
