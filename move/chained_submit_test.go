@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/move"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -37,6 +39,48 @@ func TestJobSpecMayMoveWhatItsOwnMoveMoved(t *testing.T) {
 		t.Fatalf("Submit of a move back and a move again after it = %v; want accepted", err)
 	}
 	if job := e.Wait(id, 2*time.Minute); job.State != deckhandtype.JobFinished {
-		t.Fatalf("the round trip = %s: %s", job.State, e.lastError(id))
+		d, err := e.Client.Job(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range d.Attempts {
+			if a.Message != nil {
+				t.Logf("task %s attempt %d %s: %s", a.TaskName, a.Attempt, a.Outcome, *a.Message)
+			}
+		}
+		t.Fatalf("the round trip = %s", job.State)
+	}
+}
+
+// A move whose target still has the old copy that an earlier move left there for the cleaner
+// (a reader kept it in use) waits for the cleaner to drop it, rather than fail because the
+// target already has the schema.
+func TestMoveBackWaitsForTheCleanerToDropTheOldCopy(t *testing.T) {
+	e := newMoveEnv(t)
+	e.asOwner(e.src, appSchema)
+	// A reader on the source keeps its tables in use past the move: the old copy outlives it.
+	reader := pgtest.Connect(t, e.NodeCluster.DSN(e.src, pgcluster.Superuser))
+	tx, err := reader.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM app.customers`); err != nil {
+		t.Fatal(err)
+	}
+	e.worker(move.Mover{})
+	if job := e.Wait(e.submit(move.Request{Schema: "app", From: "g1", To: "g2"}), 2*time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("the first move = %s: %s", job.State, e.lastError(job.ID))
+	}
+	back := e.submit(move.Request{Schema: "app", From: "g2", To: "g1"})
+	time.Sleep(2 * time.Second) // the move back starts and finds the old copy on g1
+	if job, err := e.Client.JobRow(ctx, back); err != nil || job.State != deckhandtype.JobRunning {
+		t.Fatalf("the move back while the old copy is in use: %v %v: %s", job.State, err, e.lastError(back))
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if job := e.Wait(back, 2*time.Minute); job.State != deckhandtype.JobFinished {
+		t.Fatalf("the move back = %s: %s", job.State, e.lastError(back))
 	}
 }

@@ -125,6 +125,11 @@ func (m Mover) Run(ctx context.Context, t *deckhandtype.ClaimedTask) (err error)
 	if err != nil {
 		return err
 	}
+	if err := awaitOldCopies(ctx, c.Catalog, dst.node.Name, p, pl, func(msg string) {
+		c.Log().Info("move: "+msg, "task", t.ID)
+	}); err != nil {
+		return err
+	}
 	if err := targetTaken(ctx, dstConn, pl, p, dst.node.Name); err != nil {
 		return err
 	}

@@ -72,6 +72,12 @@ func (c *Catalog) RegisterCleanup(ctx context.Context, opID int64, r deckhandtyp
 	return id, nil
 }
 
+// LiveCleanupOf is the record, pending or due, that registers r for removal; nil when there
+// is none.
+func (c *Catalog) LiveCleanupOf(ctx context.Context, r deckhandtype.CleanupResource) (*ResourceBusyError, error) {
+	return c.liveRecordOf(ctx, r)
+}
+
 func (c *Catalog) liveRecordOf(ctx context.Context, r deckhandtype.CleanupResource) (*ResourceBusyError, error) {
 	e := &ResourceBusyError{Resource: r}
 	err := c.Pool.QueryRow(ctx, `
