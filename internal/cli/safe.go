@@ -13,8 +13,9 @@ import (
 // admin listing every role's jobs: escape sequences that rewrite what the screen shows
 // (a failed job shown finished), set the window title, or write the clipboard. So everything
 // the CLI writes goes through safeWriter, which shows each control character other than a
-// line break or a tab as its \uXXXX escape: readable on a terminal, and, inside a JSON
-// string, the same character (encoding/json escapes the other control characters itself).
+// line break or a tab as its \uXXXX escape (bidirectional formatting characters too):
+// readable on a terminal, and, inside a JSON string, the same character (encoding/json
+// escapes the other control characters itself).
 
 // safeWriter writes to w with control characters escaped. A rune split between two writes
 // is held until the next one completes it.
@@ -56,8 +57,17 @@ func safeRune(r rune) string {
 	return fmt.Sprintf(`\u%04x`, r)
 }
 
-// isControl: C0, DEL and C1, which terminals act on.
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) }
+// isControl: C0, DEL and C1, which terminals act on, and the bidirectional formatting
+// characters, with which text shows in another order than it reads (a description whose
+// "dehsinif" shows as "finished"; a task's SQL that shows other than what runs).
+func isControl(r rune) bool {
+	return r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || isBidiFormat(r)
+}
+
+// isBidiFormat: the explicit directional marks, embeddings, overrides and isolates.
+func isBidiFormat(r rune) bool {
+	return r == 0x061c || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
+}
 
 // safeText is s with its control characters escaped, line breaks and tabs included: for
 // what a line of its own shows, such as the progress line, which writes to the terminal

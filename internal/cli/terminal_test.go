@@ -26,7 +26,7 @@ func TestAttackTerminalEscapesInJobText(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	const desc = "nightly\x1b[2K\r\x1b[32mall jobs finished\x1b[0m\x1b]0;owned\x07\u009b2J"
+	const desc = "nightly\x1b[2K\r\x1b[32mall jobs finished\x1b[0m\x1b]0;owned\x07\u009b2J \u202edehsinif\u2066 ok\u2069"
 	var id string
 	if err := c.QueryRow(context.Background(), `SELECT deckhand.submit(jsonb_build_object(
 		'description', $1::text,
@@ -48,7 +48,7 @@ func TestAttackTerminalEscapesInJobText(t *testing.T) {
 	} {
 		r := e.run(args...)
 		for _, out := range []string{r.stdout, r.stderr} {
-			if strings.ContainsAny(out, "\x1b\x07\r\u009b") {
+			if strings.ContainsAny(out, "\x1b\x07\r\u009b\u202e\u2066\u2069") {
 				t.Errorf("deckhand %s printed a control character: %q", strings.Join(args, " "), out)
 			}
 		}
