@@ -114,7 +114,7 @@ func (a *app) scheduleShow() *cobra.Command {
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "show NAME|SUBMITTER/NAME",
-		Short: "Show a schedule (your own by NAME, another role's as SUBMITTER/NAME), its job spec and its latest firings",
+		Short: "Show a schedule (your own by NAME, another role's as SUBMITTER/NAME), its job spec (a summary; in full with -o json) and its latest firings",
 		Args:  exactArgs(1, "a schedule NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 {
