@@ -2,10 +2,12 @@ package engine_test
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
@@ -34,11 +36,14 @@ func oneHitJob() *spec.Job {
 	return &spec.Job{Tasks: []spec.Task{{Name: "a", Node: "n1", SQL: "INSERT INTO hits VALUES (1)", MaxAttempts: 5}}}
 }
 
-// hitCount is how many rows hits has on db: how many times the task took effect.
+// hitCount is how many rows hits has on db, asked of the node cluster directly rather than
+// through the proxy: how many times the task took effect.
 func hitCount(t *testing.T, e *testenv.Proxied, db string) int {
 	t.Helper()
+	conn := pgtest.Connect(t, e.NodeCluster.DSN(db, pgcluster.Superuser))
+	defer conn.Close(ctx)
 	var n int
-	if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM hits`).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM hits`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -80,5 +85,23 @@ func wantFinishedOnce(t *testing.T, e *testenv.Proxied, db string, id int64, job
 	t.Helper()
 	if n := hitCount(t, e, db); n != 1 || job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s, the task took effect %d times; want finished, once: %s", job.State, n, explain(detail(t, e.Env, id)))
+	}
+}
+
+// diesAfterNodeCommit runs a worker built with the fault hook, which commits one task on its
+// node and dies before recording it.
+func diesAfterNodeCommit(t *testing.T, e *testenv.Env, id int64) {
+	t.Helper()
+	p := e.ServeBinary(testenv.FaultBinary(t), []string{"DECKHAND_FAULT=kill-after-node-commit"},
+		"--lease", "1s", "--concurrency", "1")
+	done := make(chan error, 1)
+	go func() { done <- p.Cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Fatalf("the faulty worker exited with %v, want killed after a commit:\n%s", err, p.Output())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the faulty worker never reached a commit: %s\n%s", explain(detail(t, e, id)), p.Output())
 	}
 }
