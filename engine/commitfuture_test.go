@@ -5,11 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
-	"github.com/deckhandhq/deckhand/spec"
 )
 
 // The connection breaks as a task's COMMIT is sent, and the node the conninfo reaches from
@@ -20,24 +18,16 @@ import (
 // never end, and neither a cancel nor the task's timeout would end the asking).
 func TestCommitLostOnAServerThatNeverSawTheTransactionRunsAgain(t *testing.T) {
 	e := testenv.NewProxied(t, pgtest.Shared(t))
-	db := e.Node("n1")
-	e.NodeExec(db, `CREATE TABLE hits (n int)`)
+	db := nodeWithHits(e)
 	// The COMMIT never reaches the node: the connection breaks with it.
 	e.Proxy.AddRule(pgtest.Rule{Name: "commit", Match: regexp.MustCompile(`^COMMIT$`), Action: pgtest.ActionDrop, Times: 1})
 	// The server the node's conninfo reaches now never saw the transaction.
 	e.Proxy.AddRule(pgtest.Rule{Name: "status", Match: regexp.MustCompile(`pg_xact_status`), Action: pgtest.ActionError,
 		Code: "22023", Message: "transaction ID 4000000000 is in the future"})
-	id := submit(t, e.Env, &spec.Job{Tasks: []spec.Task{{Name: "a", Node: "n1", SQL: "INSERT INTO hits VALUES (1)", MaxAttempts: 5}}})
-	e.Worker(engine.Config{Backoff: deckhandtype.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond}})
-	testenv.Eventually(t, 20*time.Second, func() bool { return e.Proxy.Hits("status") >= 1 }, "the worker asks the node about the commit")
-	job := e.Wait(id, 30*time.Second)
-	var n int
-	if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM hits`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 1 || job.State != deckhandtype.JobFinished {
-		t.Fatalf("job %s, the task took effect %d times; want finished, once: %s", job.State, n, explain(detail(t, e.Env, id)))
-	}
+	id := submit(t, e.Env, oneHitJob())
+	e.Worker(engine.Config{Backoff: quickAsking})
+	waitAsked(t, e, 1)
+	wantFinishedOnce(t, e, db, id, e.Wait(id, 30*time.Second))
 	if hits := e.Proxy.Hits("commit"); hits != 1 {
 		t.Errorf("the COMMIT was dropped %d times, want 1", hits)
 	}

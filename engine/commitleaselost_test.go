@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"regexp"
 	"testing"
 	"time"
 
@@ -19,23 +18,14 @@ import (
 // the node does not answer while the tasks of other nodes wait for it.
 func TestLeaseLostEndsTheAskingAboutALostCommit(t *testing.T) {
 	e := testenv.NewProxied(t, pgtest.Shared(t))
-	db := e.Node("n1")
+	db := nodeWithHits(e)
 	e.Node("n2")
-	e.NodeExec(db, `CREATE TABLE hits (n int)`)
-	submit(t, e.Env, &spec.Job{Tasks: []spec.Task{{Name: "a", Node: "n1", SQL: "INSERT INTO hits VALUES (1)", MaxAttempts: 5}}})
-	removeHold := e.Proxy.AddRule(pgtest.Rule{Name: "hold", Match: regexp.MustCompile(`DISCARD ALL`), Action: pgtest.ActionStall})
-	e.Proxy.AddRule(pgtest.Rule{Name: "status", Match: regexp.MustCompile(`pg_xact_status`), Action: pgtest.ActionError, Code: "08006"})
+	submit(t, e.Env, oneHitJob())
+	letGo := holdCommitAnswers(e)
+	xactStatusUnanswered(e)
 	w, _ := e.Worker(engine.Config{Concurrency: 1, LeaseTTL: 2 * time.Second})
-	testenv.Eventually(t, 20*time.Second, func() bool {
-		var n int
-		if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM hits`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n == 1
-	}, "the node commits the task")
-	e.Proxy.DropAll()
-	removeHold()
-	testenv.Eventually(t, 20*time.Second, func() bool { return e.Proxy.Hits("status") >= 2 }, "the worker asks the node about the commit")
+	loseCommitAnswer(t, e, db, letGo)
+	waitAsked(t, e, 2)
 	// The catalog takes the worker for dead: its next heartbeat finds its lease lost.
 	e.Exec(e.DB, `UPDATE deckhand.worker SET stopped_at = now() WHERE id = $1`, w.ID())
 	second := submit(t, e.Env, &spec.Job{Tasks: []spec.Task{{Name: "b", Node: "n2", SQL: "SELECT 1"}}})

@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
-	"github.com/deckhandhq/deckhand/spec"
 )
 
 // The node commits a task's transaction, and the connection breaks before the answer comes
@@ -23,37 +21,22 @@ import (
 // and the task is done once, with its effect on the node once.
 func TestCommitWhoseAnswerIsLostIsNotRunAgain(t *testing.T) {
 	e := testenv.NewProxied(t, pgtest.Shared(t))
-	db := e.Node("n1")
-	e.NodeExec(db, `CREATE TABLE hits (n int)`)
-	id := submit(t, e.Env, &spec.Job{Tasks: []spec.Task{{Name: "a", Node: "n1", SQL: "INSERT INTO hits VALUES (1)", MaxAttempts: 5}}})
-	// The reset that follows the COMMIT in its round trip is held: the COMMIT has reached the
-	// node, its answer stays in the proxy. (Other sessions' resets are held too.)
-	removeHold := e.Proxy.AddRule(pgtest.Rule{Name: "hold", Match: regexp.MustCompile(`DISCARD ALL`), Action: pgtest.ActionStall})
+	db := nodeWithHits(e)
+	id := submit(t, e.Env, oneHitJob())
+	letGo := holdCommitAnswers(e)
 	// The node will not say what became of the transaction for a while.
-	unreachable := e.Proxy.AddRule(pgtest.Rule{Name: "status", Match: regexp.MustCompile(`pg_xact_status`), Action: pgtest.ActionError, Code: "08006"})
-	e.Worker(engine.Config{Backoff: deckhandtype.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond}})
-	count := func() int {
-		var n int
-		if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM hits`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	testenv.Eventually(t, 20*time.Second, func() bool { return count() == 1 }, "the node commits the task")
-	e.Proxy.DropAll() // the answer is lost with the connection
-	removeHold()
+	answer := xactStatusUnanswered(e)
+	e.Worker(engine.Config{Backoff: quickAsking})
+	loseCommitAnswer(t, e, db, letGo)
 	deadline := time.Now().Add(20 * time.Second)
 	for e.Proxy.Hits("status") < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the worker never asked the node about the commit: %d hits, effect %d times: %s", e.Proxy.Hits("status"), count(), explain(detail(t, e.Env, id)))
+			t.Fatalf("the worker never asked the node about the commit: %d hits, effect %d times: %s", e.Proxy.Hits("status"), hitCount(t, e, db), explain(detail(t, e.Env, id)))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	unreachable()
-	job := e.Wait(id, 30*time.Second)
-	if n := count(); n != 1 || job.State != deckhandtype.JobFinished {
-		t.Fatalf("job %s, the task took effect %d times; want finished, once: %s", job.State, count(), explain(detail(t, e.Env, id)))
-	}
+	answer()
+	wantFinishedOnce(t, e, db, id, e.Wait(id, 30*time.Second))
 	if d := detail(t, e.Env, id); d.Tasks[0].Attempts != 1 {
 		t.Errorf("attempts: %s; want one", explain(d))
 	}
@@ -65,11 +48,10 @@ func TestCommitWhoseAnswerIsLostIsNotRunAgain(t *testing.T) {
 // answers and records the task done, without running it again.
 func TestCommitOutcomeUnknownAtShutdownIsLeftToTheRescue(t *testing.T) {
 	e := testenv.NewProxied(t, pgtest.Shared(t))
-	db := e.Node("n1")
-	e.NodeExec(db, `CREATE TABLE hits (n int)`)
-	id := submit(t, e.Env, &spec.Job{Tasks: []spec.Task{{Name: "a", Node: "n1", SQL: "INSERT INTO hits VALUES (1)", MaxAttempts: 5}}})
-	removeHold := e.Proxy.AddRule(pgtest.Rule{Name: "hold", Match: regexp.MustCompile(`DISCARD ALL`), Action: pgtest.ActionStall})
-	unreachable := e.Proxy.AddRule(pgtest.Rule{Name: "status", Match: regexp.MustCompile(`pg_xact_status`), Action: pgtest.ActionError, Code: "08006"})
+	db := nodeWithHits(e)
+	id := submit(t, e.Env, oneHitJob())
+	letGo := holdCommitAnswers(e)
+	answer := xactStatusUnanswered(e)
 	cat, err := catalog.Open(ctx, e.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -80,17 +62,8 @@ func TestCommitOutcomeUnknownAtShutdownIsLeftToTheRescue(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(runCtx) }()
-	count := func() int {
-		var n int
-		if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM hits`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	testenv.Eventually(t, 20*time.Second, func() bool { return count() == 1 }, "the node commits the task")
-	e.Proxy.DropAll()
-	removeHold()
-	testenv.Eventually(t, 20*time.Second, func() bool { return e.Proxy.Hits("status") >= 1 }, "the worker asks the node about the commit")
+	loseCommitAnswer(t, e, db, letGo)
+	waitAsked(t, e, 1)
 	stop()
 	select {
 	case err := <-done:
@@ -103,11 +76,11 @@ func TestCommitOutcomeUnknownAtShutdownIsLeftToTheRescue(t *testing.T) {
 	if d := detail(t, e.Env, id); d.Tasks[0].State != deckhandtype.TaskRunning || len(d.Attempts) != 1 {
 		t.Fatalf("after the stop: task %s, attempts %s; want it running, for the rescue", d.Tasks[0].State, explain(d))
 	}
-	unreachable()
+	answer()
 	e.Worker(engine.Config{})
 	job := e.Wait(id, 30*time.Second)
 	d := detail(t, e.Env, id)
-	if n := count(); n != 1 || job.State != deckhandtype.JobFinished || len(d.Attempts) != 1 ||
+	if n := hitCount(t, e, db); n != 1 || job.State != deckhandtype.JobFinished || len(d.Attempts) != 1 ||
 		d.Attempts[0].Message == nil || !strings.HasPrefix(*d.Attempts[0].Message, "recovered") {
 		t.Fatalf("job %s, the task took effect %d times: %s; want finished once, its attempt recovered", job.State, n, explain(d))
 	}

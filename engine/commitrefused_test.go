@@ -1,17 +1,14 @@
 package engine_test
 
 import (
-	"regexp"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
-	"github.com/deckhandhq/deckhand/spec"
 )
 
 // A task's COMMIT reaches the node and its answer is lost; before the worker can ask the node
@@ -21,33 +18,22 @@ import (
 // and record the task done once, rather than ask in vain while the job never ends.
 func TestCommitLostThenOwnerRefusedIsStillSettled(t *testing.T) {
 	e := testenv.NewProxied(t, pgtest.Shared(t))
-	db := e.Node("n1")
+	db := nodeWithHits(e)
 	owner := e.Role("owner")
 	sub, c := e.Submitter("sub", owner)
-	e.NodeExec(db, `CREATE TABLE hits (n int)`)
 	e.NodeExec(db, `GRANT INSERT, SELECT ON hits TO `+pgx.Identifier{owner}.Sanitize())
-	id, err := c.Submit(ctx, &spec.Job{Tasks: []spec.Task{{Name: "a", Node: "n1", Owner: owner, SQL: "INSERT INTO hits VALUES (1)", MaxAttempts: 5}}})
+	job := oneHitJob()
+	job.Tasks[0].Owner = owner
+	id, err := c.Submit(ctx, job)
 	if err != nil {
 		t.Fatal(err)
 	}
-	removeHold := e.Proxy.AddRule(pgtest.Rule{Name: "hold", Match: regexp.MustCompile(`DISCARD ALL`), Action: pgtest.ActionStall})
-	unreachable := e.Proxy.AddRule(pgtest.Rule{Name: "status", Match: regexp.MustCompile(`pg_xact_status`), Action: pgtest.ActionError, Code: "08006"})
-	e.Worker(engine.Config{Backoff: deckhandtype.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond}})
-	count := func() int {
-		var n int
-		if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM hits`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	testenv.Eventually(t, 20*time.Second, func() bool { return count() == 1 }, "the node commits the task")
-	e.Proxy.DropAll()
-	removeHold()
-	testenv.Eventually(t, 20*time.Second, func() bool { return e.Proxy.Hits("status") >= 1 }, "the worker asks the node about the commit")
+	letGo := holdCommitAnswers(e)
+	answer := xactStatusUnanswered(e)
+	e.Worker(engine.Config{Backoff: quickAsking})
+	loseCommitAnswer(t, e, db, letGo)
+	waitAsked(t, e, 1)
 	e.NodeExec("postgres", "REVOKE "+pgx.Identifier{owner}.Sanitize()+" FROM "+pgx.Identifier{sub}.Sanitize())
-	unreachable()
-	job := e.Wait(id, 30*time.Second)
-	if n := count(); n != 1 || job.State != deckhandtype.JobFinished {
-		t.Fatalf("job %s, the task took effect %d times; want finished, once: %s", job.State, n, explain(detail(t, e.Env, id)))
-	}
+	answer()
+	wantFinishedOnce(t, e, db, id, e.Wait(id, 30*time.Second))
 }

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,21 +31,22 @@ func nodeOfItsOwn(t *testing.T, e *testenv.Env, db string) *pgcluster.Cluster {
 	return c
 }
 
-// diesAfterNodeCommit runs a worker built with the fault hook, which commits one task on its
-// node and dies before recording it.
-func diesAfterNodeCommit(t *testing.T, e *testenv.Env, id int64) {
+// failOver promotes standby once it has replayed all that primary wrote, and shuts primary
+// down: the standby then serves, on a timeline of its own, everything primary committed.
+func failOver(t *testing.T, primary, standby *pgcluster.Cluster) {
 	t.Helper()
-	p := e.ServeBinary(testenv.FaultBinary(t), []string{"DECKHAND_FAULT=kill-after-node-commit"},
-		"--lease", "1s", "--concurrency", "1")
-	done := make(chan error, 1)
-	go func() { done <- p.Cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "killed") {
-			t.Fatalf("the faulty worker exited with %v, want killed after a commit:\n%s", err, p.Output())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the faulty worker never reached a commit: %s\n%s", explain(detail(t, e, id)), p.Output())
+	lsn, err := primary.CurrentLSN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.WaitReplayed(ctx, lsn); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Exec(ctx, "postgres", `SELECT pg_promote()`); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -118,19 +118,7 @@ func failedOverAfterNodeCommit(t *testing.T, legacy bool) (*testenv.Env, *pgclus
 		e.Exec(e.DB, `UPDATE deckhand.task SET xid_timeline = NULL, xid_system = NULL WHERE job_id = $1`, id)
 	}
 
-	lsn, err := primary.CurrentLSN(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := standby.WaitReplayed(ctx, lsn); err != nil {
-		t.Fatal(err)
-	}
-	if err := primary.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	if err := standby.Exec(ctx, "postgres", `SELECT pg_promote()`); err != nil {
-		t.Fatal(err)
-	}
+	failOver(t, primary, standby)
 	if _, err := e.Client.PutNode(ctx, deckhandtype.Node{Name: "n1", DSN: standby.DSN(db, pgcluster.Superuser)}); err != nil {
 		t.Fatal(err)
 	}
@@ -201,43 +189,17 @@ func TestRescueOfATransactionTheNodeNoLongerKnowsLeavesTheEffectUnknown(t *testi
 func TestCommitLostThenFailedOverLeavesTheEffectUnknown(t *testing.T) {
 	primary := pgtest.New(t, pgcluster.Options{})
 	e := testenv.NewProxied(t, primary)
-	db := e.Node("n1")
-	e.NodeExec(db, `CREATE TABLE hits (n int)`)
+	db := nodeWithHits(e)
 	standby := pgtest.NewStandby(t, primary, pgcluster.Options{})
-	id := submit(t, e.Env, &spec.Job{Tasks: []spec.Task{{Name: "a", Node: "n1", SQL: "INSERT INTO hits VALUES (1)", MaxAttempts: 5}}})
-	// The COMMIT reaches the node; its answer stays in the proxy, held with the reset that
-	// follows it, and is lost with the connection.
-	removeHold := e.Proxy.AddRule(pgtest.Rule{Name: "hold", Match: regexp.MustCompile(`DISCARD ALL`), Action: pgtest.ActionStall})
-	unreachable := e.Proxy.AddRule(pgtest.Rule{Name: "status", Match: regexp.MustCompile(`pg_xact_status`), Action: pgtest.ActionError, Code: "08006"})
-	e.Worker(engine.Config{Backoff: deckhandtype.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond}})
-	count := func(c *pgcluster.Cluster) int {
-		conn := pgtest.Connect(t, c.DSN(db, pgcluster.Superuser))
-		defer conn.Close(ctx)
-		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM hits`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	testenv.Eventually(t, 20*time.Second, func() bool { return count(primary) == 1 }, "the node commits the task")
-	e.Proxy.DropAll()
-	removeHold()
-	testenv.Eventually(t, 20*time.Second, func() bool { return e.Proxy.Hits("status") >= 2 }, "the worker asks the node about the commit")
+	id := submit(t, e.Env, oneHitJob())
+	letGo := holdCommitAnswers(e)
+	answer := xactStatusUnanswered(e)
+	e.Worker(engine.Config{Backoff: quickAsking})
+	loseCommitAnswer(t, e, db, letGo)
+	waitAsked(t, e, 2)
 
-	lsn, err := primary.CurrentLSN(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := standby.WaitReplayed(ctx, lsn); err != nil {
-		t.Fatal(err)
-	}
-	if err := primary.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	if err := standby.Exec(ctx, "postgres", `SELECT pg_promote()`); err != nil {
-		t.Fatal(err)
-	}
+	failOver(t, primary, standby)
 	e.Proxy.Retarget(standby.Addr())
-	unreachable()
+	answer()
 	effectUnknown(t, e.Env, id, standby, db, "failed over")
 }

@@ -31,18 +31,7 @@ func TestCommittedAttemptOfADeadWorkerIsNotRunAgain(t *testing.T) {
 	// one, once the first's lease has expired, leads: it rescues the first task, which releases
 	// the second, which it then runs.
 	for range 2 {
-		p := e.ServeBinary(testenv.FaultBinary(t), []string{"DECKHAND_FAULT=kill-after-node-commit"},
-			"--lease", "1s", "--concurrency", "1")
-		done := make(chan error, 1)
-		go func() { done <- p.Cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err == nil || !strings.Contains(err.Error(), "killed") {
-				t.Fatalf("the faulty worker exited with %v, want killed after a commit:\n%s", err, p.Output())
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("the faulty worker never reached a commit: %s\n%s", explain(detail(t, e, id)), p.Output())
-		}
+		diesAfterNodeCommit(t, e, id)
 	}
 	e.Worker(engine.Config{})
 	if job := e.Wait(id, 60*time.Second); job.State != deckhandtype.JobFinished {

@@ -1,15 +1,12 @@
 package engine_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
-	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -20,10 +17,7 @@ import (
 // a job's results met the lock, the others of that job wait beside it, not in front of
 // everyone else's.
 func TestAttackManyHeldResultsHoldBackNoOtherJob(t *testing.T) {
-	e := testenv.New(t)
-	e.AddNode("n1", 32)
-	mallory, asMallory := e.Submitter("mallory")
-	e.Worker(engine.Config{Concurrency: 16})
+	e, mallory, asMallory := busyNodeWithMallory(t)
 	tasks := make([]spec.Task, 12)
 	for i := range tasks {
 		tasks[i] = spec.Task{Name: "t" + string(rune('a'+i)), Node: "n1", SQL: "SELECT pg_sleep(1)"}
@@ -32,23 +26,8 @@ func TestAttackManyHeldResultsHoldBackNoOtherJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 20*time.Second, func() bool {
-		d := detail(t, e, own)
-		for _, tk := range d.Tasks {
-			if tk.State != deckhandtype.TaskRunning {
-				return false
-			}
-		}
-		return true
-	}, "her tasks all run")
-	conn := pgtest.Connect(t, e.RoleDSN(mallory))
-	held := make(chan error, 1)
-	hold, cancelHold := context.WithCancel(ctx)
-	defer cancelHold()
-	go func() {
-		_, err := conn.Exec(hold, `SELECT deckhand.pause($1, false), pg_catalog.pg_sleep(60)`, own)
-		held <- err
-	}()
+	waitAllTasks(t, e, own, deckhandtype.TaskRunning, "her tasks all run")
+	letGo := holdJobLocks(t, pgtest.Connect(t, e.RoleDSN(mallory)), own)
 	time.Sleep(1500 * time.Millisecond) // her tasks have ended; their results meet her locks
 	other := submit(t, e, &spec.Job{Description: "admin's", Tasks: []spec.Task{
 		{Name: "one", Node: "n1", Owner: pgcluster.Superuser, SQL: "SELECT 1"}}})
@@ -59,14 +38,6 @@ func TestAttackManyHeldResultsHoldBackNoOtherJob(t *testing.T) {
 	if took := time.Since(start); took > 8*time.Second {
 		t.Errorf("the admin's job took %s while her job's rows were held: her results were recorded in front of it", took.Round(time.Second))
 	}
-	cancelHold()
-	<-held
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		for _, tk := range detail(t, e, own).Tasks {
-			if tk.State != deckhandtype.TaskDone {
-				return false
-			}
-		}
-		return true
-	}, "her tasks are recorded done once her locks are released")
+	letGo()
+	waitAllTasks(t, e, own, deckhandtype.TaskDone, "her tasks are recorded done once her locks are released")
 }

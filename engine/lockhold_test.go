@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -26,13 +25,7 @@ func TestAttackHeldJobLocksHoldBackNoOtherJob(t *testing.T) {
 	}
 	e.waitTaskRunning(t, own, "short")
 	// The intruder pauses her own job, and holds the locks it took for a minute.
-	held := make(chan error, 1)
-	hold, cancelHold := context.WithCancel(ctx)
-	defer cancelHold()
-	go func() {
-		_, err := e.conn.Exec(hold, `SELECT deckhand.pause($1, false), pg_catalog.pg_sleep(60)`, own)
-		held <- err
-	}()
+	letGo := holdJobLocks(t, e.conn, own)
 	time.Sleep(time.Second) // her task has ended on the node; its result waits for her locks
 	other := submit(t, e.Env, &spec.Job{Description: "admin's", Tasks: []spec.Task{
 		{Name: "one", Node: "n1", Owner: pgcluster.Superuser, SQL: "SELECT 1"},
@@ -40,8 +33,7 @@ func TestAttackHeldJobLocksHoldBackNoOtherJob(t *testing.T) {
 	if job := e.Wait(other, 15*time.Second); job.State != deckhandtype.JobFinished {
 		t.Errorf("the admin's job, while the intruder holds her job's locks: %s", job.State)
 	}
-	cancelHold()
-	<-held
+	letGo()
 	// Her own result is recorded once her locks are gone: nothing was lost.
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		d := detail(t, e.Env, own)

@@ -1,16 +1,13 @@
 package engine_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
-	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -21,10 +18,7 @@ import (
 // worker with it, and at each of hers again. Once one of a job's ids met the lock, the job's
 // later ones wait beside it, not in front of everyone else's.
 func TestAttackHeldRowsHoldBackNoOtherCommit(t *testing.T) {
-	e := testenv.New(t)
-	e.AddNode("n1", 32)
-	mallory, asMallory := e.Submitter("mallory")
-	e.Worker(engine.Config{Concurrency: 16})
+	e, mallory, asMallory := busyNodeWithMallory(t)
 	tasks := make([]spec.Task, 10)
 	for i := range tasks {
 		tasks[i] = spec.Task{Name: fmt.Sprintf("t%d", i), Node: "n1",
@@ -34,22 +28,8 @@ func TestAttackHeldRowsHoldBackNoOtherCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 20*time.Second, func() bool {
-		for _, tk := range detail(t, e, own).Tasks {
-			if tk.State != deckhandtype.TaskRunning {
-				return false
-			}
-		}
-		return true
-	}, "her tasks all run")
-	conn := pgtest.Connect(t, e.RoleDSN(mallory))
-	held := make(chan error, 1)
-	hold, cancelHold := context.WithCancel(ctx)
-	defer cancelHold()
-	go func() {
-		_, err := conn.Exec(hold, `SELECT deckhand.pause($1, false), pg_catalog.pg_sleep(60)`, own)
-		held <- err
-	}()
+	waitAllTasks(t, e, own, deckhandtype.TaskRunning, "her tasks all run")
+	letGo := holdJobLocks(t, pgtest.Connect(t, e.RoleDSN(mallory)), own)
 	time.Sleep(time.Second) // her tasks end one after the other from now on, for 4 s
 	// Meanwhile an admin's writing tasks commit one after the other.
 	var slowest time.Duration
@@ -67,14 +47,6 @@ func TestAttackHeldRowsHoldBackNoOtherCommit(t *testing.T) {
 	if slowest > 3*time.Second {
 		t.Errorf("an admin's job took %s while her job's rows were held", slowest.Round(100*time.Millisecond))
 	}
-	cancelHold()
-	<-held
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		for _, tk := range detail(t, e, own).Tasks {
-			if tk.State != deckhandtype.TaskDone {
-				return false
-			}
-		}
-		return true
-	}, "her tasks are recorded done once her locks are released")
+	letGo()
+	waitAllTasks(t, e, own, deckhandtype.TaskDone, "her tasks are recorded done once her locks are released")
 }

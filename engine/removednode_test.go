@@ -29,18 +29,7 @@ func TestOrphanOfARemovedNodeIsNotRunAgain(t *testing.T) {
 		{Name: "in_tx", Node: "n1", SQL: "INSERT INTO hits VALUES ('in_tx')", MaxAttempts: 3},
 	}})
 
-	p := e.ServeBinary(testenv.FaultBinary(t), []string{"DECKHAND_FAULT=kill-after-node-commit"},
-		"--lease", "1s", "--concurrency", "1")
-	done := make(chan error, 1)
-	go func() { done <- p.Cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "killed") {
-			t.Fatalf("the faulty worker exited with %v, want killed after a commit:\n%s", err, p.Output())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the faulty worker never reached a commit: %s\n%s", explain(detail(t, e, id)), p.Output())
-	}
+	diesAfterNodeCommit(t, e, id)
 	if err := e.Client.RemoveNode(ctx, "n1"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -29,17 +28,7 @@ func TestRescueOfACommittedAttemptWhoseOwnerIsRefusedIsDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := e.ServeBinary(testenv.FaultBinary(t), []string{"DECKHAND_FAULT=kill-after-node-commit"}, "--lease", "1s", "--concurrency", "1")
-	done := make(chan error, 1)
-	go func() { done <- p.Cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "killed") {
-			t.Fatalf("the faulty worker exited with %v, want killed after a commit:\n%s", err, p.Output())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the faulty worker never reached a commit: %s\n%s", explain(detail(t, e, id)), p.Output())
-	}
+	diesAfterNodeCommit(t, e, id)
 	e.Exec("postgres", "REVOKE "+pgx.Identifier{owner}.Sanitize()+" FROM "+pgx.Identifier{sub}.Sanitize())
 	e.Worker(engine.Config{})
 	job := e.Wait(id, 30*time.Second)

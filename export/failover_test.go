@@ -1,7 +1,6 @@
 package export_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -13,31 +12,6 @@ import (
 
 // failOver stops the group's primary and promotes its standby, then waits until the leader
 // has recorded s1 as primary and p1 as not answering (with the role it last had).
-// pausedAfterAPart starts an export of events_2024 to a new directory (maxAttempts: 0 for the
-// default), waits until a part is written, then pauses its job at once and waits until it is
-// paused. It returns the export and the directory.
-func pausedAfterAPart(t *testing.T, g *group, maxAttempts int) (*deckhandtype.Export, string) {
-	t.Helper()
-	dir := t.TempDir()
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
-		To: "file://" + dir, PartSize: 16 << 10, MaxAttempts: maxAttempts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Export(ctx, e.ID)
-		return err == nil && got.PartsDone >= 1
-	}, "a part is written")
-	if _, err := g.env.Client.Pause(ctx, e.JobID, true); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		job, err := g.env.Client.JobRow(ctx, e.JobID)
-		return err == nil && job.State == deckhandtype.JobPaused
-	}, "the export's job is paused")
-	return e, dir
-}
-
 func failOver(t *testing.T, g *group) {
 	t.Helper()
 	waitRoles(t, g, "the leader records p1 primary and s1 standby", map[string]func(deckhandtype.Node) bool{
@@ -119,12 +93,7 @@ func TestExportCoordinatorFollowsTheNewPrimary(t *testing.T) {
 		t.Fatal(err)
 	}
 	finishedOn(t, g, e, "s1")
-	m := readManifest(t, dir)
-	rows, _, dups := readBack(t, dir, m)
-	want, _ := sourceSums(t, g.standby, g.db, "events_2024")
-	if rows != want || dups != 0 {
-		t.Errorf("%d rows (%d twice), want %d once each", rows, dups, want)
-	}
+	everyRowOnce(t, g, dir)
 }
 
 // The same, with the old primary removed from the catalog (deckhand node remove) after the
@@ -142,11 +111,7 @@ func TestExportCoordinatorOfARemovedPrimaryFollowsTheNewOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	finishedOn(t, g, e, "s1")
-	rows, _, dups := readBack(t, dir, readManifest(t, dir))
-	want, _ := sourceSums(t, g.standby, g.db, "events_2024")
-	if rows != want || dups != 0 {
-		t.Errorf("%d rows (%d twice), want %d once each", rows, dups, want)
-	}
+	everyRowOnce(t, g, dir)
 }
 
 // A standby promoted while the primary still runs and holds an export's consistency point
@@ -171,18 +136,5 @@ func TestExportReadsNothingOnASecondPrimary(t *testing.T) {
 	if _, err := g.env.Client.Resume(ctx, e.JobID); err != nil {
 		t.Fatal(err)
 	}
-	job := g.env.Wait(e.JobID, time.Minute)
-	switch job.State {
-	case deckhandtype.JobFailed:
-		if msg := lastError(t, g, e.JobID); !strings.Contains(msg, "two primaries") {
-			t.Errorf("export failed with %q, want it to say the group has two primaries", msg)
-		}
-	case deckhandtype.JobFinished:
-		rows, _, _ := readBack(t, dir, readManifest(t, dir))
-		if want, _ := sourceSums(t, g.primary, g.db, "events_2024"); rows != want {
-			t.Errorf("the export committed %d rows, want the %d of the primary holding the point", rows, want)
-		}
-	default:
-		t.Fatalf("export job %s", job.State)
-	}
+	failsSayingOrCommitsThePointsRows(t, g, e, dir, "two primaries", "the group has two primaries")
 }

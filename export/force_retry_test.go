@@ -2,15 +2,11 @@ package export_test
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
@@ -23,30 +19,8 @@ import (
 // submitter's choosing, and superseded it: the very replacement the check at submission
 // refuses. A forced export commits only over exports its submitter may act on.
 func TestAttackForcedExportCommitsOverARetriedExport(t *testing.T) {
-	e, db := single(t)
-	alice, bob := e.Role("alice"), e.Role("bob")
-	for _, r := range []string{alice, bob} {
-		q := pgx.Identifier{r}.Sanitize()
-		e.Exec("postgres", `GRANT deckhand_submitter TO `+q)
-		e.Exec(db, `GRANT SELECT, UPDATE ON facts TO `+q)
-	}
-	e.Exec(db, `CREATE TABLE forged (id bigint NOT NULL); INSERT INTO forged VALUES (666);
-		GRANT SELECT, UPDATE ON forged TO `+pgx.Identifier{bob}.Sanitize())
-	base := t.TempDir()
-	if err := e.Client.SetSetting(ctx, "export_destinations", "file://"+base+"/shared"); err != nil {
-		t.Fatal(err)
-	}
-	open := func(role string) *engine.Client {
-		c, err := engine.Open(ctx, e.Cluster.DSN(e.DB, role), export.Feature())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
-	asAlice, asBob := open(alice), open(bob)
-	e.Worker(engine.Config{})
-	dest := "file://" + base + "/shared/alice/facts"
+	p := aliceAndBobShareAPrefix(t)
+	e, db, dest, asAlice, asBob := p.env, p.db, p.dest, p.asAlice, p.asBob
 	node := pgcluster.Superuser
 	// hold keeps table's writers' lock on the node, so that an export of it waits for its
 	// SHARE lock; the returned func lets go.
@@ -92,8 +66,7 @@ func TestAttackForcedExportCommitsOverARetriedExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJob(t, e, v.JobID, deckhandtype.JobFinished)
-	manifest := filepath.Join(base, "shared", "alice", "facts", export.ManifestKey)
-	before, err := os.ReadFile(manifest)
+	before, err := os.ReadFile(p.manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +84,7 @@ func TestAttackForcedExportCommitsOverARetriedExport(t *testing.T) {
 	if got, err := asAlice.Catalog().Export(ctx, v.ID); err != nil || got.State != "committed" {
 		t.Errorf("alice's export after bob's: %+v, %v", got, err)
 	}
-	if after, err := os.ReadFile(manifest); err != nil || string(after) != string(before) {
+	if after, err := os.ReadFile(p.manifest); err != nil || string(after) != string(before) {
 		t.Errorf("alice's manifest was replaced (err %v)", err)
 	}
 }

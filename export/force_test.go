@@ -3,13 +3,9 @@ package export_test
 import (
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/deckhandhq/deckhand/deckhandtype"
-	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
@@ -19,37 +15,14 @@ import (
 // readers trust the manifest found there. Only who may act on the export there already (its
 // submitter, a member of every role it ran as, an admin) may force a new one over it.
 func TestAttackForcedExportReplacesAnotherSubmittersExport(t *testing.T) {
-	e, db := single(t)
-	alice, bob := e.Role("alice"), e.Role("bob")
-	for _, r := range []string{alice, bob} {
-		q := pgx.Identifier{r}.Sanitize()
-		e.Exec("postgres", `GRANT deckhand_submitter TO `+q)
-		e.Exec(db, `GRANT SELECT, UPDATE ON facts TO `+q)
-	}
-	e.Exec(db, `CREATE TABLE forged (id bigint NOT NULL); INSERT INTO forged VALUES (666);
-		GRANT SELECT, UPDATE ON forged TO `+pgx.Identifier{bob}.Sanitize())
-	base := t.TempDir()
-	if err := e.Client.SetSetting(ctx, "export_destinations", "file://"+base+"/shared"); err != nil {
-		t.Fatal(err)
-	}
-	open := func(role string) *engine.Client {
-		c, err := engine.Open(ctx, e.Cluster.DSN(e.DB, role), export.Feature())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
-	asAlice, asBob := open(alice), open(bob)
-	e.Worker(engine.Config{})
-	dest := "file://" + base + "/shared/alice/facts"
+	p := aliceAndBobShareAPrefix(t)
+	e, dest, asAlice, asBob := p.env, p.dest, p.asAlice, p.asBob
 	x, err := export.Start(ctx, asAlice, export.Request{Table: "facts", Group: "n1", To: dest})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitJob(t, e, x.JobID, deckhandtype.JobFinished)
-	manifest := filepath.Join(base, "shared", "alice", "facts", export.ManifestKey)
-	before, err := os.ReadFile(manifest)
+	before, err := os.ReadFile(p.manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +34,7 @@ func TestAttackForcedExportReplacesAnotherSubmittersExport(t *testing.T) {
 	if got, err := asAlice.Catalog().Export(ctx, x.ID); err != nil || got.State != "committed" {
 		t.Errorf("alice's export after bob's attempt: %+v, %v", got, err)
 	}
-	if after, err := os.ReadFile(manifest); err != nil || string(after) != string(before) {
+	if after, err := os.ReadFile(p.manifest); err != nil || string(after) != string(before) {
 		t.Errorf("alice's manifest was replaced (err %v)", err)
 	}
 	// Alice herself may force a new export there, and an admin may.

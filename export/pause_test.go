@@ -23,16 +23,7 @@ import (
 func TestPausedExportReleasesThePartition(t *testing.T) {
 	g := newGroup(t, 1)
 	g.env.Worker(engine.Config{Concurrency: 2})
-	dir := t.TempDir()
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
-		To: "file://" + dir, PartSize: 16 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		got, err := g.env.Client.Export(ctx, e.ID)
-		return err == nil && got.PartsDone >= 1
-	}, "a part is written")
+	e, dir := aPartWritten(t, g, 0)
 	if _, err := g.env.Client.Pause(ctx, e.JobID, false); err != nil {
 		t.Fatal(err)
 	}

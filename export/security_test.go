@@ -152,15 +152,7 @@ func TestExportDestinationsOfSubmitters(t *testing.T) {
 	e.Exec(db, `GRANT SELECT, UPDATE ON facts TO `+pgx.Identifier{alice}.Sanitize()+`, `+pgx.Identifier{admin}.Sanitize())
 	// Read access as the catalog gives submitters; every write goes through its functions.
 	e.Exec(e.DB, `GRANT SELECT ON ALL TABLES IN SCHEMA deckhand TO deckhand_submitter`)
-	open := func(role string) *engine.Client {
-		c, err := engine.Open(ctx, e.Cluster.DSN(e.DB, role))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
-	asAlice, asAdmin := open(alice), open(admin)
+	asAlice, asAdmin := clientAs(t, e, alice), clientAs(t, e, admin)
 	base := t.TempDir()
 	submit := func(c *engine.Client, to string) (*deckhandtype.Export, error) {
 		return export.Start(ctx, c, export.Request{Table: "facts", Group: "n1", To: to})

@@ -69,3 +69,37 @@ func TestActionCommandsPrintJSON(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A submission with -o json prints one object naming what it made, as schedule add, export
+// and move do: job run, job submit, drop and cleanup pin printed the bare id, which is no
+// object saying what was done. Without -o the id alone stays on stdout, for `id=$(...)`.
+func TestSubmissionsPrintJSON(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.AddNode("n1", 4)
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		done  string
+	}{
+		{"", []string{"job", "run", "--node", "n1", "SELECT 1"}, "submit"},
+		{specJSON, []string{"job", "submit", "-"}, "submit"},
+		{"", []string{"drop", "--node", "n1", "public.gone"}, "submit"},
+		{"", []string{"cleanup", "pin", "--node", "n1", "public.keep"}, "pin"},
+	} {
+		r := e.runIn(tc.stdin, append(tc.args, "-o", "json")...)
+		want(t, r, 0)
+		var got map[string]any
+		dec := json.NewDecoder(strings.NewReader(r.stdout))
+		if err := dec.Decode(&got); err != nil || dec.More() {
+			t.Errorf("%v -o json: not one JSON object (%v):\n%s", tc.args, err, r.stdout)
+			continue
+		}
+		if id, ok := got["id"].(float64); !ok || id <= 0 || got["done"] != tc.done {
+			t.Errorf("%v -o json = %s; want an id and done %q", tc.args, r.stdout, tc.done)
+		}
+		if r := e.runIn(tc.stdin, tc.args...); r.code != 0 || strings.Trim(r.stdout, "0123456789") != "\n" {
+			t.Errorf("%v without -o: want the id alone on stdout, got %s", tc.args, r)
+		}
+	}
+}

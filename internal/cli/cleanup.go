@@ -214,8 +214,7 @@ func (a *app) cleanupPin() *cobra.Command {
 			if err != nil {
 				return classify(err)
 			}
-			fmt.Fprintln(a.stdout, id)
-			return nil
+			return a.printSubmitted(id, "pin")
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node of the resource")

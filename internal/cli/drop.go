@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -67,7 +66,9 @@ role: a table it may not drop fails the job at once with PostgreSQL's reason.`,
 			if err != nil {
 				return classify(err)
 			}
-			fmt.Fprintln(a.stdout, id)
+			if err := a.printSubmitted(id, "submit"); err != nil {
+				return err
+			}
 			if !wait {
 				return nil
 			}

@@ -81,8 +81,17 @@ func (a *app) submit(ctx context.Context, job *spec.Job) error {
 		a.printHolder(err)
 		return classify(err)
 	}
-	fmt.Fprintln(a.stdout, id)
-	return nil
+	return a.printSubmitted(id, "submit")
+}
+
+// printSubmitted prints the id of what a command made: alone on a line, so that a script can
+// take it with `id=$(...)`, or with -o json as one object saying what was done.
+func (a *app) printSubmitted(id int64, done string) error {
+	if a.json() {
+		return PrintJSON(a.stdout, map[string]any{"id": id, "done": done})
+	}
+	_, err := fmt.Fprintln(a.stdout, id)
+	return err
 }
 
 // printHolder prints, for a refusal of a duplicate key, the id of the job that holds the key.
