@@ -31,6 +31,9 @@ func TestTaskWrittenBeforeTheSizeBoundStillRuns(t *testing.T) {
 			DROP CONSTRAINT IF EXISTS task_payload_at_most_16_mib,
 			DROP COLUMN IF EXISTS xid_timeline, DROP COLUMN IF EXISTS xid_system;
 		ALTER TABLE deckhand.export DROP COLUMN IF EXISTS consistency_timeline;
+		DROP TABLE IF EXISTS deckhand.export_destination;
+		DROP TRIGGER IF EXISTS job_settings_size ON deckhand.job;
+		DROP FUNCTION IF EXISTS deckhand.refuse_huge_settings();
 		DELETE FROM deckhand.schema_migration WHERE version >= 23`)
 	big := "SELECT 1 -- " + strings.Repeat("x", 17<<20)
 	doc, err := json.Marshal(map[string]any{"description": "legacy", "tasks": []any{

@@ -2,7 +2,6 @@ package export
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -73,15 +72,15 @@ func checkDestinationFree(ctx context.Context, destination string, ours func(Man
 		return taskerr.Permanent(err)
 	}
 	defer bucket.Close()
-	body, err := bucket.ReadAll(ctx, ManifestKey)
+	r, err := bucket.NewReader(ctx, ManifestKey, nil)
 	if gcerrors.Code(err) == gcerrors.NotFound {
 		return nil
 	}
 	if err != nil {
 		return storageError("check "+destination+" for an earlier export", err)
 	}
-	var m Manifest
-	if json.Unmarshal(body, &m) == nil && ours(m) {
+	defer r.Close()
+	if m, ok := manifestHead(r); ok && ours(m) {
 		return nil
 	}
 	return taskerr.Permanent(fmt.Errorf("destination %s %w (%s): export with --force to replace it", destination, errDestinationTaken, ManifestKey))

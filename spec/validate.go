@@ -98,6 +98,10 @@ func (t Task) TimeoutOrDefault() time.Duration {
 // MaxJobText bounds a job's description and search_path, in characters, as the catalog does.
 const MaxJobText = 10000
 
+// MaxJobSettings bounds the names and values of a job's settings together, in bytes, as the
+// catalog does: they go with each of the job's tasks that a worker claims.
+const MaxJobSettings = 1 << 20
+
 // jobKindRE is what a job's kind, a label its submitter chooses, may be (as in the catalog).
 var jobKindRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
 
@@ -143,7 +147,11 @@ func (j *Job) Validate(kinds Kinds) error {
 	if j.Priority < MinPriority || j.Priority > MaxPriority {
 		return Invalidf("priority must be a whole number between %d and %d, got %d", MinPriority, MaxPriority, j.Priority)
 	}
+	settingsSize := 0
 	for _, name := range slices.Sorted(maps.Keys(j.Settings)) {
+		if settingsSize += len(name) + len(j.Settings[name]); settingsSize > MaxJobSettings {
+			return Invalidf("settings: their names and values are limited to %d MiB together", MaxJobSettings>>20)
+		}
 		if !gucNameRE.MatchString(name) {
 			return Invalidf("settings: %q is not a valid setting name", name)
 		}

@@ -98,10 +98,12 @@ var lockNodesStmt = mustNamed(lockNodesSQL)
 const lockedTail = `
 -- The claim reads what this statement locked from the transaction's settings: it runs in the
 -- same round trip, and may count only on nodes locked before its snapshot was taken. A global
--- cap needs one serialization point, taken once the node locks are held.
+-- cap needs one serialization point, taken once the node locks are held: the setting's row,
+-- which only workers may lock. (An advisory lock, which any role that may connect to the
+-- catalog's database may take and keep, let such a role stop every claim.)
 SELECT pg_catalog.set_config('deckhand.claim_nodes', nodes::text, true), pg_catalog.set_config('deckhand.claim_caps', caps::text, true),
 	pg_catalog.set_config('deckhand.claim_global', global::text, true),
-	CASE WHEN global > 0 THEN pg_catalog.pg_advisory_xact_lock(7306086::pg_catalog.int8) END
+	CASE WHEN global > 0 THEN (SELECT 1 FROM deckhand.setting s WHERE s.name = 'max_running_tasks' FOR UPDATE) END
 FROM inputs`
 
 // ownStep locks node c.node (l, without a row if another claimer holds it: the walk passes it
