@@ -82,10 +82,17 @@ var errCatalogTimeout = errors.New("the catalog did not answer in time")
 // of its nodes (each bounded on its own) before it writes.
 func catalogTimeout(r *http.Request) time.Duration {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		return 10 * time.Second
+		return readTimeout
 	}
-	return time.Minute
+	return writeTimeout
 }
+
+// The deadlines of catalogTimeout; variables so that tests can make a request outlive them
+// in seconds rather than in a minute.
+var (
+	readTimeout  = 10 * time.Second
+	writeTimeout = time.Minute
+)
 
 // authenticate finds the caller's session: from Basic credentials, or the session cookie.
 func (s *Server) authenticate(r *http.Request) (*session, *refusal) {

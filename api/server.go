@@ -309,7 +309,8 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // serverError tells the client in one line why its request failed: 403 with the catalog's
 // message when the catalog refused the caller's role, 502 when a node a submission had to
-// check could not be asked, 503 when the catalog did not answer, else 500, logged in full.
+// check could not be asked, 503 when the catalog or such a node did not answer in time, else
+// 500, logged in full.
 func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil && !errors.Is(context.Cause(r.Context()), errCatalogTimeout) {
 		return // the client went away; nothing to tell
@@ -327,6 +328,15 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 	// refused the node's registered user: the node's problem, told as such. Its
 	// authentication errors say nothing of the caller's own catalog session.
 	var nodeErr *engine.NodeCheckError
+	if errors.As(err, &nodeErr) && (r.Context().Err() != nil || timedOut(err)) {
+		// It did not answer before the request's deadline or its own check timeout: told as
+		// the catalog not answering is, for a deadline ended the wait either way and asking
+		// again later may well work. The node is named, as the catalog is there.
+		s.log.Warn("api request failed: a node did not answer", "method", r.Method, "path", r.URL.Path, "node", nodeErr.Node,
+			"err", nodeconn.Redact(err.Error()))
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("node %s did not answer in time: %s", nodeErr.Node, nodeconn.Redact(err.Error())))
+		return
+	}
 	if errors.As(err, &nodeErr) {
 		s.log.Warn("api request failed on a node", "method", r.Method, "path", r.URL.Path, "node", nodeErr.Node, "err", nodeconn.Redact(err.Error()))
 		writeError(w, http.StatusBadGateway, nodeconn.Redact(err.Error()))
@@ -348,6 +358,13 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	s.log.Warn("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusInternalServerError, nodeconn.Redact(err.Error()))
+}
+
+// timedOut reports whether err ended a wait for a server at a deadline: a context's, or a
+// network timeout (a conninfo's connect_timeout).
+func timedOut(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || errors.As(err, &netErr) && netErr.Timeout()
 }
 
 type slogPrinter struct{ log *slog.Logger }

@@ -51,26 +51,25 @@ func TestMoveRefusesANameAnotherGroupHolds(t *testing.T) {
 	e.asOwner(own, `CREATE SCHEMA billing; CREATE TABLE billing.x (id int PRIMARY KEY); CREATE TABLE billing.invoices (id int PRIMARY KEY)`)
 	preSrc, preDst, preOwn := e.Snapshot(e.src), e.Snapshot(e.dst), e.Snapshot(own)
 
-	theirs := e.submit(move.Request{Schema: "billing", From: "g3", To: "g2"})
-	theirTable := e.submit(move.Request{Tables: []string{"billing.invoices"}, From: "g3", To: "g2"})
-	mine := e.submit(move.Request{Schema: "billing", From: "g1", To: "g2", Owner: pgcluster.Superuser})
+	// One after the other: a live job's move of billing holds it from the other two.
 	e.worker(move.Mover{})
 	for _, c := range []struct {
-		id   int64
+		req  move.Request
 		want string
 	}{
-		{theirs, "schema billing also exists on group g1 (node src)"},
-		{theirTable, "table billing.invoices also exists on group g1 (node src)"},
-		{mine, "schema billing also exists on group g3 (node own)"},
+		{move.Request{Schema: "billing", From: "g3", To: "g2"}, "schema billing also exists on group g1 (node src)"},
+		{move.Request{Tables: []string{"billing.invoices"}, From: "g3", To: "g2"}, "table billing.invoices also exists on group g1 (node src)"},
+		{move.Request{Schema: "billing", From: "g1", To: "g2", Owner: pgcluster.Superuser}, "schema billing also exists on group g3 (node own)"},
 	} {
-		job := e.Wait(c.id, time.Minute)
-		msg := e.lastError(c.id)
+		id := e.submit(c.req)
+		job := e.Wait(id, time.Minute)
+		msg := e.lastError(id)
 		if job.State != deckhandtype.JobFailed || !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") ||
 			strings.Contains(msg, "placed elsewhere") {
-			t.Errorf("job %d: %s, error %q; want failed with one line saying %q", c.id, job.State, msg, c.want)
+			t.Errorf("job %d: %s, error %q; want failed with one line saying %q", id, job.State, msg, c.want)
 		}
-		if recs := e.Records(c.id); len(recs) != 0 {
-			t.Errorf("job %d, refused, registered %d resources", c.id, len(recs))
+		if recs := e.Records(id); len(recs) != 0 {
+			t.Errorf("job %d, refused, registered %d resources", id, len(recs))
 		}
 	}
 	placed, moving := e.placementsNow()

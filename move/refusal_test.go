@@ -82,10 +82,13 @@ func TestMoveRefusals(t *testing.T) {
 		cases[i].req.To = "g2"
 		ids[i] = e.submit(cases[i].req)
 	}
-	// The holder's cancellation ends its marks only through EndMove. Another move of busy.t,
-	// submitted after the one above (so both passed the submission's check), begins first:
-	// the task's own check refuses the one above.
-	other := e.submit(move.Request{Tables: []string{"busy.t"}, From: "g1", To: "g2"})
+	// The holder's cancellation ends its marks only through EndMove. Another live job marks
+	// busy.t before the move above begins (as a failed move of it, retried meanwhile, would):
+	// the task's own check refuses the move above. That job is paused, so that it stays live.
+	other := e.Submit(&spec.Job{Tasks: []spec.Task{{Name: "hold", Kind: spec.KindNoop}}})
+	if _, err := e.Client.Pause(ctx, other, false); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.Client.Catalog().BeginMove(ctx, other, []deckhandtype.PlacedObject{{Schema: "busy", Table: "t"}}, "g1", "g2"); err != nil {
 		t.Fatal(err)
 	}

@@ -19,12 +19,17 @@ import (
 // the nodes themselves (a table without a key, wal_level, the target having the schema) is
 // refused by the task when it starts, as a permanent failure, before it creates anything; the
 // task checks all of this again then.
+//
+// A live job moves an object from its submission on, not only once its move has begun: the
+// catalog checks that again as it writes the job, under a lock of each schema moved
+// (deckhand.admit_moves, with this check's message), so that of two submissions of one
+// object at the same moment, which both pass here, one is refused there.
 func checkSubmission(ctx context.Context, c *engine.Client, submitter string, tasks []spec.Task) error {
 	nodes, err := c.Nodes(ctx)
 	if err != nil {
 		return err
 	}
-	moving, err := c.Catalog().MovesUnderWay(ctx)
+	moving, err := c.Catalog().LiveMoves(ctx)
 	if err != nil {
 		return err
 	}
@@ -91,8 +96,9 @@ func checkGroups(nodes []deckhandtype.Node, p Payload) error {
 	return nil
 }
 
-// checkNotMoving refuses a move of what a live job already moves: a schema's move covers its
-// tables, and a table's move is part of its schema's.
+// checkNotMoving refuses a move of what a live job already moves or is to move: a schema's
+// move covers its tables, and a table's move is part of its schema's. deckhand.admit_moves
+// words its refusal as this one does.
 func checkNotMoving(moving []deckhandtype.PlacementMove, p Payload) error {
 	for _, o := range p.objects() {
 		for _, m := range moving {

@@ -289,3 +289,19 @@ func (c *Catalog) MovesUnderWay(ctx context.Context) ([]deckhandtype.PlacementMo
 	}
 	return out, nil
 }
+
+// LiveMoves lists what jobs that have not ended move or are to move (deckhand.live_moves):
+// the moves under way, as MovesUnderWay, and the objects of move tasks that have not begun
+// (or have not ended), by schema then table. A job's moves are written only if none of their
+// objects is listed here for another job: the catalog checks it again as it writes them
+// (deckhand.admit_moves), so that of two submissions at the same moment one is refused.
+func (c *Catalog) LiveMoves(ctx context.Context) ([]deckhandtype.PlacementMove, error) {
+	rows, _ := c.Pool.Query(ctx, `
+		SELECT schema_name, table_name, moving_job_id, moving_to
+		FROM deckhand.live_moves() ORDER BY schema_name, table_name NULLS FIRST, moving_job_id`)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.PlacementMove])
+	if err != nil {
+		return nil, fmt.Errorf("list live moves: %w", err)
+	}
+	return out, nil
+}

@@ -370,7 +370,8 @@ func insertScheduledJob(ctx context.Context, tx pgx.Tx, scheduleID int64, j NewJ
 		return 0, err
 	}
 	if _, err := insertTasks(ctx, tx, id, 0, j.Tasks); err != nil {
-		return 0, err
+		// deckhand.admit_moves refuses a move of what another live job moves, in its own words.
+		return 0, callError(err)
 	}
 	return id, nil
 }

@@ -167,8 +167,9 @@ func (a *app) planRebalance(ctx context.Context, c *engine.Client, groups []stri
 	if err != nil {
 		return nil, err
 	}
-	// Schemas that another move holds now are left where they are.
-	moving, err := c.Catalog().MovesUnderWay(ctx)
+	// Schemas that another job moves, or is to move, are left where they are: the catalog
+	// would refuse the whole job for a move of one of them.
+	moving, err := c.Catalog().LiveMoves(ctx)
 	if err != nil {
 		return nil, err
 	}

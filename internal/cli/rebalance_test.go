@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -122,6 +123,33 @@ func TestRebalanceDryRun(t *testing.T) {
 	want(t, r, 0)
 	if r.stdout != "" || !strings.Contains(r.stderr, "tenant_a") || !strings.Contains(r.stderr, "BEFORE") {
 		t.Errorf("dry run as text: %s", r)
+	}
+}
+
+// A schema that another job is to move, though its move has not begun (no worker runs), is
+// left out of the plan and said so: a job with a move of it would be refused whole.
+func TestRebalanceLeavesOutASchemaAnotherJobIsToMove(t *testing.T) {
+	e := newRebalanceEnv(t)
+	holder := jobID(t, e.run("move", "--schema", "tenant_a", "--from", "n1", "--to", "n3"))
+	r := e.run("rebalance", "--groups", "n1,n2,n3", "--threshold", "15%", "-o", "json")
+	want(t, r, 0)
+	var p struct {
+		planJSON
+		Skipped []string `json:"skipped"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+		t.Fatalf("%v\n%s", err, r)
+	}
+	if p.JobID == nil || len(p.Moves) == 0 {
+		t.Fatalf("no rebalance job: %s", r)
+	}
+	for _, m := range p.Moves {
+		if m.Schema == "tenant_a" {
+			t.Errorf("the plan moves tenant_a, which job %s is to move: %+v", holder, p.Moves)
+		}
+	}
+	if want := `schema "tenant_a": being moved by job ` + holder; !slices.Contains(p.Skipped, want) {
+		t.Errorf("skipped %q, want %q among them", p.Skipped, want)
 	}
 }
 
