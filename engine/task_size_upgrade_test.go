@@ -34,6 +34,12 @@ func TestTaskWrittenBeforeTheSizeBoundStillRuns(t *testing.T) {
 		DROP TABLE IF EXISTS deckhand.export_destination;
 		DROP TRIGGER IF EXISTS job_settings_size ON deckhand.job;
 		DROP FUNCTION IF EXISTS deckhand.refuse_huge_settings();
+		DROP TRIGGER IF EXISTS task_move_admission ON deckhand.task;
+		DROP FUNCTION IF EXISTS deckhand.admit_moves();
+		DROP TABLE IF EXISTS deckhand.move_admission;
+		DROP FUNCTION IF EXISTS deckhand.live_moves();
+		DROP INDEX IF EXISTS deckhand.task_move_not_ended_idx;
+		DROP FUNCTION IF EXISTS deckhand.move_objects(jsonb);
 		DELETE FROM deckhand.schema_migration WHERE version >= 23`)
 	big := "SELECT 1 -- " + strings.Repeat("x", 17<<20)
 	doc, err := json.Marshal(map[string]any{"description": "legacy", "tasks": []any{
