@@ -29,9 +29,16 @@ func Open(ctx context.Context, dsn string, features ...Feature) (*Client, error)
 	if err != nil {
 		return nil, err
 	}
+	return NewClient(ctx, cat, features...)
+}
+
+// NewClient is a client on an open catalog handle, whose schema version it checks; it closes
+// the handle when the check fails. deckhand's command line opens the handle itself, with
+// each round trip bounded.
+func NewClient(ctx context.Context, cat *catalog.Catalog, features ...Feature) (*Client, error) {
 	if err := cat.CheckSchema(ctx); err != nil {
 		cat.Close()
-		return nil, err
+		return nil, cat.NoAnswer(err)
 	}
 	return &Client{cat: cat, kinds: newRegistry(features)}, nil
 }
