@@ -472,7 +472,7 @@ func (a *app) waitForClient(ctx, wait context.Context) (*engine.Client, error) {
 		}
 		if catalog.IsTimeout(err) && ctx.Err() == nil && wait.Err() == nil {
 			if silent++; silent >= waitSilentConnects {
-				return nil, fmt.Errorf("%w: %d connections in a row got no reply within %s", catalog.ErrNoAnswer, silent, bound)
+				return nil, fmt.Errorf("%w: %d connections in a row got no reply", catalog.ErrNoAnswer, silent)
 			}
 		} else {
 			silent = 0

@@ -119,3 +119,17 @@ func TestShortCommandGivesUpWhenTheCatalogStallsMidStatement(t *testing.T) {
 
 // taskRead matches the statement that lists a job's tasks.
 var taskRead = regexp.MustCompile(`FROM deckhand\.tasks t WHERE t\.job_id`)
+
+// `job wait` without --timeout started while the catalog takes connections but never
+// answers them gives up too, rather than trying new connections for ever.
+func TestJobWaitGivesUpOnACatalogSilentFromTheStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.AddNode("n1", 4)
+	id := jobID(t, e.run("job", "run", "--node", "n1", "SELECT 1"))
+	proxy, dsn := stalledDSN(t, e)
+	proxy.Stall(true)
+	began := time.Now()
+	r := deckhand(t, "", "--catalog", dsn, "job", "wait", id)
+	wantGaveUp(t, r, time.Since(began), id)
+}
