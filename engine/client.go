@@ -29,9 +29,16 @@ func Open(ctx context.Context, dsn string, features ...Feature) (*Client, error)
 	if err != nil {
 		return nil, err
 	}
+	return NewClient(ctx, cat, features...)
+}
+
+// NewClient is a client on an open catalog handle, whose schema version it checks; it closes
+// the handle when the check fails. deckhand's command line opens the handle itself, with
+// each round trip bounded.
+func NewClient(ctx context.Context, cat *catalog.Catalog, features ...Feature) (*Client, error) {
 	if err := cat.CheckSchema(ctx); err != nil {
 		cat.Close()
-		return nil, err
+		return nil, cat.NoAnswer(err)
 	}
 	return &Client{cat: cat, kinds: newRegistry(features)}, nil
 }
@@ -258,7 +265,8 @@ func (c *Client) AddNode(ctx context.Context, n deckhandtype.Node) error {
 // PutNode registers a node, or updates a registered one. Unlike AddNode, an empty Group or a
 // zero MaxTasks keeps the registered node's own, as the node has it when the update is made
 // (one statement: a change another admin commits meanwhile is not undone); a new node takes
-// the defaults (its name, 4). added reports whether the node is new.
+// the defaults (its name, 4). added reports whether the node is new. A conninfo that reaches
+// a server another node of the group already reaches is refused (see refuseServerTwice).
 func (c *Client) PutNode(ctx context.Context, n deckhandtype.Node) (added bool, err error) {
 	if !nodeNameRE.MatchString(n.Name) {
 		return false, spec.Invalidf("node %q: name must be 1-63 letters, digits, '_', '.' or '-'", n.Name)
@@ -271,6 +279,9 @@ func (c *Client) PutNode(ctx context.Context, n deckhandtype.Node) (added bool, 
 	}
 	if err := checkConninfo(n.DSN); err != nil {
 		return false, spec.Invalidf("node %q: %v", n.Name, err)
+	}
+	if err := c.refuseServerTwice(ctx, n); err != nil {
+		return false, err
 	}
 	return c.cat.AddNode(ctx, n)
 }

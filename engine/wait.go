@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -22,12 +23,20 @@ import (
 // when not nil, is called at most every 250 ms with the job's counters.
 //
 // A catalog that restarts or fails over meanwhile is waited out: Wait polls, retrying with
-// backoff, and listens again once the catalog is back. Only an answer ends it early: the job
-// does not exist, or the caller may not see it.
+// backoff, and listens again once the catalog is back. An answer ends it early (the job does
+// not exist, or the caller may not see it), and so does a catalog that stopped answering at
+// all: when waitSilentReads reads in a row got no reply in time (each on a new connection
+// after the first), Wait returns an error wrapping ErrNoAnswer. A refused connection is an
+// answer of sorts (the server is restarting) and is waited out; silence is not, as nothing
+// says it will end, and a wait that nobody can see stall must not hold its caller for ever.
 func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.Job)) (deckhandtype.Job, error) {
 	tick := time.Second
 	if progress != nil {
 		tick = 250 * time.Millisecond
+	}
+	bound := waitReadBound
+	if b := c.cat.RoundTripBound(); b > 0 {
+		bound = min(bound, b)
 	}
 	l := &jobListener{pool: c.cat.Pool}
 	defer l.close()
@@ -35,14 +44,19 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.
 		prefix   string // of the job's notifications: "<key>:"
 		job      deckhandtype.Job
 		failures int
+		silent   int // reads in a row that got no reply in time
 	)
 	for {
 		// Listen first, then read: a change committed in between is seen by the read, one
-		// committed after it is notified.
-		l.listen(ctx)
+		// committed after it is notified. While the catalog does not answer, the reads alone
+		// ask it (a connection to listen on would only double the wait for its silence); the
+		// first read that is answered is followed by a listen and a read.
+		if silent == 0 {
+			l.listen(ctx)
+		}
 		err := func() error {
 			// A catalog that stalls (a network partition) is given up on and retried.
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			ctx, cancel := context.WithTimeout(ctx, waitReadBound)
 			defer cancel()
 			if prefix == "" {
 				key, err := c.cat.JobNotifyKey(ctx, id)
@@ -65,6 +79,14 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.
 			case !CatalogUnreachable(err):
 				return job, err
 			}
+			if catalog.IsTimeout(err) {
+				silent++
+			} else {
+				silent = 0
+			}
+			if silent >= waitSilentReads {
+				return job, fmt.Errorf("%w: %d reads of job %d in a row got no reply within %s", ErrNoAnswer, silent, id, bound)
+			}
 			failures++
 			l.close() // its connection went with the catalog, most likely
 			if !sleep(ctx, catalogRetry.Delay(failures, rand.Float64())) {
@@ -72,7 +94,7 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.
 			}
 			continue
 		}
-		failures = 0
+		failures, silent = 0, 0
 		if progress != nil {
 			progress(job)
 		}
@@ -85,6 +107,20 @@ func (c *Client) Wait(ctx context.Context, id int64, progress func(deckhandtype.
 		}
 	}
 }
+
+const (
+	// waitReadBound bounds each of Wait's reads of the job (the catalog's round-trip bound,
+	// when shorter, bounds each of its statements).
+	waitReadBound = 10 * time.Second
+	// waitSilentReads is how many of Wait's reads in a row may get no reply before it gives
+	// up: the first may have gone on a connection a failover left behind, the next go on
+	// new ones.
+	waitSilentReads = 3
+)
+
+// ErrNoAnswer marks a call that gave up because the catalog stopped answering (its round
+// trips got no reply at all in time), as opposed to one it refused or answered.
+var ErrNoAnswer = catalog.ErrNoAnswer
 
 // jobListener is a pooled catalog connection that LISTENs on the job channel, for Wait. It
 // is re-established after the catalog restarts; while it is not, Wait polls.
@@ -99,7 +135,7 @@ func (l *jobListener) listen(ctx context.Context) {
 	if l.conn != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, waitReadBound)
 	defer cancel()
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {

@@ -99,7 +99,19 @@ func groupPrimary(ctx context.Context, c *engine.Client, group string) (deckhand
 				names[i] += " (not answering)"
 			}
 		}
-		return deckhandtype.Node{}, spec.Invalidf("node group %q has %d primaries (%s): a group is one primary and its standbys", group, len(primaries), strings.Join(names, ", "))
+		// Two nodes that reach one server (a host name and its address, registered before
+		// node add refused that, or a name that follows the primary beside the promoted
+		// standby's own) are a registration to fix, not two servers accepting writes.
+		why := "a group is one primary and its standbys; if two of them are one server registered under two names, remove one (`deckhand node remove`)"
+		dsns := make([]string, len(primaries))
+		for i, n := range primaries {
+			dsns[i] = n.DSN
+		}
+		if i, j, id, ok := nodeconn.SameServer(ctx, dsns); ok {
+			why = fmt.Sprintf("%s and %s are one server (%s) registered under two names: remove one (`deckhand node remove %s`)",
+				primaries[i].Name, primaries[j].Name, id, primaries[j].Name)
+		}
+		return deckhandtype.Node{}, spec.Invalidf("node group %q has %d primaries (%s): %s", group, len(primaries), strings.Join(names, ", "), why)
 	}
 }
 

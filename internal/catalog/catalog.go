@@ -36,6 +36,7 @@ type Catalog struct {
 	Rand func() float64
 
 	starts claimStarts
+	bound  *roundTripBound // nil unless opened with Options.BoundRoundTrips
 }
 
 // New wraps a pool. The pool's connections must reach the catalog database.
@@ -76,7 +77,10 @@ func (e badDSNError) Is(target error) bool { return target == ErrBadDSN }
 const DefaultConnectTimeout = 10 * time.Second
 
 // Open connects to the catalog database.
-func Open(ctx context.Context, dsn string) (*Catalog, error) {
+func Open(ctx context.Context, dsn string) (*Catalog, error) { return OpenWith(ctx, dsn, Options{}) }
+
+// OpenWith connects to the catalog database as o says.
+func OpenWith(ctx context.Context, dsn string, o Options) (*Catalog, error) {
 	if dsn == "" {
 		return nil, errors.New("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
 	}
@@ -105,11 +109,24 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "deckhand"
 	}
 	cfg.AfterConnect = pinSearchPath
+	var bound *roundTripBound
+	if o.BoundRoundTrips {
+		bound = &roundTripBound{d: cfg.ConnConfig.ConnectTimeout}
+		cfg.ConnConfig.Tracer = bound
+		// The pool pings a connection that was idle before handing it out: bounded alike.
+		cfg.PingTimeout = bound.d
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to catalog: %w", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	pingCtx := ctx
+	if bound != nil {
+		var cancel context.CancelFunc
+		pingCtx, cancel = context.WithTimeout(ctx, bound.d)
+		defer cancel()
+	}
+	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			// pgx names every address and TLS mode it tried, each with the same timeout.
@@ -118,7 +135,9 @@ func Open(ctx context.Context, dsn string) (*Catalog, error) {
 		}
 		return nil, fmt.Errorf("connect to catalog: %w", err)
 	}
-	return New(pool), nil
+	c := New(pool)
+	c.bound = bound
+	return c, nil
 }
 
 // Catalog sessions resolve names with search_path = pg_catalog, pg_temp. The catalog's

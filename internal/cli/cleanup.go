@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -98,6 +99,10 @@ they are free, for up to --wait. Exits 1 if a record failed for good during the 
 			defer pools.Close()
 			cl := cleanup.New(c.Catalog(), pools)
 			rep, err := cl.RunOnce(cmd.Context(), cleanup.RunOptions{Wait: wait, Now: true})
+			if err := c.Catalog().NoAnswer(err); errors.Is(err, catalog.ErrNoAnswer) {
+				// What the pass removed and could not record is found gone by the next one.
+				return Failed("cleanup run: %v; the records it had not finished stay due for the next pass: see `deckhand cleanup list`", err)
+			}
 			if err != nil {
 				return Failed("cleanup run: %w", err)
 			}

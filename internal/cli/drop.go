@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/deckhandhq/deckhand/drop"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/spec"
 )
@@ -75,6 +76,9 @@ role: a table it may not drop fails the job at once with PostgreSQL's reason.`,
 			job, err := c.Wait(cmd.Context(), id, nil)
 			if errors.Is(err, context.Canceled) {
 				return Timeout("stopped waiting for job %d", id)
+			}
+			if errors.Is(err, catalog.ErrNoAnswer) {
+				return stillRunning(err, id)
 			}
 			if err != nil {
 				return classify(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -379,6 +380,9 @@ func (a *app) jobWait() *cobra.Command {
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
 					return Timeout("timed out after %s waiting for job %d: the catalog was unreachable (%v)", timeout, id, err)
 				}
+				if errors.Is(err, catalog.ErrNoAnswer) {
+					return stillRunning(err, id)
+				}
 				return err
 			}
 			defer c.Close()
@@ -420,6 +424,10 @@ func (a *app) jobWait() *cobra.Command {
 				// The job had ended before the deadline: it is not a timeout.
 				err = nil
 			}
+			if errors.Is(err, catalog.ErrNoAnswer) {
+				bar.Clear()
+				return stillRunning(err, id)
+			}
 			if err != nil {
 				bar.Clear()
 				return classify(err)
@@ -445,8 +453,12 @@ func (a *app) jobWait() *cobra.Command {
 // runs under ctx, bounded by 10 s or what is left of wait's time, but never less than a
 // second: a wait whose time is (nearly) up still answers once from a catalog that answers,
 // and one that does not answer keeps the wait to its --timeout.
+//
+// A catalog that takes connections but never answers is not waited out for ever: after
+// waitSilentConnects attempts in a row got no reply, the error wraps catalog.ErrNoAnswer.
 func (a *app) waitForClient(ctx, wait context.Context) (*engine.Client, error) {
 	delay := 100 * time.Millisecond
+	silent := 0
 	for {
 		bound := 10 * time.Second
 		if deadline, ok := wait.Deadline(); ok {
@@ -458,6 +470,13 @@ func (a *app) waitForClient(ctx, wait context.Context) (*engine.Client, error) {
 		if err == nil || !engine.CatalogUnreachable(err) {
 			return c, err
 		}
+		if catalog.IsTimeout(err) && ctx.Err() == nil && wait.Err() == nil {
+			if silent++; silent >= waitSilentConnects {
+				return nil, fmt.Errorf("%w: %d connections in a row got no reply", catalog.ErrNoAnswer, silent)
+			}
+		} else {
+			silent = 0
+		}
 		slog.Debug("the catalog is unreachable; retrying", "err", err, "in", delay)
 		select {
 		case <-wait.Done():
@@ -466,6 +485,16 @@ func (a *app) waitForClient(ctx, wait context.Context) (*engine.Client, error) {
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// waitSilentConnects is how many attempts in a row to open the catalog may get no reply
+// before job wait gives up, as engine.Wait gives up after as many silent reads.
+const waitSilentConnects = 3
+
+// stillRunning is the error of a wait for job id that gave up on a catalog that stopped
+// answering (err): the job itself is not affected, and the user should look again later.
+func stillRunning(err error, id int64) error {
+	return Failed("%v; job %d may still be running: see `deckhand job show %d`", err, id, id)
 }
 
 // failureReason is ": task NAME: ERROR (see `deckhand job show ID`)" for the first failed task

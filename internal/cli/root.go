@@ -30,6 +30,9 @@ type app struct {
 	// The streams as given, for the progress line, which draws with escape sequences of its
 	// own and escapes what it shows itself.
 	rawStdout, rawStderr io.Writer
+	// The catalog handle the command opened last, if any: Main asks it whether an error
+	// came from a catalog that stopped answering.
+	cat *catalog.Catalog
 }
 
 // Main runs the command line with args and returns the process exit code.
@@ -40,6 +43,11 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root := a.rootCommand()
 	root.SetArgs(args)
 	err := catalog.ExplainReadOnly(root.ExecuteContext(ctx))
+	if err != nil && a.cat != nil && ctx.Err() == nil {
+		if e := a.cat.NoAnswer(err); e != err {
+			err = &ExitError{Code: ExitFailed, Err: e}
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "deckhand: "+errorLine(err))
 	}
@@ -152,12 +160,30 @@ func groupCommands(cmd *cobra.Command) {
 
 func (a *app) json() bool { return strings.EqualFold(a.output, string(FormatJSON)) }
 
-// client opens the catalog for a command, mapping a missing catalog to a usage error.
+// client opens the catalog for a command, mapping a missing catalog to a usage error. Each
+// round trip to the catalog is bounded (catalog.Options.BoundRoundTrips): a command's
+// statements are all short, and one that waits (job wait, drop --wait, cleanup run --wait)
+// does so in many round trips, so a catalog that stops answering ends the command.
 func (a *app) client(ctx context.Context) (*engine.Client, error) {
+	return a.open(ctx, catalog.Options{BoundRoundTrips: true})
+}
+
+// serverClient opens the catalog for serve, whose worker and API bound their calls
+// themselves, some of which may take longer than a command's.
+func (a *app) serverClient(ctx context.Context) (*engine.Client, error) {
+	return a.open(ctx, catalog.Options{})
+}
+
+func (a *app) open(ctx context.Context, o catalog.Options) (*engine.Client, error) {
 	if a.catalogDSN == "" {
 		return nil, Usage("no catalog configured: pass --catalog or set DECKHAND_CATALOG")
 	}
-	c, err := engine.Open(ctx, a.catalogDSN, features()...)
+	cat, err := catalog.OpenWith(ctx, a.catalogDSN, o)
+	var c *engine.Client
+	if err == nil {
+		a.cat = cat
+		c, err = engine.NewClient(ctx, cat, features()...)
+	}
 	if errors.Is(err, catalog.ErrBadDSN) || errors.Is(err, catalog.ErrForbidden) {
 		// A login without a deckhand role is refused as a missing grant is elsewhere: exit 2.
 		return nil, Usage("%v", err)

@@ -27,7 +27,7 @@ func (a *app) serveCommand() *cobra.Command {
 			if err := checkHTTP(&httpOpts); err != nil {
 				return err
 			}
-			c, err := a.client(cmd.Context())
+			c, err := a.serverClient(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -47,7 +47,7 @@ func (a *app) startHTTP(ctx context.Context, o httpOptions, cfg *engine.Config) 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Metrics = engine.NewMetrics(reg)
-	client, err := a.client(ctx)
+	client, err := a.serverClient(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
+	"github.com/deckhandhq/deckhand/spec"
+)
+
+// refuseServerTwice refuses to register n (or to point it) at a server that another node of
+// the group it will be in already reaches: a group is one primary and its standbys, and the
+// same server under two names (a host name and its address, say) reads as two primaries, so
+// that exports, moves and rebalances of the group are refused later, far from the mistake.
+// Servers are told apart by what they say they are (nodeconn.Identity), not by conninfo. A
+// standby of the group is another server, and a node re-added with a new conninfo for the
+// same server (or a promoted standby no other node reaches) is not a second name. A server
+// that does not answer is not judged: the node may be registered before it is up, and the
+// leader's probe reports it.
+func (c *Client) refuseServerTwice(ctx context.Context, n deckhandtype.Node) error {
+	nodes, err := c.cat.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	group := n.Group
+	var others []deckhandtype.Node
+	for _, m := range nodes {
+		if m.Name == n.Name && group == "" {
+			group = m.Group // an update keeps the node's group
+		}
+	}
+	if group == "" {
+		group = n.Name
+	}
+	for _, m := range nodes {
+		if m.Group == group && m.Name != n.Name {
+			others = append(others, m)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	id, err := nodeconn.Identify(ctx, n.DSN)
+	if err != nil {
+		return nil
+	}
+	for _, m := range others {
+		if mid, err := nodeconn.Identify(ctx, m.DSN); err == nil && mid.Same(id) {
+			return spec.Invalidf("node %s: its conninfo reaches the server that node %s of group %s already reaches (%s): a group is a primary and its standbys, each registered once; to change how %s is reached, node add %s with the new conninfo",
+				n.Name, m.Name, group, id, m.Name, m.Name)
+		}
+	}
+	return nil
+}
