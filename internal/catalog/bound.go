@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,14 +21,17 @@ var ErrNoAnswer = errors.New("the catalog stopped answering")
 
 // Options change how OpenWith connects.
 type Options struct {
-	// BoundRoundTrips gives every statement (query, batch, prepare, copy) as long to be
-	// answered as a connection has to be made: the conninfo's connect_timeout, else
-	// DefaultConnectTimeout. A statement on a connection whose peer went silent otherwise
-	// waits for ever: the kernel retransmits for a quarter of an hour before it gives up, and
-	// TCP keepalives are not sent while a statement is unanswered. It is for short-lived
-	// callers (the command line), whose catalog statements are all short; a waiting loop
-	// stays possible as many bounded round trips. Waiting for notifications is not bounded:
-	// its callers bound it themselves.
+	// BoundRoundTrips ends a statement (query, batch, prepare, copy) whose catalog stopped
+	// answering. A statement on a connection whose peer went silent otherwise waits for ever:
+	// the kernel retransmits for a quarter of an hour before it gives up, and TCP keepalives
+	// are not sent while a statement is unanswered. Each time a statement has waited as long
+	// as a connection may take to be made (the conninfo's connect_timeout, else
+	// DefaultConnectTimeout), a new connection asks the server whether the statement's
+	// backend is still at work on it: a statement that is merely slow (a large submission, a
+	// cancel of a large job) goes on; one the server does not answer about, or whose backend
+	// is no longer running it (the request or its reply was lost on the way), ends. It is for
+	// short-lived callers (the command line); a waiting loop stays possible as many round
+	// trips. Waiting for notifications is not bounded: its callers bound it themselves.
 	BoundRoundTrips bool
 }
 
@@ -34,7 +39,8 @@ type Options struct {
 // counts those that got no reply in time.
 type roundTripBound struct {
 	d      time.Duration
-	silent atomic.Int64 // statements that got no reply in time
+	probe  *pgconn.Config // how to reach the catalog to ask about a statement (see busy)
+	silent atomic.Int64   // statements that got no reply in time
 }
 
 var (
@@ -44,49 +50,120 @@ var (
 	_ pgx.CopyFromTracer = (*roundTripBound)(nil)
 )
 
-// errRoundTrip is the cause of a statement's context ending at the bound.
-var errRoundTrip = errors.New("no reply within the catalog's round-trip bound")
-
 type boundKey struct{}
 
-// bounded is what start leaves in the statement's context for end; nil when a deadline of
-// the caller's already came first.
+// bounded is a statement's context, which watch ends as a deadline would once the catalog
+// stopped answering, so that to pgx and to every caller that reads as a timeout; nil in the
+// tracer's context when a deadline of the caller's comes first.
 type bounded struct {
-	ctx    context.Context
-	cancel context.CancelFunc
+	context.Context // the caller's
+	done            chan struct{}
+	stop            chan struct{} // closed when the statement ends
+	mu              sync.Mutex
+	err             error
+	silenced        bool // ended by watch
 }
 
-func (b *roundTripBound) start(ctx context.Context) context.Context {
+func (c *bounded) Done() <-chan struct{} { return c.done }
+
+func (c *bounded) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// end ends the context with err, unless it ended already.
+func (c *bounded) end(err error, silenced bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err, c.silenced = err, silenced
+		close(c.done)
+	}
+}
+
+func (b *roundTripBound) start(ctx context.Context, conn *pgx.Conn) context.Context {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= b.d {
 		// The caller's own deadline is the shorter: it decides, and what ends at it is the
 		// caller's timeout, not a catalog that stopped answering.
 		return context.WithValue(ctx, boundKey{}, (*bounded)(nil))
 	}
-	bctx, cancel := context.WithTimeoutCause(ctx, b.d, errRoundTrip)
-	return context.WithValue(bctx, boundKey{}, &bounded{ctx: bctx, cancel: cancel})
+	c := &bounded{Context: ctx, done: make(chan struct{}), stop: make(chan struct{})}
+	go b.watch(c, conn.PgConn().PID())
+	return context.WithValue(c, boundKey{}, c)
+}
+
+// watch ends c, as a deadline would, once after a bound's wait the catalog does not say
+// that backend pid is still at work on the statement; or as the caller's context ends.
+func (b *roundTripBound) watch(c *bounded, pid uint32) {
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.Context.Done():
+			c.end(c.Context.Err(), false)
+			return
+		case <-t.C:
+		}
+		if !b.busy(c.Context, pid) {
+			// Exactly the deadline's error: pgx tells a timeout from a cancel by it.
+			c.end(context.DeadlineExceeded, true)
+			return
+		}
+		t.Reset(b.d)
+	}
 }
 
 func (b *roundTripBound) end(ctx context.Context, err error) {
-	s, _ := ctx.Value(boundKey{}).(*bounded)
-	if s == nil {
+	c, _ := ctx.Value(boundKey{}).(*bounded)
+	if c == nil {
 		return
 	}
-	if err != nil && errors.Is(context.Cause(s.ctx), errRoundTrip) {
+	close(c.stop)
+	c.end(context.Canceled, false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil && c.silenced {
 		b.silent.Add(1)
 	}
-	s.cancel()
 }
 
-func (b *roundTripBound) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return b.start(ctx)
+// busySQL counts the backend's running statement, if it runs one; every name is
+// pg_catalog's, whatever objects other roles created in the catalog's database.
+const busySQL = `SELECT count(*) FROM pg_catalog.pg_stat_activity
+	WHERE pid OPERATOR(pg_catalog.=) $1::pg_catalog.int4 AND state OPERATOR(pg_catalog.=) 'active'::pg_catalog.text
+	  AND wait_event IS DISTINCT FROM 'ClientWrite'::pg_catalog.text`
+
+// busy asks the catalog, on a connection of its own made within the bound, whether backend
+// pid is running a statement, other than blocked on sending its reply (which a silent
+// network leaves it doing). No answer, or any other, means the statement's round trip is lost.
+func (b *roundTripBound) busy(ctx context.Context, pid uint32) bool {
+	if b.probe == nil || pid == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.d)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(ctx, b.probe)
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
+	res := conn.ExecParams(ctx, busySQL, [][]byte{[]byte(strconv.FormatUint(uint64(pid), 10))}, nil, nil, nil).Read()
+	return res.Err == nil && len(res.Rows) == 1 && string(res.Rows[0][0]) == "1"
+}
+
+func (b *roundTripBound) TraceQueryStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return b.start(ctx, conn)
 }
 
 func (b *roundTripBound) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
 	b.end(ctx, d.Err)
 }
 
-func (b *roundTripBound) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return b.start(ctx)
+func (b *roundTripBound) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return b.start(ctx, conn)
 }
 
 func (b *roundTripBound) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
@@ -95,16 +172,16 @@ func (b *roundTripBound) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.T
 	b.end(ctx, d.Err)
 }
 
-func (b *roundTripBound) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	return b.start(ctx)
+func (b *roundTripBound) TracePrepareStart(ctx context.Context, conn *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	return b.start(ctx, conn)
 }
 
 func (b *roundTripBound) TracePrepareEnd(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareEndData) {
 	b.end(ctx, d.Err)
 }
 
-func (b *roundTripBound) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
-	return b.start(ctx)
+func (b *roundTripBound) TraceCopyFromStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
+	return b.start(ctx, conn)
 }
 
 func (b *roundTripBound) TraceCopyFromEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceCopyFromEndData) {

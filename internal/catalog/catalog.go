@@ -111,7 +111,12 @@ func OpenWith(ctx context.Context, dsn string, o Options) (*Catalog, error) {
 	cfg.AfterConnect = pinSearchPath
 	var bound *roundTripBound
 	if o.BoundRoundTrips {
-		bound = &roundTripBound{d: cfg.ConnConfig.ConnectTimeout}
+		probe := cfg.ConnConfig.Config.Copy()
+		// The probe's one statement names pg_catalog's objects alone; its path is pinned
+		// anyway, as every catalog session's is (pinSearchPath).
+		probe.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
+		probe.RuntimeParams["application_name"] = "deckhand probe"
+		bound = &roundTripBound{d: cfg.ConnConfig.ConnectTimeout, probe: probe}
 		cfg.ConnConfig.Tracer = bound
 		// The pool pings a connection that was idle before handing it out: bounded alike.
 		cfg.PingTimeout = bound.d
