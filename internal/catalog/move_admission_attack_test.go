@@ -2,6 +2,8 @@ package catalog_test
 
 import (
 	"context"
+	"hash/crc32"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +14,12 @@ import (
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
+
+// roleSuffix makes role names of the cluster, which all tests share, unique to database db
+// and short enough for an owner's name.
+func roleSuffix(db string) string {
+	return strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(db))), 36)
+}
 
 // openAs opens the catalog of database db as a new login role granted grant.
 func openAs(t *testing.T, cl *pgcluster.Cluster, db, role, grant string) *catalog.Catalog {
@@ -45,8 +53,8 @@ func TestAttackHeldMoveAdmissionStallsNobody(t *testing.T) {
 	if _, err := admin.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hostile := openAs(t, cl, db, "holder_"+db, "deckhand_submitter")
-	tenant := openAs(t, cl, db, "tenant_"+db, "deckhand_submitter")
+	hostile := openAs(t, cl, db, "holder_"+roleSuffix(db), "deckhand_submitter")
+	tenant := openAs(t, cl, db, "tenant_"+roleSuffix(db), "deckhand_submitter")
 	due := time.Date(2026, 7, 1, 3, 0, 0, 0, time.UTC)
 	schedule, err := hostile.AddSchedule(ctx, catalog.NewSchedule{Name: "nightly", Every: time.Hour, NextRunAt: &due,
 		Spec: []byte(`{"tasks": [{"name": "n", "kind": "noop"}]}`)})
