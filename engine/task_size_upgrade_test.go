@@ -38,6 +38,8 @@ func TestTaskWrittenBeforeTheSizeBoundStillRuns(t *testing.T) {
 		DROP FUNCTION IF EXISTS deckhand.admit_moves();
 		DROP TABLE IF EXISTS deckhand.move_admission;
 		DROP FUNCTION IF EXISTS deckhand.live_moves();
+		DROP FUNCTION IF EXISTS deckhand.live_moves_for(text);
+		DROP FUNCTION IF EXISTS deckhand.role_may_act_on(text, text, text[]);
 		DROP INDEX IF EXISTS deckhand.task_move_not_ended_idx;
 		DROP FUNCTION IF EXISTS deckhand.move_objects(jsonb);
 		DELETE FROM deckhand.schema_migration WHERE version >= 23`)

@@ -314,6 +314,12 @@ func (c *Catalog) FireSchedule(ctx context.Context, f Firing) (Fired, error) {
 				if rbErr := sp.Rollback(ctx); rbErr != nil {
 					return errors.Join(err, rbErr)
 				}
+				// A row the job's moves are admitted on, held by another transaction of the
+				// schedule's submitter (deckhand.admit_moves waits for it 2 s): no refusal, the
+				// due time is tried again once the row is free.
+				if IsLockTimeout(err) {
+					return err
+				}
 				out.Outcome, out.Err = deckhandtype.FiringFailed, "submit: "+err.Error()
 			}
 		}
