@@ -2,6 +2,7 @@ package export_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,5 +36,40 @@ func TestAttackHeldAdvisoryLockHoldsBackNoExport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("an admin's export while a role holds an advisory lock: %v", err)
 	}
+	waitJob(t, e, x.JobID, deckhandtype.JobFinished)
+}
+
+// A submission locks its destination's row until its transaction ends: one that called
+// deckhand.submit_export and kept its transaction open held back every other submission to
+// that destination, an admin's forced export included, without end. The wait is bounded, and
+// the refusal says what holds it.
+func TestAttackOpenSubmissionHoldsBackNoExportForLong(t *testing.T) {
+	e, _ := single(t)
+	dest := "file://" + t.TempDir() + "/facts"
+	holder, err := e.Pool(e.DB).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.Background()) //nolint:errcheck
+	if _, err := holder.Exec(ctx, `SELECT deckhand.submit_export('facts', 'facts', 'n1', 'n1', NULL, $1)`, dest); err != nil {
+		t.Fatal(err)
+	}
+	start, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	began := time.Now()
+	_, err = export.Start(start, e.Client, export.Request{Table: "facts", Group: "n1", To: dest, Force: true})
+	took := time.Since(began)
+	if err == nil || took > 8*time.Second || !strings.Contains(err.Error(), "transaction that has not ended") {
+		t.Fatalf("an export to a destination whose row an open submission holds ended after %s with %v; want a refusal within seconds saying another submission's transaction holds it",
+			took.Round(time.Millisecond), err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	x, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: dest})
+	if err != nil {
+		t.Fatalf("the export once the other submission ended: %v", err)
+	}
+	e.Worker(engine.Config{})
 	waitJob(t, e, x.JobID, deckhandtype.JobFinished)
 }
