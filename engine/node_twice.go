@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/spec"
@@ -44,8 +46,22 @@ func (c *Client) refuseServerTwice(ctx context.Context, n deckhandtype.Node) err
 	if err != nil {
 		return nil
 	}
-	for _, m := range others {
-		if mid, err := nodeconn.Identify(ctx, m.DSN); err == nil && mid.Same(id) {
+	// The members at once, a few at a time: asked in turn, members that accept connections
+	// and never answer held the command for nodeconn.IdentifyTimeout each.
+	ids := make([]*nodeconn.Identity, len(others))
+	var g errgroup.Group
+	g.SetLimit(checkParallelism)
+	for i, m := range others {
+		g.Go(func() error {
+			if mid, err := nodeconn.Identify(ctx, m.DSN); err == nil {
+				ids[i] = &mid
+			}
+			return nil
+		})
+	}
+	g.Wait() //nolint:errcheck // each member's error is its own: it is not judged
+	for i, m := range others {
+		if ids[i] != nil && ids[i].Same(id) {
 			return spec.Invalidf("node %s: its conninfo reaches the server that node %s of group %s already reaches (%s): a group is a primary and its standbys, each registered once; to change how %s is reached, node add %s with the new conninfo",
 				n.Name, m.Name, group, id, m.Name, m.Name)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -89,13 +90,14 @@ func (b *roundTripBound) start(ctx context.Context, conn *pgx.Conn) context.Cont
 		return context.WithValue(ctx, boundKey{}, (*bounded)(nil))
 	}
 	c := &bounded{Context: ctx, done: make(chan struct{}), stop: make(chan struct{})}
-	go b.watch(c, conn.PgConn().PID())
+	go b.watch(c, conn.PgConn().PID(), conn.PgConn().Conn().RemoteAddr())
 	return context.WithValue(c, boundKey{}, c)
 }
 
 // watch ends c, as a deadline would, once after a bound's wait the catalog does not say
-// that backend pid is still at work on the statement; or as the caller's context ends.
-func (b *roundTripBound) watch(c *bounded, pid uint32) {
+// that backend pid, of the server at addr, is still at work on the statement; or as the
+// caller's context ends.
+func (b *roundTripBound) watch(c *bounded, pid uint32, addr net.Addr) {
 	t := time.NewTimer(b.d)
 	defer t.Stop()
 	for {
@@ -107,7 +109,7 @@ func (b *roundTripBound) watch(c *bounded, pid uint32) {
 			return
 		case <-t.C:
 		}
-		if !b.busy(c.Context, pid) {
+		if !b.busy(c.Context, pid, addr) {
 			// Exactly the deadline's error: pgx tells a timeout from a cancel by it.
 			c.end(context.DeadlineExceeded, true)
 			return
@@ -136,16 +138,25 @@ const busySQL = `SELECT count(*) FROM pg_catalog.pg_stat_activity
 	WHERE pid OPERATOR(pg_catalog.=) $1::pg_catalog.int4 AND state OPERATOR(pg_catalog.=) 'active'::pg_catalog.text
 	  AND wait_event IS DISTINCT FROM 'ClientWrite'::pg_catalog.text`
 
-// busy asks the catalog, on a connection of its own made within the bound, whether backend
-// pid is running a statement, other than blocked on sending its reply (which a silent
-// network leaves it doing). No answer, or any other, means the statement's round trip is lost.
-func (b *roundTripBound) busy(ctx context.Context, pid uint32) bool {
-	if b.probe == nil || pid == 0 {
+// busy asks the catalog server at addr, on a connection of its own made within the bound,
+// whether backend pid is running a statement, other than blocked on sending its reply (which
+// a silent network leaves it doing). No answer, or any other, means the statement's round
+// trip is lost.
+func (b *roundTripBound) busy(ctx context.Context, pid uint32, addr net.Addr) bool {
+	if b.probe == nil || pid == 0 || addr == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.d)
 	defer cancel()
-	conn, err := pgconn.ConnectConfig(ctx, b.probe)
+	// The server the statement's connection reached, whichever of the conninfo's hosts
+	// answers first now: another (a standby, a host that was down) does not know the pid,
+	// or knows it as another backend. Each host's TLS settings stay as the conninfo says.
+	probe := b.probe.Copy()
+	dial := probe.DialFunc
+	probe.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return dial(ctx, addr.Network(), addr.String())
+	}
+	conn, err := pgconn.ConnectConfig(ctx, probe)
 	if err != nil {
 		return false
 	}
