@@ -3,7 +3,6 @@ package catalog_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -24,12 +23,7 @@ func TestBoundedRoundTripProbesTheServerTheStatementRunsOn(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	proxy := pgtest.ProxyTo(t, pgtest.Shared(t))
 	// The first host: nothing listens there when the catalog is opened.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	first := pgtest.FreePort(t)
 	dsn := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=%s user=%s sslmode=disable connect_timeout=1",
 		first, proxy.Port(), db, pgcluster.Superuser)
 	cat, err := catalog.OpenWith(context.Background(), dsn, catalog.Options{BoundRoundTrips: true})
@@ -38,20 +32,7 @@ func TestBoundedRoundTripProbesTheServerTheStatementRunsOn(t *testing.T) {
 	}
 	t.Cleanup(cat.Close)
 	// Now it accepts, and never answers.
-	ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", first))
-	if err != nil {
-		t.Skipf("the first host's port was taken meanwhile: %v", err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
+	pgtest.AcceptSilently(t, first)
 	began := time.Now()
 	if _, err := cat.Pool.Exec(context.Background(), "SELECT pg_catalog.pg_sleep(3.5)"); err != nil {
 		t.Fatalf("a 3.5 s statement with a 1 s bound, on the host that answers, after %s: %v",

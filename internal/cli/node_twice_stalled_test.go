@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -23,12 +22,7 @@ func TestNodeAddAsksTheGroupsMembersAtOnce(t *testing.T) {
 	const members = 4
 	var ports []int
 	for i := range members {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+		port := pgtest.FreePort(t)
 		ports = append(ports, port)
 		// Nothing listens yet: the member is registered without being asked anything.
 		want(t, e.run("node", "add", fmt.Sprintf("s%d", i), "--group", "g", "--dsn",
@@ -36,20 +30,7 @@ func TestNodeAddAsksTheGroupsMembersAtOnce(t *testing.T) {
 	}
 	// Now each accepts and never answers.
 	for _, port := range ports {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			t.Skipf("a member's port was taken meanwhile: %v", err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				t.Cleanup(func() { c.Close() })
-			}
-		}()
+		pgtest.AcceptSilently(t, port)
 	}
 	began := time.Now()
 	want(t, e.run("node", "add", "p", "--group", "g", "--dsn", server.DSN("postgres", pgcluster.Superuser)), 0)

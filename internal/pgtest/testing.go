@@ -7,6 +7,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -185,4 +186,37 @@ func Connect(t testing.TB, dsn string) *pgx.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
+}
+
+// FreePort is a TCP port of 127.0.0.1 that nothing listens on now: a host that is down, until
+// AcceptSilently makes it one that is up and hung.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// AcceptSilently listens on 127.0.0.1:port until the test ends, accepting connections and
+// never answering them: a server whose host is up and hung, or whose route drops packets. The
+// test is skipped, saying why, if another process took the port meanwhile.
+func AcceptSilently(t testing.TB, port int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Skipf("port %d was taken meanwhile: %v", port, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
 }
