@@ -1,12 +1,10 @@
 package cleanup_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/deckhandhq/deckhand/cleanup"
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/pgtest"
@@ -19,28 +17,8 @@ import (
 func TestCleanupRunGivesUpWhenTheCatalogStopsAnswering(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	db := e.Node("n1")
-	e.NodeExec(db, `CREATE TABLE old_copy AS SELECT g AS id FROM generate_series(1, 10) g`)
-	r := e.opRunner() // no leader: the run is the only cleaner
-	holder := e.NodeConn(db, pgcluster.Superuser)
-	defer holder.Close(ctx)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, tx := dueRecordOfATableInUse(t, e)
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, `SELECT count(*) FROM old_copy`); err != nil {
-		t.Fatal(err)
-	}
-	id := r.start(func(ctx context.Context, op *cleanup.Operation) error {
-		if _, err := op.Register(ctx, cleanup.Table("n1", "public", "old_copy"), cleanup.DeferredOnSuccess); err != nil {
-			return err
-		}
-		return op.Succeed(ctx)
-	})
-	if job := e.Wait(id, time.Minute); job.State != deckhandtype.JobFinished {
-		t.Fatalf("job %s", job.State)
-	}
 
 	proxy := pgtest.ProxyTo(t, e.CatalogCluster)
 	defer proxy.Stall(false)
