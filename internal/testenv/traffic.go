@@ -15,8 +15,8 @@ import (
 // Traffic is what runs against a node while a drop is pending: a long SELECT on the table,
 // readers of the table and writers into another table, each statement timed.
 type Traffic struct {
-	selectEnded time.Time // when the long SELECT returned
-	dropped     time.Time // when the table was first seen gone
+	selectEnded time.Time // when the long SELECT ended, by the server's clock
+	dropped     time.Time // when the table was first seen gone, by the server's clock
 	maxRead     time.Duration
 	maxWrite    time.Duration
 	reads       int
@@ -40,9 +40,14 @@ func WithTraffic(t testing.TB, c *pgcluster.Cluster, db, table, sink string, hol
 	go func() {
 		defer wg.Done()
 		close(started)
-		_, err := long.Exec(ctx, `SELECT pg_sleep($1), count(*) FROM `+table, hold.Seconds())
+		// When the SELECT ended, by the server's clock: read on this side, it would be as late
+		// as this goroutine is scheduled, which under load came after the drop was seen.
+		var ended time.Time
+		var slept string
+		var n int64
+		err := long.QueryRow(ctx, `SELECT pg_sleep($1)::text, count(*), clock_timestamp() FROM `+table, hold.Seconds()).Scan(&slept, &n, &ended)
 		mu.Lock()
-		tr.selectEnded = time.Now()
+		tr.selectEnded = ended
 		mu.Unlock()
 		if err != nil {
 			t.Errorf("long SELECT: %v", err)
@@ -104,11 +109,12 @@ func WithTraffic(t testing.TB, c *pgcluster.Cluster, db, table, sink string, hol
 	deadline = time.Now().Add(time.Minute)
 	for {
 		var gone bool
-		if err := probe.QueryRow(ctx, `SELECT to_regclass($1) IS NULL`, table).Scan(&gone); err != nil {
+		var at time.Time
+		if err := probe.QueryRow(ctx, `SELECT to_regclass($1) IS NULL, clock_timestamp()`, table).Scan(&gone, &at); err != nil {
 			t.Fatal(err)
 		}
 		if gone {
-			tr.dropped = time.Now()
+			tr.dropped = at // by the server's clock, as selectEnded
 			break
 		}
 		if time.Now().After(deadline) {
