@@ -3,8 +3,10 @@
 -- destination on an advisory lock whose key (hashtext of the destination) anyone could
 -- compute, so that a role with no deckhand role at all held back every export to a
 -- destination, an admin's included, for as long as it liked. The submissions now serialize
--- on the destination's row here, which only deckhand's functions and workers may lock.
--- Everything else is as in 0005_export_security.sql.
+-- on the destination's row here, which only deckhand's functions and workers may lock, and
+-- wait for it at most 2 s (as the catalog's other row-lock waits): a submitter that kept its
+-- submission's transaction open holds no one else back longer. Everything else is as in
+-- 0005_export_security.sql.
 CREATE TABLE deckhand.export_destination (
     destination text PRIMARY KEY
 );
@@ -29,7 +31,7 @@ CREATE OR REPLACE FUNCTION deckhand.submit_export(
     timeout interval DEFAULT '24 hours',
     OUT export_id bigint,
     OUT job_id bigint)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '2s' AS $$
 DECLARE
     who text := coalesce(nullif(submit_export.owner, ''), session_user);
     problem text;
@@ -83,8 +85,13 @@ BEGIN
 
     -- One submission per destination at a time, so two cannot both pass the check below: the
     -- destination's row is locked (made first if need be; a concurrent first insert waits).
-    INSERT INTO deckhand.export_destination AS d (destination) VALUES (submit_export.destination)
-    ON CONFLICT ON CONSTRAINT export_destination_pkey DO UPDATE SET destination = d.destination;
+    BEGIN
+        INSERT INTO deckhand.export_destination AS d (destination) VALUES (submit_export.destination)
+        ON CONFLICT ON CONSTRAINT export_destination_pkey DO UPDATE SET destination = d.destination;
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'deckhand: export: another submission to destination % is in a transaction that has not ended; try again once it has',
+            submit_export.destination USING ERRCODE = 'lock_not_available';
+    END;
     IF NOT submit_export.force THEN
         -- The tables, not the view: what a submitter may see must not hide a conflict.
         SELECT e.id INTO other
