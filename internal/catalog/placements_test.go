@@ -31,24 +31,7 @@ func newPlacementCatalog(t *testing.T) *placementCatalog {
 		t.Fatal(err)
 	}
 	p := &placementCatalog{admin: cat}
-	open := func(role, grant string) *catalog.Catalog {
-		if err := pgtest.CreateLoginRole(ctx, cl, role, ""); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cl.Exec(context.Background(), db, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())               //nolint:errcheck
-			cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize()) //nolint:errcheck
-		})
-		if err := cl.Exec(ctx, "postgres", "GRANT "+grant+" TO "+pgx.Identifier{role}.Sanitize()); err != nil {
-			t.Fatal(err)
-		}
-		c, err := catalog.Open(ctx, cl.DSN(db, role))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
-	}
+	open := func(role, grant string) *catalog.Catalog { return openAs(t, cl, db, role, grant) }
 	p.worker = open("placer_"+db, "deckhand_worker")
 	p.submitterRole = "router_" + db
 	p.submitter = open(p.submitterRole, "deckhand_submitter")
