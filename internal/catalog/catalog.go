@@ -5,13 +5,9 @@ package catalog
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"regexp"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,9 +17,6 @@ import (
 
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
-
-//go:embed migrations/*.sql
-var migrationFiles embed.FS
 
 // Catalog is a handle on the deckhand schema of one PostgreSQL database.
 type Catalog struct {
@@ -193,99 +186,6 @@ func (c *Catalog) now() *time.Time {
 	}
 	t := c.Now()
 	return &t
-}
-
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var out []migration
-	for _, e := range entries {
-		prefix, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(prefix)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration file %q has no numeric prefix", e.Name())
-		}
-		body, err := migrationFiles.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: e.Name(), sql: string(body)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out, nil
-}
-
-// SchemaVersion is the newest migration this build knows.
-func SchemaVersion() int {
-	ms, err := migrations()
-	if err != nil || len(ms) == 0 {
-		return 0
-	}
-	return ms[len(ms)-1].version
-}
-
-// Migrate creates or upgrades the schema. It is idempotent and safe to run from several
-// processes at once: an advisory lock serializes them. It returns the versions applied.
-func (c *Catalog) Migrate(ctx context.Context) ([]int, error) {
-	return c.MigrateTo(ctx, SchemaVersion())
-}
-
-// MigrateTo applies the migrations up to and including version target (tests use it to
-// build an older catalog and upgrade it).
-func (c *Catalog) MigrateTo(ctx context.Context, target int) ([]int, error) {
-	ms, err := migrations()
-	if err != nil {
-		return nil, err
-	}
-	conn, err := c.Pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	defer conn.Release()
-	const lockKey = 0x646b686e64 // "dkhnd"
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(lockKey)); err != nil {
-		return nil, fmt.Errorf("migrate: lock: %w", err)
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(lockKey)) //nolint:errcheck
-
-	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS deckhand;
-		CREATE TABLE IF NOT EXISTS deckhand.schema_migration (
-			version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	var current int
-	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM deckhand.schema_migration`).Scan(&current); err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	if latest := ms[len(ms)-1].version; current > latest {
-		return nil, fmt.Errorf("catalog schema is version %d, newer than this deckhand (%d): upgrade deckhand", current, latest)
-	}
-	applied := []int{}
-	for _, m := range ms {
-		if m.version <= current || m.version > target {
-			continue
-		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO deckhand.schema_migration (version, name) VALUES ($1, $2)`, m.version, m.name)
-			return err
-		})
-		if err != nil {
-			return applied, fmt.Errorf("migration %s: %w", m.name, err)
-		}
-		applied = append(applied, m.version)
-	}
-	return applied, nil
 }
 
 // CheckSchema returns a clear error when the catalog has not been initialised or is older than this build.

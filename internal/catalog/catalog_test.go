@@ -74,7 +74,7 @@ func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
 	}
 }
 
-// Concurrent `deckhand init` runs serialize on an advisory lock instead of failing.
+// Concurrent `deckhand init` runs serialize on the version table's lock instead of failing.
 func TestConcurrentMigrate(t *testing.T) {
 	ctx := context.Background()
 	cl := pgtest.Shared(t)

@@ -1,0 +1,170 @@
+package catalog
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		prefix, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(prefix)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration file %q has no numeric prefix", e.Name())
+		}
+		body, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: e.Name(), sql: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// SchemaVersion is the newest migration this build knows.
+func SchemaVersion() int {
+	ms, err := migrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
+}
+
+// Migrate creates or upgrades the schema. It is idempotent and safe to run from several
+// processes at once: each migration's transaction first locks the version table. It returns
+// the versions applied.
+func (c *Catalog) Migrate(ctx context.Context) ([]int, error) {
+	return c.MigrateTo(ctx, SchemaVersion())
+}
+
+// MigrateTo applies the migrations up to and including version target (tests use it to
+// build an older catalog and upgrade it).
+//
+// Concurrent inits serialize on the version table's EXCLUSIVE lock, which only roles that
+// may write the table take (its owner, workers): an advisory lock, which any role that may
+// connect can hold for as long as it likes, would let anyone stop every init and upgrade.
+// Each migration runs in a transaction of its own that takes the lock, reads the version
+// under it and applies the next migration, if it is still due.
+func (c *Catalog) MigrateTo(ctx context.Context, target int) ([]int, error) {
+	ms, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := c.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Release()
+	if err := ensureSchema(ctx, conn.Conn()); err != nil {
+		return nil, err
+	}
+	applied := []int{}
+	for {
+		var done bool
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `LOCK TABLE deckhand.schema_migration IN EXCLUSIVE MODE`); err != nil {
+				return fmt.Errorf("lock: %w", err)
+			}
+			var current int
+			if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM deckhand.schema_migration`).Scan(&current); err != nil {
+				return err
+			}
+			if latest := ms[len(ms)-1].version; current > latest {
+				return fmt.Errorf("catalog schema is version %d, newer than this deckhand (%d): upgrade deckhand", current, latest)
+			}
+			next := nextMigration(ms, current, target)
+			if next == nil {
+				done = true
+				return nil
+			}
+			if _, err := tx.Exec(ctx, next.sql); err != nil {
+				return fmt.Errorf("migration %s: %w", next.name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO deckhand.schema_migration (version, name) VALUES ($1, $2)`, next.version, next.name); err != nil {
+				return fmt.Errorf("migration %s: %w", next.name, err)
+			}
+			applied = append(applied, next.version)
+			return nil
+		})
+		if err != nil {
+			return applied, fmt.Errorf("migrate: %w", err)
+		}
+		if done {
+			return applied, nil
+		}
+	}
+}
+
+// nextMigration is the first migration above current up to target, nil when none is.
+func nextMigration(ms []migration, current, target int) *migration {
+	for i := range ms {
+		if ms[i].version > current && ms[i].version <= target {
+			return &ms[i]
+		}
+	}
+	return nil
+}
+
+// ensureSchema creates the schema and its version table unless they exist, and refuses a
+// schema that belongs to another role than the one running init. The schema's owner counts as
+// a catalog admin and may replace any object in it, the functions workers call among them: a
+// schema made beforehand by a role that may create schemas in the database (to take the
+// catalog over), or by another role's init, is not one to build in. Run as another role, even a
+// superuser, init would also leave objects of mixed owners, SECURITY DEFINER functions running
+// as different roles among them.
+//
+// Two first inits at once may both find the schema (or the table) missing; the second's
+// CREATE then fails on the name's uniqueness, and is tried again, finding it.
+func ensureSchema(ctx context.Context, conn *pgx.Conn) error {
+	for try := 0; ; try++ {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS deckhand`); err != nil {
+				return err
+			}
+			var owner, me string
+			if err := tx.QueryRow(ctx, `SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text, current_user::pg_catalog.text
+				FROM pg_catalog.pg_namespace n WHERE n.nspname = 'deckhand'`).Scan(&owner, &me); err != nil {
+				return err
+			}
+			if owner != me {
+				return fmt.Errorf("the catalog's schema deckhand is owned by %s, not by %s, who runs init: run deckhand init as %s; "+
+					"if %s did not create the catalog, the schema was made by someone else and must be dropped", owner, me, owner, owner)
+			}
+			_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS deckhand.schema_migration (
+				version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
+			return err
+		})
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P06" || pgErr.Code == "42P07") && try < 3 {
+			continue // another init created it in the meantime
+		}
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		return nil
+	}
+}
