@@ -68,7 +68,8 @@ func (r *retention) Run(ctx context.Context) error {
 }
 
 // deleteFinishedJobs deletes the jobs that ended more than the retention before now, in
-// batches so that no transaction holds many locks.
+// batches so that no transaction holds many locks, then the export destinations no export
+// names any longer.
 func (r *retention) deleteFinishedJobs(ctx context.Context, now time.Time) {
 	w := r.w
 	keep := w.cfg.Retention
@@ -88,6 +89,18 @@ func (r *retention) deleteFinishedJobs(ctx context.Context, now time.Time) {
 		}
 		if n > 0 {
 			w.log.Info("deleted finished jobs past retention", "jobs", n)
+		}
+		if n < batch {
+			break
+		}
+	}
+	for ctx.Err() == nil {
+		n, err := w.cat.DeleteUnusedExportDestinations(ctx, batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("retention failed", "err", err)
+			}
+			return
 		}
 		if n < batch {
 			return

@@ -39,6 +39,15 @@ func TestRetentionFollowsTheInjectedClock(t *testing.T) {
 		return id
 	}
 	oldOp, youngOp := operation(old, base), operation(young, base.Add(3*24*time.Hour))
+	// A destination whose exports are gone (none here) goes with the jobs' retention.
+	e.Exec(e.DB, `INSERT INTO deckhand.export_destination VALUES ('file:///exported/long/ago')`)
+	destinationExists := func() bool {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM deckhand.export_destination`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
 	jobExists := func(id int64) bool {
 		_, err := e.Client.JobRow(ctx, id)
 		if err != nil && !errors.Is(err, catalog.ErrNotFound) {
@@ -58,8 +67,8 @@ func TestRetentionFollowsTheInjectedClock(t *testing.T) {
 	// Seven days and an hour after base, what ended at base is past both retentions (seven
 	// days each by default); what ended three days later is not.
 	clock.Advance(4*24*time.Hour + time.Hour)
-	testenv.Eventually(t, 10*time.Second, func() bool { return !jobExists(old) && !opExists(oldOp) },
-		"the job and the cleanup operation that ended seven days ago are deleted")
+	testenv.Eventually(t, 10*time.Second, func() bool { return !jobExists(old) && !opExists(oldOp) && !destinationExists() },
+		"the job and the cleanup operation that ended seven days ago, and the unused export destination, are deleted")
 	if !jobExists(young) || !opExists(youngOp) {
 		t.Fatalf("what ended four days ago was deleted: job %v, operation %v", jobExists(young), opExists(youngOp))
 	}

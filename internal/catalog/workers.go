@@ -294,6 +294,23 @@ func (c *Catalog) DeleteFinishedJobs(ctx context.Context, cutoff time.Time, limi
 	return tag.RowsAffected(), nil
 }
 
+// DeleteUnusedExportDestinations removes up to limit rows of deckhand.export_destination
+// that no export names any longer (retention removed their exports with their jobs), so that
+// the table, which every submission to a new destination adds to, does not grow without end.
+// A row a submission holds is passed (SKIP LOCKED); one removed while a submission waits for
+// it is made again by that submission's upsert. It returns how many it removed.
+func (c *Catalog) DeleteUnusedExportDestinations(ctx context.Context, limit int) (int64, error) {
+	tag, err := c.Pool.Exec(ctx, `
+		DELETE FROM deckhand.export_destination WHERE destination IN (
+			SELECT d.destination FROM deckhand.export_destination d
+			WHERE NOT EXISTS (SELECT 1 FROM deckhand.export e WHERE e.destination = d.destination)
+			LIMIT $1 FOR UPDATE SKIP LOCKED)`, limit)
+	if err != nil {
+		return 0, fmt.Errorf("retention: export destinations: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // claimStrandedSQL is ClaimStranded's statement ($1 the leader's worker id, $2 the injected
 // time or NULL).
 const claimStrandedSQL = `
