@@ -109,3 +109,37 @@ func TestAttackHeldAdvisoryLockBlocksNoInit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An administrator may make the catalog's schema for the role deckhand runs as (CREATE SCHEMA
+// deckhand AUTHORIZATION ...) rather than let it create schemas in the database: that role's
+// init builds in it and upgrades it, though it may not create schemas itself.
+func TestInitInASchemaMadeForItsRole(t *testing.T) {
+	_, cl, db := emptyCatalog(t)
+	role := "schema_holder_" + roleSuffix(db)
+	if err := pgtest.CreateLoginRole(ctx, cl, role, "CREATEROLE"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cl.Exec(context.Background(), db, "DROP SCHEMA IF EXISTS deckhand CASCADE")                       //nolint:errcheck
+		cl.Exec(context.Background(), db, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())               //nolint:errcheck
+		cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize()) //nolint:errcheck
+	})
+	if err := cl.Exec(ctx, db, "REVOKE CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" FROM PUBLIC; "+
+		"CREATE SCHEMA deckhand AUTHORIZATION "+pgx.Identifier{role}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog.Open(ctx, cl.DSN(db, role))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	if _, err := cat.MigrateTo(ctx, 1); err != nil {
+		t.Fatalf("first init in a schema made for %s: %v", role, err)
+	}
+	if _, err := cat.Migrate(ctx); err != nil {
+		t.Fatalf("upgrade in a schema made for %s: %v", role, err)
+	}
+	if err := cat.CheckSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -142,19 +142,24 @@ func nextMigration(ms []migration, current, target int) *migration {
 func ensureSchema(ctx context.Context, conn *pgx.Conn) error {
 	for try := 0; ; try++ {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS deckhand`); err != nil {
-				return err
+			// Only a missing schema is created: CREATE SCHEMA takes the CREATE privilege on the
+			// database even when the schema exists, and a schema made for the role by
+			// another (CREATE SCHEMA deckhand AUTHORIZATION ...) needs none.
+			owner, me, err := schemaOwner(ctx, tx)
+			if errors.Is(err, pgx.ErrNoRows) {
+				if _, err := tx.Exec(ctx, `CREATE SCHEMA deckhand`); err != nil {
+					return err
+				}
+				owner, me, err = schemaOwner(ctx, tx)
 			}
-			var owner, me string
-			if err := tx.QueryRow(ctx, `SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text, current_user::pg_catalog.text
-				FROM pg_catalog.pg_namespace n WHERE n.nspname = 'deckhand'`).Scan(&owner, &me); err != nil {
+			if err != nil {
 				return err
 			}
 			if owner != me {
 				return fmt.Errorf("the catalog's schema deckhand is owned by %s, not by %s, who runs init: run deckhand init as %s; "+
 					"if %s did not create the catalog, the schema was made by someone else and must be dropped", owner, me, owner, owner)
 			}
-			_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS deckhand.schema_migration (
+			_, err = tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS deckhand.schema_migration (
 				version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
 			return err
 		})
@@ -167,4 +172,12 @@ func ensureSchema(ctx context.Context, conn *pgx.Conn) error {
 		}
 		return nil
 	}
+}
+
+// schemaOwner names the owner of the schema deckhand and the role running init;
+// pgx.ErrNoRows when there is no such schema.
+func schemaOwner(ctx context.Context, tx pgx.Tx) (owner, me string, err error) {
+	err = tx.QueryRow(ctx, `SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text, current_user::pg_catalog.text
+		FROM pg_catalog.pg_namespace n WHERE n.nspname = 'deckhand'`).Scan(&owner, &me)
+	return owner, me, err
 }
