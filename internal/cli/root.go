@@ -16,6 +16,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -54,12 +55,12 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	return ExitCode(err)
 }
 
-// errorLine is err on one line, each of its lines once: a connection that failed its TLS
-// attempt and then its plain one the same way reports the same line twice.
+// errorLine is err on one line, each of its lines once, and a failed connection's reason
+// once (taskerr.ConnectMessage).
 func errorLine(err error) string {
 	var lines []string
 	seen := map[string]bool{}
-	for _, l := range strings.Split(err.Error(), "\n") {
+	for _, l := range strings.Split(taskerr.ConnectMessage(err), "\n") {
 		l = spec.OneLine(l)
 		if l != "" && !seen[l] {
 			seen[l] = true
