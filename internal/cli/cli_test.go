@@ -264,7 +264,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"node", "list", "--bogus"}, []string{"unknown flag: --bogus"}},
 		{[]string{"--bogus"}, []string{"unknown flag: --bogus"}},
 		{[]string{"node", "list", "-o", "yaml"}, []string{`unknown output format "yaml"`}},
-		{[]string{"node", "list", "--log-level", "loud"}, []string{"--log-level"}},
+		{[]string{"node", "list", "--log-level", "loud"}, []string{`--log-level "loud": want debug, info, warn or error`}},
 		{[]string{"bogus"}, []string{`unknown command "bogus"`}},
 		{[]string{"job", "lst"}, []string{`unknown command "lst" for "deckhand job"`, "list"}},
 		{[]string{"node", "ad", "n1"}, []string{`unknown command "ad" for "deckhand node"`}},

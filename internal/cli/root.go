@@ -84,7 +84,7 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
-				return Usage("--log-level: %v", err)
+				return Usage("--log-level %q: want debug, info, warn or error", a.logLevel)
 			}
 			slog.SetDefault(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level})))
 			return nil
