@@ -822,3 +822,14 @@ func TestInitWithoutCreateRole(t *testing.T) {
 	r := deckhand(t, "", "--catalog", cl.DSN("deckhand", "catalog_owner"), "init")
 	wantOneLineError(t, r, cli.ExitFailed, "permission denied to create role", "CREATEROLE", "deckhand_worker")
 }
+
+// init by a login that neither owns the catalog nor may create it (a submitter running it
+// against the catalog it uses) says whose init it is, beside PostgreSQL's refusal.
+func TestInitByALoginThatDoesNotOwnTheCatalog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	submitter := e.Role("submitter")
+	e.Exec("postgres", `GRANT deckhand_submitter TO `+pgx.Identifier{submitter}.Sanitize())
+	r := deckhand(t, "", "--catalog", e.Cluster.DSN(e.DB, submitter), "init")
+	wantOneLineError(t, r, cli.ExitFailed, "permission denied", "as the login that ran the first one")
+}

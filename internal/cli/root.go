@@ -252,6 +252,12 @@ func (a *app) initCommand() *cobra.Command {
 				return Failed("%w: the first init creates deckhand's roles (deckhand_submitter, deckhand_admin, deckhand_worker), "+
 					"once per cluster: run it as a role with CREATEROLE, or have one create them first (see docs/security.md)", err)
 			}
+			if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42501" {
+				// A submitter running init against a catalog it uses: PostgreSQL only says which
+				// privilege it lacks, not whose init this is.
+				return Failed("%w: run deckhand init as the login that ran the first one (the owner of schema deckhand), "+
+					"or, for a new catalog, as one that may create schemas in the database", err)
+			}
 			if err != nil {
 				return Failed("%w", err)
 			}
