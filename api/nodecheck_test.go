@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -28,5 +29,21 @@ func TestNodeRefusingItsUserTheDatabaseIsNotTheCatalogRefusingTheCaller(t *testi
 	r.json(t, &e)
 	if r.code != http.StatusBadGateway || !strings.Contains(e.Error, "node noconnect") {
 		t.Errorf("submitting to a node that refuses its user the database: %d %q, want 502 naming the node", r.code, e.Error)
+	}
+}
+
+// A node that refuses connections is said to once in the 502, not once per connection attempt.
+func TestNodeRefusingConnectionsIsReportedOnce(t *testing.T) {
+	h := newHarness(t)
+	dsn := fmt.Sprintf("host=127.0.0.1 port=%d dbname=x user=nobody", pgtest.FreePort(t))
+	if err := h.Client.AddNode(ctx, deckhandtype.Node{Name: "down", DSN: dsn, MaxTasks: 2}); err != nil {
+		t.Fatal(err)
+	}
+	alice := h.catalogUser("alice", "deckhand_submitter")
+	r := h.do("POST", "/api/jobs", `{"tasks": [{"name": "a", "node": "down", "sql": "SELECT 1"}]}`, "Authorization", alice.basic())
+	var e struct{ Error string }
+	r.json(t, &e)
+	if r.code != http.StatusBadGateway || strings.Count(e.Error, "connection refused") != 1 {
+		t.Errorf("submitting to a node that refuses connections: %d %q, want 502 saying so once", r.code, e.Error)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/nodeconn"
 	"github.com/deckhandhq/deckhand/internal/notifier"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -334,12 +335,12 @@ func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) 
 		// again later may well work. The node is named, as the catalog is there.
 		s.log.Warn("api request failed: a node did not answer", "method", r.Method, "path", r.URL.Path, "node", nodeErr.Node,
 			"err", nodeconn.Redact(err.Error()))
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("node %s did not answer in time: %s", nodeErr.Node, nodeconn.Redact(err.Error())))
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("node %s did not answer in time: %s", nodeErr.Node, nodeconn.Redact(taskerr.ConnectMessage(err))))
 		return
 	}
 	if errors.As(err, &nodeErr) {
 		s.log.Warn("api request failed on a node", "method", r.Method, "path", r.URL.Path, "node", nodeErr.Node, "err", nodeconn.Redact(err.Error()))
-		writeError(w, http.StatusBadGateway, nodeconn.Redact(err.Error()))
+		writeError(w, http.StatusBadGateway, nodeconn.Redact(taskerr.ConnectMessage(err)))
 		return
 	}
 	// The catalog no longer lets the caller's role in (its password changed, or it may no

@@ -65,7 +65,7 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 		}
 		node, ok := nodes[t.Node]
 		if !ok {
-			return spec.Invalidf("task %q: unknown node %q (see `deckhand node list`)", t.Name, t.Node)
+			return spec.Invalidf("%sunknown node %q (see `deckhand node list`)", taskPrefix(t), t.Node)
 		}
 		if _, ok := firstNode[node.DSN]; !ok {
 			firstNode[node.DSN] = t.Node
@@ -104,18 +104,27 @@ func (c *Client) authorize(ctx context.Context, job *spec.Job, submitter string)
 		dsn, role := nodes[t.Node].DSN, owner(t)
 		if err := failed[dsn]; err != nil {
 			return &NodeCheckError{Node: firstNode[dsn],
-				Err: fmt.Errorf("task %q: check the owner on node %s: %w", t.Name, firstNode[dsn], err)}
+				Err: fmt.Errorf("%scheck the owner on node %s: %w", taskPrefix(t), firstNode[dsn], err)}
 		}
 		switch r := results[[2]string{dsn, role}]; {
 		case !r.ownerExists:
-			return spec.Invalidf("task %q: owner role %q does not exist on node %s", t.Name, role, t.Node)
+			return spec.Invalidf("%sowner role %q does not exist on node %s", taskPrefix(t), role, t.Node)
 		case !r.submitterExists:
-			return spec.Invalidf("task %q: submitter %q is not a role on node %s, so it cannot act as %q", t.Name, submitter, t.Node, role)
+			return spec.Invalidf("%ssubmitter %q is not a role on node %s, so it cannot act as %q", taskPrefix(t), submitter, t.Node, role)
 		case !r.member:
-			return spec.Invalidf("task %q: submitter %q is not a member of role %q on node %s: permission denied", t.Name, submitter, role, t.Node)
+			return spec.Invalidf("%ssubmitter %q is not a member of role %q on node %s: permission denied", taskPrefix(t), submitter, role, t.Node)
 		}
 	}
 	return nil
+}
+
+// taskPrefix names t at the start of a refusal of it; the check CheckOwner makes for a
+// command of its own (a move, an export) is of no task the user wrote, and names none.
+func taskPrefix(t spec.Task) string {
+	if t.Name == "" {
+		return ""
+	}
+	return fmt.Sprintf("task %q: ", t.Name)
 }
 
 // checkOwners asks the server at dsn about each role, over one connection.

@@ -59,7 +59,7 @@ func (c *Client) Submitter(ctx context.Context) (string, error) {
 // CheckOwner checks on node, as Submit does for every task, that owner exists there and that
 // submitter is a member of it. Feature packages call it before submitting work of their own.
 func (c *Client) CheckOwner(ctx context.Context, node, owner, submitter string) error {
-	check := &spec.Job{Tasks: []spec.Task{{Name: "check", Kind: spec.KindSQL, Node: node, Owner: owner, SQL: "-"}}}
+	check := &spec.Job{Tasks: []spec.Task{{Kind: spec.KindSQL, Node: node, Owner: owner, SQL: "-"}}}
 	return c.authorize(ctx, check, submitter)
 }
 

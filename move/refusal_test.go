@@ -186,14 +186,17 @@ func TestSubmissionChecksTheSubmitterMayActAsTheOwner(t *testing.T) {
 	asSpec := func() (int64, error) {
 		return c.Submit(ctx, &spec.Job{Tasks: []spec.Task{{Name: "first", Kind: spec.KindNoop}, task}})
 	}
+	// The refusal names the move task: "move" for move.Start, the spec's own name for a spec.
 	for name, submit := range map[string]func() (int64, error){
-		"move.Start": func() (int64, error) { return move.Start(ctx, c, req) },
-		"job spec":   asSpec,
+		"move":     func() (int64, error) { return move.Start(ctx, c, req) },
+		"relocate": asSpec,
 	} {
 		id, err := submit()
 		if err == nil || !engine.IsInvalid(err) ||
 			!strings.Contains(err.Error(), fmt.Sprintf("submitter %q is not a member of role %q", outsider, e.owner)) {
-			t.Errorf("%s by a submitter who is not a member of the owner = job %d, %v; want refused as bad input", name, id, err)
+			t.Errorf("task %s by a submitter who is not a member of the owner = job %d, %v; want refused as bad input", name, id, err)
+		} else if !strings.HasPrefix(err.Error(), fmt.Sprintf("task %q: ", name)) {
+			t.Errorf("task %s: the refusal %q does not name the task", name, err)
 		}
 	}
 	after, err := e.Client.Jobs(ctx, deckhandtype.JobFilter{Limit: 100})

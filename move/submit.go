@@ -66,7 +66,7 @@ func checkSubmission(ctx context.Context, c *engine.Client, submitter string, ta
 			}
 			checked[[2]string{primary, t.Owner}] = true
 			if err := c.CheckOwner(ctx, primary, t.Owner, submitter); err != nil {
-				return err
+				return fmt.Errorf("task %q: %w", t.Name, err) // still bad input, or a node that did not answer
 			}
 		}
 		if err := checkNotMoving(moving, p); err != nil {

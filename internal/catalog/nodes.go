@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -156,7 +157,7 @@ func checkMessage(err error) *string {
 	if err == nil {
 		return nil
 	}
-	msg := strings.ReplaceAll(strings.ToValidUTF8(err.Error(), "\uFFFD"), "\x00", "")
+	msg := strings.ReplaceAll(strings.ToValidUTF8(taskerr.ConnectMessage(err), "\uFFFD"), "\x00", "")
 	return &msg
 }
 

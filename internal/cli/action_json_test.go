@@ -25,6 +25,7 @@ func TestActionCommandsPrintJSON(t *testing.T) {
 	op := ct.Operation(ctx, t, pool, &ct.OperationOpts{JobID: job.ID, State: deckhandtype.OperationFailed})
 	failed := ct.CleanupRecord(ctx, t, pool, &ct.CleanupRecordOpts{OperationID: op, State: deckhandtype.CleanupFailed})
 	forgettable := ct.CleanupRecord(ctx, t, pool, &ct.CleanupRecordOpts{OperationID: op, State: deckhandtype.CleanupFailed})
+	e.AddNode("n0", 4)
 	pin := strings.TrimSpace(e.run("cleanup", "pin", "--node", "n0", "public.keep").stdout)
 
 	for _, tc := range []struct {

@@ -215,6 +215,17 @@ func (a *app) cleanupPin() *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			if r.Node != "" {
+				// A pin on a misspelt node holds nothing back, while the pin's author believes the
+				// resource is safe (a legal hold): refuse it as any other command refuses a node.
+				nodes, err := c.Catalog().NodesByName(cmd.Context(), []string{r.Node})
+				if err != nil {
+					return classify(err)
+				}
+				if _, ok := nodes[r.Node]; !ok {
+					return Usage("unknown node %q (see `deckhand node list`)", r.Node)
+				}
+			}
 			id, err := cleanup.New(c.Catalog(), nil).Pin(cmd.Context(), r, reason)
 			if err != nil {
 				return classify(err)

@@ -264,7 +264,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"node", "list", "--bogus"}, []string{"unknown flag: --bogus"}},
 		{[]string{"--bogus"}, []string{"unknown flag: --bogus"}},
 		{[]string{"node", "list", "-o", "yaml"}, []string{`unknown output format "yaml"`}},
-		{[]string{"node", "list", "--log-level", "loud"}, []string{"--log-level"}},
+		{[]string{"node", "list", "--log-level", "loud"}, []string{`--log-level "loud": want debug, info, warn or error`}},
 		{[]string{"bogus"}, []string{`unknown command "bogus"`}},
 		{[]string{"job", "lst"}, []string{`unknown command "lst" for "deckhand job"`, "list"}},
 		{[]string{"node", "ad", "n1"}, []string{`unknown command "ad" for "deckhand node"`}},
@@ -821,4 +821,15 @@ func TestInitWithoutCreateRole(t *testing.T) {
 	}
 	r := deckhand(t, "", "--catalog", cl.DSN("deckhand", "catalog_owner"), "init")
 	wantOneLineError(t, r, cli.ExitFailed, "permission denied to create role", "CREATEROLE", "deckhand_worker")
+}
+
+// init by a login that neither owns the catalog nor may create it (a submitter running it
+// against the catalog it uses) says whose init it is, beside PostgreSQL's refusal.
+func TestInitByALoginThatDoesNotOwnTheCatalog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	submitter := e.Role("submitter")
+	e.Exec("postgres", `GRANT deckhand_submitter TO `+pgx.Identifier{submitter}.Sanitize())
+	r := deckhand(t, "", "--catalog", e.Cluster.DSN(e.DB, submitter), "init")
+	wantOneLineError(t, r, cli.ExitFailed, "permission denied", "as the login that ran the first one")
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/deckhandhq/deckhand/deckhandtype"
 )
 
@@ -58,4 +60,22 @@ func TestExportListLimit(t *testing.T) {
 		t.Fatalf("export list --limit 2: %+v; want the exports of jobs %s and %s", got, ids[2], ids[1])
 	}
 	wantUsage(t, e.run("export", "list", "--limit", "0"), "--limit must be at least 1")
+}
+
+// An export as an owner the submitter is not a member of is refused naming the owner, and no
+// task: the export has none yet (the check is of the command, not of a task the user wrote).
+func TestExportOwnerRefusalNamesNoTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	db := e.AddNode("n1", 4)
+	e.Exec(db, `CREATE TABLE t (id int)`)
+	submitter := e.Role("submitter")
+	other := e.Role("other")
+	e.Exec("postgres", `GRANT deckhand_submitter TO `+pgx.Identifier{submitter}.Sanitize())
+	r := deckhand(t, "", "--catalog", e.Cluster.DSN(e.DB, submitter),
+		"export", "--table", "t", "--group", "n1", "--to", "file://"+t.TempDir(), "--owner", other)
+	wantUsage(t, r, `submitter "`+submitter+`" is not a member of role "`+other+`" on node n1`)
+	if strings.Contains(r.stderr, "task") {
+		t.Errorf("the refusal names a task the user never wrote: %s", r.stderr)
+	}
 }

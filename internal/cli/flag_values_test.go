@@ -1,6 +1,9 @@
 package cli_test
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // serve and bench refuse flag values they cannot use, with exit 2 and one line, before they
 // connect to anything: serve used to replace them with its defaults without a word (a
@@ -39,5 +42,26 @@ func TestServeAndBenchRefuseBadFlagValues(t *testing.T) {
 	} {
 		r := deckhand(t, "", append([]string{"--catalog", "host=/nonexistent"}, tc.args...)...)
 		wantUsage(t, r, tc.fragments...)
+	}
+}
+
+// A value the flag parser cannot read is refused saying what the flag takes, not with the
+// parser's own error chain (`strconv.ParseInt: parsing "abc": invalid syntax`).
+func TestUnreadableFlagValuesSayWhatTheFlagTakes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cleanup", "list", "--job", "abc"}, `--job: "abc" is not a whole number`},
+		{[]string{"job", "list", "--limit", "99999999999999999999"}, `--limit: "99999999999999999999" is out of range`},
+		{[]string{"job", "wait", "1", "--timeout", "abc"}, `--timeout: "abc" is not a duration such as 30s`},
+		{[]string{"drop", "--node", "n1", "--wait=maybe", "t"}, `--wait: "maybe" is not true or false`},
+	} {
+		r := deckhand(t, "", append([]string{"--catalog", "host=/nonexistent"}, tc.args...)...)
+		wantUsage(t, r, tc.want)
+		if strings.Contains(r.stderr, "strconv") || strings.Contains(r.stderr, "invalid argument") {
+			t.Errorf("%v: the parser's error shows through: %s", tc.args, r.stderr)
+		}
 	}
 }

@@ -378,7 +378,7 @@ func (a *app) jobWait() *cobra.Command {
 			c, err := a.waitForClient(cmd.Context(), ctx)
 			if err != nil {
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
-					return Timeout("timed out after %s waiting for job %d: the catalog was unreachable (%v)", timeout, id, err)
+					return Timeout("timed out after %s waiting for job %d: the catalog was unreachable (%w)", timeout, id, err)
 				}
 				if errors.Is(err, catalog.ErrNoAnswer) {
 					return stillRunning(err, id)

@@ -3,9 +3,13 @@ package cli_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 	"github.com/deckhandhq/deckhand/internal/testenv/clitest"
 )
@@ -40,5 +44,26 @@ func TestNodeListSaysWhichNodesDoNotAnswer(t *testing.T) {
 				t.Errorf("n2: %q, want it plainly primary", line)
 			}
 		}
+	}
+}
+
+// The probe's error for a node that refuses connections says so once, on one line: pgx's
+// report of the attempt over TLS and the plain one repeated it.
+func TestNodeListGivesAProbeErrorOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	want(t, e.run("node", "add", "down", "--dsn", fmt.Sprintf("host=127.0.0.1 port=%d dbname=x user=postgres", pgtest.FreePort(t))), 0)
+	e.worker()
+	var lastError string
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		nodes := decode[[]deckhandtype.Node](t, e.run("node", "list", "-o", "json"))
+		if len(nodes) == 1 && nodes[0].LastError != nil {
+			lastError = *nodes[0].LastError
+			return true
+		}
+		return false
+	}, "the leader's probe of the node that is down")
+	if strings.Count(lastError, "connection refused") != 1 || strings.Contains(lastError, "\n") {
+		t.Errorf("last_error should say once, on one line, that the connection was refused: %q", lastError)
 	}
 }

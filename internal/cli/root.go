@@ -16,6 +16,7 @@ import (
 
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/taskerr"
 	"github.com/deckhandhq/deckhand/spec"
 )
 
@@ -54,12 +55,12 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	return ExitCode(err)
 }
 
-// errorLine is err on one line, each of its lines once: a connection that failed its TLS
-// attempt and then its plain one the same way reports the same line twice.
+// errorLine is err on one line, each of its lines once, and a failed connection's reason
+// once (taskerr.ConnectMessage).
 func errorLine(err error) string {
 	var lines []string
 	seen := map[string]bool{}
-	for _, l := range strings.Split(err.Error(), "\n") {
+	for _, l := range strings.Split(taskerr.ConnectMessage(err), "\n") {
 		l = spec.OneLine(l)
 		if l != "" && !seen[l] {
 			seen[l] = true
@@ -83,7 +84,7 @@ jobs made of dependent tasks, executed by any number of workers, surviving crash
 			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
-				return Usage("--log-level: %v", err)
+				return Usage("--log-level %q: want debug, info, warn or error", a.logLevel)
 			}
 			slog.SetDefault(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level})))
 			return nil
@@ -250,6 +251,12 @@ func (a *app) initCommand() *cobra.Command {
 			if needsCreateRole(err) {
 				return Failed("%w: the first init creates deckhand's roles (deckhand_submitter, deckhand_admin, deckhand_worker), "+
 					"once per cluster: run it as a role with CREATEROLE, or have one create them first (see docs/security.md)", err)
+			}
+			if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42501" {
+				// A submitter running init against a catalog it uses: PostgreSQL only says which
+				// privilege it lacks, not whose init this is.
+				return Failed("%w: run deckhand init as the login that ran the first one (the owner of schema deckhand), "+
+					"or, for a new catalog, as one that may create schemas in the database", err)
 			}
 			if err != nil {
 				return Failed("%w", err)

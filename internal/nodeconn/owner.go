@@ -78,8 +78,8 @@ func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch, *pgx
 func connectError(o Owner, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000") {
-		return taskerr.Permanent(fmt.Errorf("connect to node %s as %s: %v (a worker logs in as each owner role with that role's "+
-			"line in its pgpass file, or a client certificate)", o.Node, o.Role, err))
+		return taskerr.Permanent(fmt.Errorf("connect to node %s as %s: %s (a worker logs in as each owner role with that role's "+
+			"line in its pgpass file, or a client certificate)", o.Node, o.Role, taskerr.ConnectMessage(err)))
 	}
 	return fmt.Errorf("connect to node %s as %s: %w", o.Node, o.Role, err)
 }

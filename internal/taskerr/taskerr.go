@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
@@ -102,7 +103,40 @@ func Describe(err error) *deckhandtype.TaskError {
 	if errors.As(err, &pgErr) {
 		return &deckhandtype.TaskError{SQLState: pgErr.Code, Message: pgErr.Message, Detail: pgErr.Detail, Hint: pgErr.Hint}
 	}
-	return &deckhandtype.TaskError{Message: err.Error()}
+	return &deckhandtype.TaskError{Message: ConnectMessage(err)}
+}
+
+// ConnectMessage is err's message with the failed connection in it, if any, said once and on
+// one line. pgx reports a connection it could not make attempt by attempt, a line each: with
+// sslmode prefer (libpq's default) a server without TLS first refuses TLS, which only means
+// that the plain attempt follows, and both attempts at a server that does not answer fail
+// alike. Left as they are, the reason a user needs ("password authentication failed") comes
+// after a "tls error" that is none, or twice.
+func ConnectMessage(err error) string {
+	msg := err.Error()
+	var connectErr *pgconn.ConnectError
+	if !errors.As(err, &connectErr) {
+		return msg
+	}
+	full := connectErr.Error()
+	lines := strings.Split(full, "\n")
+	var attempts []string
+	for _, l := range lines[1:] {
+		l = strings.TrimSpace(l)
+		// A line that ends an earlier one repeats it: the same failure of another attempt, or
+		// a host name's lookup after "hostname resolving error: " and that same lookup.
+		if l != "" && !slices.ContainsFunc(attempts, func(a string) bool { return strings.HasSuffix(a, l) }) {
+			attempts = append(attempts, l)
+		}
+	}
+	tlsRefused := func(a string) bool { return strings.HasSuffix(a, "server refused TLS connection") }
+	if slices.ContainsFunc(attempts, func(a string) bool { return !tlsRefused(a) }) {
+		attempts = slices.DeleteFunc(attempts, tlsRefused)
+	}
+	if len(attempts) == 0 {
+		return msg
+	}
+	return strings.Replace(msg, full, lines[0]+" "+strings.Join(attempts, "; "), 1)
 }
 
 // InUse reports whether a drop failed only because something else holds the object: its
