@@ -823,13 +823,18 @@ func TestInitWithoutCreateRole(t *testing.T) {
 	wantOneLineError(t, r, cli.ExitFailed, "permission denied to create role", "CREATEROLE", "deckhand_worker")
 }
 
-// init by a login that neither owns the catalog nor may create it (a submitter running it
-// against the catalog it uses) says whose init it is, beside PostgreSQL's refusal.
+// init by a login that does not own the catalog (a submitter running it against the catalog
+// it uses) names the login to run it as; for a new catalog, by a login that may not create
+// schemas, it says what it takes, beside PostgreSQL's refusal.
 func TestInitByALoginThatDoesNotOwnTheCatalog(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	submitter := e.Role("submitter")
 	e.Exec("postgres", `GRANT deckhand_submitter TO `+pgx.Identifier{submitter}.Sanitize())
 	r := deckhand(t, "", "--catalog", e.Cluster.DSN(e.DB, submitter), "init")
-	wantOneLineError(t, r, cli.ExitFailed, "permission denied", "as the login that ran the first one")
+	wantOneLineError(t, r, cli.ExitFailed, "owned by postgres", "run deckhand init as postgres")
+
+	fresh := pgtest.NewDatabase(t)
+	r = deckhand(t, "", "--catalog", e.Cluster.DSN(fresh, submitter), "init")
+	wantOneLineError(t, r, cli.ExitFailed, "permission denied", "may create schemas", "CREATE SCHEMA deckhand AUTHORIZATION")
 }

@@ -253,10 +253,11 @@ func (a *app) initCommand() *cobra.Command {
 					"once per cluster: run it as a role with CREATEROLE, or have one create them first (see docs/security.md)", err)
 			}
 			if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42501" {
-				// A submitter running init against a catalog it uses: PostgreSQL only says which
-				// privilege it lacks, not whose init this is.
-				return Failed("%w: run deckhand init as the login that ran the first one (the owner of schema deckhand), "+
-					"or, for a new catalog, as one that may create schemas in the database", err)
+				// A login that may not create the catalog's schema (a submitter given a new
+				// database's conninfo): PostgreSQL only says which privilege it lacks. A login
+				// that does not own an existing catalog is told whose it is by Migrate itself.
+				return Failed("%w: a new catalog's init runs as a login that may create schemas in the database, "+
+					"or in a schema made for it (CREATE SCHEMA deckhand AUTHORIZATION that_login)", err)
 			}
 			if err != nil {
 				return Failed("%w", err)
