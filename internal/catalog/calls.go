@@ -76,7 +76,8 @@ func ExplainRefusal(msg string) string {
 	return msg
 }
 
-const noAccessHint = ": the catalog role needs deckhand_submitter (to submit and watch jobs) or deckhand_admin; see docs/security.md"
+const noAccessHint = ": the catalog role needs deckhand_submitter (to submit and watch jobs) or deckhand_admin, " +
+	"and deckhand_worker to run deckhand serve or cleanup run; see docs/security.md"
 
 // ExplainReadOnly completes PostgreSQL's refusal of a write by a read-only server ("cannot
 // execute INSERT in a read-only transaction"), which for deckhand means the catalog conninfo

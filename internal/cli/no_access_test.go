@@ -13,4 +13,9 @@ func TestLoginWithoutADeckhandRoleIsRefused(t *testing.T) {
 		r := deckhand(t, "", append([]string{"--catalog", e.RoleDSN(role)}, args...)...)
 		wantUsage(t, r, "permission denied for schema deckhand", "needs deckhand_submitter")
 	}
+	// Nor is it told only of the roles a submitter needs when it runs a worker.
+	for _, args := range [][]string{{"serve"}, {"cleanup", "run"}} {
+		r := deckhand(t, "", append([]string{"--catalog", e.RoleDSN(role)}, args...)...)
+		wantUsage(t, r, "permission denied for schema deckhand", "deckhand_worker to run deckhand serve")
+	}
 }
