@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/spf13/cobra"
@@ -73,8 +75,50 @@ func (a *app) changeSetting(cmd *cobra.Command, name, value string) error {
 	if err := c.SetSetting(cmd.Context(), name, value); err != nil {
 		return classify(err)
 	}
+	if _, known := knownSettings[name]; !known && value != "" {
+		// Stored all the same (programs that embed deckhand keep settings of their own here),
+		// but a misspelt name would otherwise change nothing without a word.
+		fmt.Fprintf(a.stderr, "deckhand: note: %s is not a setting deckhand reads; it is stored for programs that read it%s\n",
+			name, closestSetting(name))
+	}
 	if value == "" {
 		return a.done(map[string]any{"name": name, "done": "reset", "value": nil}, "setting "+name+" reset to its default")
 	}
 	return a.done(map[string]any{"name": name, "done": "set", "value": value}, "setting "+name+" set")
+}
+
+// closestSetting suggests the known setting a mistyped name was most likely meant to be, if
+// one is within a few edits of it.
+func closestSetting(name string) string {
+	best, bestDistance := "", 4
+	for _, k := range slices.Sorted(maps.Keys(knownSettings)) {
+		if d := editDistance(strings.ToLower(name), k); d < bestDistance {
+			best, bestDistance = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return " (did you mean " + best + "?)"
+}
+
+// editDistance is the Levenshtein distance between a and b, by bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -38,6 +39,17 @@ func TestSettingCommands(t *testing.T) {
 	} {
 		want(t, e.run("setting", "set", ok[0], ok[1]), 0)
 	}
+	// A name deckhand does not read is stored, with a note that says so and what was likely
+	// meant; deckhand's own names get none.
+	r := e.run("setting", "set", "max_runing_tasks", "5")
+	want(t, r, 0)
+	if !strings.Contains(r.stderr, "max_runing_tasks is not a setting deckhand reads") || !strings.Contains(r.stderr, "did you mean max_running_tasks?") {
+		t.Errorf("setting a misspelt name: stderr %q, want a note suggesting max_running_tasks", r.stderr)
+	}
+	if r := e.run("setting", "set", "retention", "48h"); strings.Contains(r.stderr, "note") {
+		t.Errorf("setting retention: stderr %q, want no note", r.stderr)
+	}
+	want(t, e.run("setting", "reset", "max_runing_tasks"), 0)
 	for _, name := range []string{"max_running_tasks", "api_max_event_streams", "cleanup_lock_timeout", "custom_setting"} {
 		want(t, e.run("setting", "reset", name), 0)
 	}
