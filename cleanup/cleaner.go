@@ -282,8 +282,9 @@ func (c *Cleaner) claim(ctx context.Context, sel catalog.CleanupClaim) (*catalog
 	return rec, out, nil
 }
 
-// Run is the leader service: a pass whenever a job ends or an operation finishes, every
-// Interval as a fallback, and every ProbeInterval while resources wait to be free.
+// Run is the leader service: a pass whenever a job ends or an operation finishes (notified;
+// within a budget while the passes find nothing to do), every Interval as a fallback, and
+// every ProbeInterval while resources wait to be free.
 func (c *Cleaner) Run(ctx context.Context) error {
 	nt := c.Notifier
 	if nt == nil {
@@ -298,6 +299,7 @@ func (c *Cleaner) Run(ctx context.Context) error {
 	// Should it overflow all the same, the next pass comes after Interval.
 	sub := nt.Subscribe(256, catalog.ChannelJob, catalog.ChannelCleanup)
 	defer sub.Close()
+	budget := notifier.NewBudget(wakeBurst, wakeEvery)
 	interval := orDefault(c.Interval, time.Second)
 	var lastFull time.Time
 	probeOnly := false
@@ -319,10 +321,13 @@ func (c *Cleaner) Run(ctx context.Context) error {
 			next = orDefault(c.ProbeInterval, 100*time.Millisecond)
 			probeOnly = true
 		}
+		if len(rep.Decided) > 0 || len(rep.Actions) > 0 {
+			budget.Refill()
+		}
 		if d, err := c.Catalog.NextCleanupIn(ctx); err == nil && d >= 0 && d < next {
 			next = max(d, 10*time.Millisecond)
 		}
-		switch c.wait(ctx, sub, next) {
+		switch c.wait(ctx, sub, next, budget) {
 		case woken:
 			probeOnly = false
 		case stopped:
@@ -330,6 +335,15 @@ func (c *Cleaner) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Notifications that turn out to be for nothing cost the cleaner at most wakeBurst passes at
+// once, then one per wakeEvery (notifier.Budget): anyone who may connect to the catalog's
+// database may send deckhand's notifications, and a pass is several catalog round trips. A
+// pass that does something fills the budget again.
+const (
+	wakeBurst = 4
+	wakeEvery = 200 * time.Millisecond
+)
 
 type wakeReason int
 
@@ -339,17 +353,27 @@ const (
 	stopped
 )
 
-// wait waits up to d for a notification that may end an operation, or a resync.
-func (c *Cleaner) wait(ctx context.Context, sub *notifier.Subscription, d time.Duration) wakeReason {
+// wait waits up to d for a notification that may end an operation, within the budget, or a
+// resync. A notification beyond the budget waits for its turn, and those that come meanwhile
+// merge into it; one still waiting when d is up makes that a wake-up.
+func (c *Cleaner) wait(ctx context.Context, sub *notifier.Subscription, d time.Duration, budget *notifier.Budget) wakeReason {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
+	var later <-chan time.Time // the turn of a notification beyond the budget
 	for {
 		select {
 		case <-ctx.Done():
 			return stopped
 		case <-timer.C:
+			if later != nil {
+				budget.Spend(time.Now())
+				return woken
+			}
 			return timedOut
 		case <-sub.Resync():
+			return woken
+		case <-later:
+			budget.Spend(time.Now())
 			return woken
 		case n := <-sub.C():
 			if n.Channel == catalog.ChannelJob {
@@ -359,7 +383,14 @@ func (c *Cleaner) wait(ctx context.Context, sub *notifier.Subscription, d time.D
 					continue
 				}
 			}
-			return woken
+			if later != nil {
+				continue
+			}
+			wait := budget.Take(time.Now())
+			if wait == 0 {
+				return woken
+			}
+			later = time.After(wait)
 		}
 	}
 }

@@ -20,8 +20,9 @@ kind's own submission check (Kind.Check), and writes the job and its tasks in on
 transaction, then notifies the workers.
 
 A Worker runs five loops, beside a listener that turns the notifier's deckhand_runnable and
-deckhand_cancel notifications into claims and cancellations, and a batcher that records its
-attempts' node transaction ids in the catalog before they commit:
+deckhand_cancel notifications into claims and cancellations (within a budget while they find
+nothing, as anyone who may connect to the catalog's database may send them), and a batcher
+that records its attempts' node transaction ids in the catalog before they commit:
 
   - fetch: claims runnable tasks (FOR UPDATE SKIP LOCKED) whenever it is woken — by a
     notification or a resync of the process's notifier (Config.Notifier), by its own

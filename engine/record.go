@@ -267,7 +267,7 @@ func (w *Worker) recordParked(ctx context.Context, key int64) {
 func (w *Worker) recordOnce(ctx context.Context, batch []catalog.Result) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
 	defer cancel()
-	_, err := w.claimWith(ctx, "complete", func(limit int) ([]deckhandtype.ClaimedTask, error) {
+	_, _, err := w.claimWith(ctx, "complete", func(limit int) ([]deckhandtype.ClaimedTask, error) {
 		_, claimed, err := w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
 		return claimed, err
 	})

@@ -62,6 +62,7 @@ type Worker struct {
 	tasksCtx context.Context
 	killed   chan struct{} // closed when the shutdown cancels the running tasks
 	wake     chan struct{}
+	notified chan struct{} // a notification says there may be work (listen); wakes within a budget
 	results  chan catalog.Result
 	// tasksEnded is closed once the worker stops claiming and every task has returned (so
 	// every result has been sent); completerDone once the completer has stopped.
@@ -110,6 +111,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		progressPools: nodeconn.NewPools(2),
 		notifier:      cfg.Notifier,
 		wake:          make(chan struct{}, 1),
+		notified:      make(chan struct{}, 1),
 		results:       make(chan catalog.Result, 2*cfg.Concurrency),
 		running:       map[int64]*runningTask{},
 		held:          map[int64][]catalog.Result{},
@@ -206,15 +208,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.shutdown(killTasks, stopRecording, func() { stopBackground(); bg.Wait() })
 }
 
-// fetchLoop claims whenever woken, polled, or retrying a failed claim, until ctx is done.
-// While the catalog is away claims are retried with backoff rather than on every poll; a
+// fetchLoop claims whenever woken, polled, notified, or retrying a failed claim, until ctx is
+// done. While the catalog is away claims are retried with backoff rather than on every poll; a
 // nudge (the notifier's resync once it is back, for one) retries at once.
 func (w *Worker) fetchLoop(ctx context.Context) {
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
+	budget := notifier.NewBudget(wakeBurst, wakeEvery)
 	failures := 0
 	for {
-		err := w.claimAvailable(ctx)
+		found, err := w.claimAvailable(ctx)
+		if found {
+			budget.Refill()
+		}
 		pollC := poll.C
 		var retry <-chan time.Time
 		switch {
@@ -229,35 +235,65 @@ func (w *Worker) fetchLoop(ctx context.Context) {
 			w.log.Info("claiming again", "after_failures", failures)
 			failures = 0
 		}
-		select {
-		case <-ctx.Done():
+		if !w.awaitClaim(ctx, pollC, retry, budget) {
 			return
-		case <-w.wake:
-		case <-pollC:
-		case <-retry:
 		}
 	}
 }
 
-// claimAvailable claims until the worker is full or nothing is runnable.
-func (w *Worker) claimAvailable(ctx context.Context) error {
+// awaitClaim waits for the next reason to claim: a nudge, the poll, the retry of a failed
+// claim, or a notification that the budget allows. A notification beyond the budget waits
+// for its turn, and those that come meanwhile merge into it; any claim before then covers
+// it. It returns false once ctx is done.
+func (w *Worker) awaitClaim(ctx context.Context, pollC, retry <-chan time.Time, budget *notifier.Budget) bool {
+	var later <-chan time.Time // the turn of a notification beyond the budget
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-w.wake:
+			return true
+		case <-pollC:
+			return true
+		case <-retry:
+			return true
+		case <-w.notified:
+			if later != nil {
+				continue
+			}
+			wait := budget.Take(w.cfg.Clock.Now())
+			if wait == 0 {
+				return true
+			}
+			later = time.After(wait)
+		case <-later:
+			budget.Spend(w.cfg.Clock.Now())
+			return true
+		}
+	}
+}
+
+// claimAvailable claims until the worker is full or nothing is runnable, and reports whether
+// it claimed anything.
+func (w *Worker) claimAvailable(ctx context.Context) (found bool, err error) {
 	for ctx.Err() == nil {
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
-		full, err := w.claimWith(cctx, "fetch", func(limit int) ([]deckhandtype.ClaimedTask, error) {
+		claimed, full, err := w.claimWith(cctx, "fetch", func(limit int) ([]deckhandtype.ClaimedTask, error) {
 			return w.cat.Claim(cctx, w.ID(), limit)
 		})
 		cancel()
+		found = found || claimed > 0
 		if err != nil || !full {
-			return err
+			return found, err
 		}
 	}
-	return nil
+	return found, nil
 }
 
 // claimWith reserves free slots, claims into them with claim, and starts what it got. It
-// reports whether the claim filled every slot it asked for (more work may be waiting).
-// ctx bounds what it asks the catalog itself.
-func (w *Worker) claimWith(ctx context.Context, via string, claim func(limit int) ([]deckhandtype.ClaimedTask, error)) (full bool, err error) {
+// reports how many tasks it claimed and whether they filled every slot it asked for (more work
+// may be waiting). ctx bounds what it asks the catalog itself.
+func (w *Worker) claimWith(ctx context.Context, via string, claim func(limit int) ([]deckhandtype.ClaimedTask, error)) (claimed int, full bool, err error) {
 	w.claimMu.Lock()
 	defer w.claimMu.Unlock()
 	limit := 0
@@ -267,7 +303,7 @@ func (w *Worker) claimWith(ctx context.Context, via string, claim func(limit int
 	if limit > 0 && w.claimUnsure {
 		if err := w.releaseUnstarted(ctx); err != nil {
 			w.active.Add(-int64(limit))
-			return false, err
+			return 0, false, err
 		}
 		w.claimUnsure = false
 	}
@@ -281,14 +317,14 @@ func (w *Worker) claimWith(ctx context.Context, via string, claim func(limit int
 	if err != nil {
 		// Whether the claim committed is unknown: its answer may be what was lost.
 		w.claimUnsure = w.claimUnsure || limit > 0
-		return false, err
+		return 0, false, err
 	}
 	for i := range tasks {
 		w.start(&tasks[i])
 	}
 	full = limit > 0 && len(tasks) == limit
 	w.saturated.Store(limit == 0 || full)
-	return full, nil
+	return len(tasks), full, nil
 }
 
 // reserve takes up to n free task slots and returns how many it took.

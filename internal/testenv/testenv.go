@@ -171,6 +171,13 @@ func (e *Env) Worker(cfg engine.Config) (w *engine.Worker, stop func()) {
 	if err != nil {
 		e.T.Fatal(err)
 	}
+	return e.WorkerOn(cat, cfg)
+}
+
+// WorkerOn is Worker on a catalog handle of the test's own (one whose connections it traces,
+// say), which stop closes.
+func (e *Env) WorkerOn(cat *catalog.Catalog, cfg engine.Config) (w *engine.Worker, stop func()) {
+	e.T.Helper()
 	if cfg.Features == nil {
 		cfg.Features = e.Features
 	}
