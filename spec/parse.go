@@ -13,6 +13,8 @@ import (
 
 	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/deckhandhq/deckhand/internal/suggest"
 )
 
 // Parse reads a job spec written in JSON or YAML. Unknown fields are errors, so a misspelt
@@ -271,50 +273,10 @@ func checkFields(obj map[string]json.RawMessage, known []string, where string) e
 			shown = strings.ToValidUTF8(shown[:64], "") + "…"
 		}
 		msg := fmt.Sprintf("spec: unknown field %q in %s", shown, where)
-		if s := suggest(k, known); s != "" {
+		if s := suggest.Closest(k, known); s != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
 		}
 		return Invalidf("%s", msg)
 	}
 	return nil
-}
-
-// suggest returns the known name closest to a misspelt one, or "" when none is close.
-func suggest(name string, known []string) string {
-	norm := func(s string) string {
-		return strings.NewReplacer("_", "", "-", "", " ", "").Replace(strings.ToLower(s))
-	}
-	best, bestDist := "", 3 // accept at most 2 edits
-	n := norm(name)
-	for _, k := range known {
-		// Lengths more than two apart are more than two edits apart: a name of megabytes
-		// costs no comparison.
-		if nk := norm(k); len(n) <= len(nk)+2 && len(nk) <= len(n)+2 {
-			d := editDistance(n, nk)
-			if d < bestDist && 2*d <= len(name) {
-				best, bestDist = k, d
-			}
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/suggest"
 	"github.com/spf13/cobra"
 )
 
@@ -87,38 +87,10 @@ func (a *app) changeSetting(cmd *cobra.Command, name, value string) error {
 	return a.done(map[string]any{"name": name, "done": "set", "value": value}, "setting "+name+" set")
 }
 
-// closestSetting suggests the known setting a mistyped name was most likely meant to be, if
-// one is within a few edits of it.
+// closestSetting suggests the known setting a mistyped name was most likely meant to be.
 func closestSetting(name string) string {
-	best, bestDistance := "", 4
-	for _, k := range slices.Sorted(maps.Keys(knownSettings)) {
-		if d := editDistance(strings.ToLower(name), k); d < bestDistance {
-			best, bestDistance = k, d
-		}
+	if best := suggest.Closest(name, slices.Sorted(maps.Keys(knownSettings))); best != "" {
+		return " (did you mean " + best + "?)"
 	}
-	if best == "" {
-		return ""
-	}
-	return " (did you mean " + best + "?)"
-}
-
-// editDistance is the Levenshtein distance between a and b, by bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
+	return ""
 }
