@@ -224,17 +224,17 @@ func ensureSchema(ctx context.Context, conn *pgx.Conn) error {
 			// Only a missing schema is created: CREATE SCHEMA takes the CREATE privilege on the
 			// database even when the schema exists, and a schema made for the role by
 			// another (CREATE SCHEMA deckhand AUTHORIZATION ...) needs none.
-			owner, me, err := schemaOwner(ctx, tx)
+			owner, me, mine, err := schemaOwner(ctx, tx)
 			if errors.Is(err, pgx.ErrNoRows) {
 				if _, err := tx.Exec(ctx, `CREATE SCHEMA deckhand`); err != nil {
 					return err
 				}
-				owner, me, err = schemaOwner(ctx, tx)
+				owner, me, mine, err = schemaOwner(ctx, tx)
 			}
 			if err != nil {
 				return err
 			}
-			if owner != me {
+			if !mine {
 				return fmt.Errorf("the catalog's schema deckhand is owned by %s, not by %s, who runs init: run deckhand init as %s; "+
 					"if %s did not create the catalog, the schema was made by someone else and must be dropped", owner, me, owner, owner)
 			}
@@ -253,10 +253,12 @@ func ensureSchema(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
-// schemaOwner names the owner of the schema deckhand and the role running init;
-// pgx.ErrNoRows when there is no such schema.
-func schemaOwner(ctx context.Context, tx pgx.Tx) (owner, me string, err error) {
-	err = tx.QueryRow(ctx, `SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text, current_user::pg_catalog.text
-		FROM pg_catalog.pg_namespace n WHERE n.nspname = 'deckhand'`).Scan(&owner, &me)
-	return owner, me, err
+// schemaOwner names the owner of the schema deckhand and the role running init, and says
+// whether they are one role (by OID: regrole quotes the names it prints, so that the role Deck
+// prints as the name of the role "Deck"); pgx.ErrNoRows when there is no such schema.
+func schemaOwner(ctx context.Context, tx pgx.Tx) (owner, me string, mine bool, err error) {
+	err = tx.QueryRow(ctx, `SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text, current_user::pg_catalog.text,
+			n.nspowner OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user)
+		FROM pg_catalog.pg_namespace n WHERE n.nspname = 'deckhand'`).Scan(&owner, &me, &mine)
+	return owner, me, mine, err
 }
