@@ -27,6 +27,9 @@ type Catalog struct {
 	// Rand, when set, replaces math/rand/v2's Float64 in picking where claims start looking for
 	// nodes with work (claimStart), so tests can choose. It must be safe for concurrent use.
 	Rand func() float64
+	// InitLockWait bounds how long Migrate waits, in all, for locks on the catalog's tables
+	// that other sessions hold; zero means DefaultInitLockWait.
+	InitLockWait time.Duration
 
 	starts claimStarts
 	bound  *roundTripBound // nil unless opened with Options.BoundRoundTrips

@@ -143,3 +143,61 @@ func TestInitInASchemaMadeForItsRole(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A login whose name PostgreSQL quotes (capitals, a hyphen, a space) runs the first init and
+// owns the schema it made; init compared the owner's name as regrole prints it, quoted, with
+// the login's, and refused that login its own catalog. The same comparison let a role that
+// may create schemas squat the catalog of a login named with double quotes: the squatter
+// named Deck made the schema, and init as the login "Deck" (quotes part of its name), whose
+// name is how regrole prints Deck, built the catalog in it.
+func TestAttackInitComparesOwnersByName(t *testing.T) {
+	_, cl, db := emptyCatalog(t)
+	role := "Deckhand-Svc " + roleSuffix(db)
+	squatter := "Deck" + roleSuffix(db)
+	victim := `"` + squatter + `"`
+	other := pgtest.NewDatabase(t)
+	for _, r := range []string{role, squatter, victim} {
+		if err := pgtest.CreateLoginRole(ctx, cl, r, "CREATEROLE"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range []string{db, other} {
+			cl.Exec(context.Background(), d, "DROP SCHEMA IF EXISTS deckhand CASCADE") //nolint:errcheck
+		}
+		for _, r := range []string{role, squatter, victim} {
+			for _, d := range []string{db, other} {
+				cl.Exec(context.Background(), d, "DROP OWNED BY "+pgx.Identifier{r}.Sanitize()) //nolint:errcheck
+			}
+			cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize()) //nolint:errcheck
+		}
+	})
+	if err := cl.Exec(ctx, db, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+pgx.Identifier{role}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog.Open(ctx, cl.DSN(db, role))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	if _, err := cat.MigrateTo(ctx, 1); err != nil {
+		t.Fatalf("first init as %s: %v", role, err)
+	}
+	if _, err := cat.MigrateTo(ctx, 1); err != nil {
+		t.Fatalf("second init as %s, who made the schema: %v", role, err)
+	}
+
+	if err := cl.Exec(ctx, other, "GRANT CREATE ON DATABASE "+pgx.Identifier{other}.Sanitize()+" TO "+pgx.Identifier{squatter}.Sanitize()+
+		"; SET ROLE "+pgx.Identifier{squatter}.Sanitize()+"; CREATE SCHEMA deckhand; "+
+		"GRANT ALL ON SCHEMA deckhand TO "+pgx.Identifier{victim}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	v, err := catalog.Open(ctx, cl.DSN(other, victim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if _, err := v.MigrateTo(ctx, 1); err == nil || !strings.Contains(err.Error(), "owned by") {
+		t.Fatalf("init as %s over a schema made by %s: err = %v, want a refusal", victim, squatter, err)
+	}
+}

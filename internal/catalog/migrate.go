@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -83,11 +84,22 @@ func (c *Catalog) MigrateTo(ctx context.Context, target int) ([]int, error) {
 		return nil, err
 	}
 	applied := []int{}
+	wait := c.InitLockWait
+	if wait <= 0 {
+		wait = DefaultInitLockWait
+	}
+	var waitingSince time.Time
 	for {
 		var done bool
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `LOCK TABLE deckhand.schema_migration IN EXCLUSIVE MODE`); err != nil {
 				return fmt.Errorf("lock: %w", err)
+			}
+			// Another init holds the version table for its migration alone; the locks a
+			// migration takes on the other tables, any catalog role may hold (ACCESS SHARE,
+			// by reading a view in a transaction it keeps open).
+			if _, err := tx.Exec(ctx, `SELECT pg_catalog.set_config('lock_timeout', '`+migrationLockWait+`', true)`); err != nil {
+				return err
 			}
 			var current int
 			if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM deckhand.schema_migration`).Scan(&current); err != nil {
@@ -110,13 +122,80 @@ func (c *Catalog) MigrateTo(ctx context.Context, target int) ([]int, error) {
 			applied = append(applied, next.version)
 			return nil
 		})
+		if IsLockTimeout(err) && ctx.Err() == nil {
+			if waitingSince.IsZero() {
+				waitingSince = time.Now()
+			}
+			if time.Since(waitingSince) < wait {
+				select {
+				case <-ctx.Done():
+				case <-time.After(migrationLockPause):
+				}
+				continue
+			}
+			return applied, fmt.Errorf("migrate: %w; waited %s in all for locks on the catalog's tables%s: "+
+				"end those transactions (pg_terminate_backend) and run deckhand init again", err, wait, lockHolders(ctx, conn.Conn()))
+		}
 		if err != nil {
 			return applied, fmt.Errorf("migrate: %w", err)
 		}
+		waitingSince = time.Time{}
 		if done {
 			return applied, nil
 		}
 	}
+}
+
+// DefaultInitLockWait is how long Migrate waits, in all, for locks on the catalog's tables
+// that other sessions hold, unless Catalog.InitLockWait says otherwise.
+const DefaultInitLockWait = time.Minute
+
+// A migration waits for each lock at most migrationLockWait, then rolls back, releasing what
+// it holds (and the statements queued behind its wait), and is tried again after
+// migrationLockPause, until it has waited InitLockWait in all: a session that keeps a catalog
+// table locked (any catalog role may, reading a view in a transaction it keeps open) must
+// not stall an upgrade without end, nor, through the upgrade's own wait, everyone else.
+const (
+	migrationLockWait  = rowLockWait
+	migrationLockPause = time.Second
+)
+
+// lockHolders names the other sessions that hold locks on the catalog's relations, for a
+// migration's refusal; empty when none can be read.
+func lockHolders(ctx context.Context, conn *pgx.Conn) string {
+	rows, err := conn.Query(ctx, `SELECT DISTINCT l.pid, coalesce(a.usename::pg_catalog.text, '')
+		FROM pg_catalog.pg_locks l
+		JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) l.relation
+		JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+		LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
+		WHERE l.granted AND n.nspname OPERATOR(pg_catalog.=) 'deckhand'
+		  AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+		                                         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+		  AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
+		ORDER BY 1 LIMIT 11`)
+	if err != nil {
+		return ""
+	}
+	var held []string
+	for rows.Next() {
+		var pid *int32
+		var role string
+		if err := rows.Scan(&pid, &role); err != nil {
+			return ""
+		}
+		switch {
+		case len(held) == 10:
+			held = append(held, "…")
+		case pid == nil:
+			held = append(held, "a prepared transaction")
+		default:
+			held = append(held, fmt.Sprintf("pid %d (role %q)", *pid, role))
+		}
+	}
+	if rows.Err() != nil || len(held) == 0 {
+		return ""
+	}
+	return ", held by " + strings.Join(held, ", ")
 }
 
 // nextMigration is the first migration above current up to target, nil when none is.
@@ -145,17 +224,17 @@ func ensureSchema(ctx context.Context, conn *pgx.Conn) error {
 			// Only a missing schema is created: CREATE SCHEMA takes the CREATE privilege on the
 			// database even when the schema exists, and a schema made for the role by
 			// another (CREATE SCHEMA deckhand AUTHORIZATION ...) needs none.
-			owner, me, err := schemaOwner(ctx, tx)
+			owner, me, mine, err := schemaOwner(ctx, tx)
 			if errors.Is(err, pgx.ErrNoRows) {
 				if _, err := tx.Exec(ctx, `CREATE SCHEMA deckhand`); err != nil {
 					return err
 				}
-				owner, me, err = schemaOwner(ctx, tx)
+				owner, me, mine, err = schemaOwner(ctx, tx)
 			}
 			if err != nil {
 				return err
 			}
-			if owner != me {
+			if !mine {
 				return fmt.Errorf("the catalog's schema deckhand is owned by %s, not by %s, who runs init: run deckhand init as %s; "+
 					"if %s did not create the catalog, the schema was made by someone else and must be dropped", owner, me, owner, owner)
 			}
@@ -174,10 +253,12 @@ func ensureSchema(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
-// schemaOwner names the owner of the schema deckhand and the role running init;
-// pgx.ErrNoRows when there is no such schema.
-func schemaOwner(ctx context.Context, tx pgx.Tx) (owner, me string, err error) {
-	err = tx.QueryRow(ctx, `SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text, current_user::pg_catalog.text
-		FROM pg_catalog.pg_namespace n WHERE n.nspname = 'deckhand'`).Scan(&owner, &me)
-	return owner, me, err
+// schemaOwner names the owner of the schema deckhand and the role running init, and says
+// whether they are one role (by OID: regrole quotes the names it prints, so that the role Deck
+// prints as the name of the role "Deck"); pgx.ErrNoRows when there is no such schema.
+func schemaOwner(ctx context.Context, tx pgx.Tx) (owner, me string, mine bool, err error) {
+	err = tx.QueryRow(ctx, `SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text, current_user::pg_catalog.text,
+			n.nspowner OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user)
+		FROM pg_catalog.pg_namespace n WHERE n.nspname = 'deckhand'`).Scan(&owner, &me, &mine)
+	return owner, me, mine, err
 }

@@ -299,16 +299,37 @@ func (c *Catalog) DeleteFinishedJobs(ctx context.Context, cutoff time.Time, limi
 // the table, which every submission to a new destination adds to, does not grow without end.
 // A row a submission holds is passed (SKIP LOCKED); one removed while a submission waits for
 // it is made again by that submission's upsert. It returns how many it removed.
+//
+// The rows are locked first, then removed by a statement of their own whose snapshot comes
+// after the locks, if still no export names them: one statement would judge them on a snapshot
+// taken before it locked them, and remove the row of an export whose submission committed
+// (and released the row) in between. A submission in a REPEATABLE READ transaction whose
+// snapshot predates that export would then make the row anew, find no export, and be
+// admitted beside it; it is refused when it finds the row the other submission wrote.
 func (c *Catalog) DeleteUnusedExportDestinations(ctx context.Context, limit int) (int64, error) {
-	tag, err := c.Pool.Exec(ctx, `
-		DELETE FROM deckhand.export_destination WHERE destination IN (
+	var n int64
+	err := pgx.BeginTxFunc(ctx, c.Pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
 			SELECT d.destination FROM deckhand.export_destination d
 			WHERE NOT EXISTS (SELECT 1 FROM deckhand.export e WHERE e.destination = d.destination)
-			LIMIT $1 FOR UPDATE SKIP LOCKED)`, limit)
+			LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+		if err != nil {
+			return err
+		}
+		unused, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(unused) == 0 {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `
+			DELETE FROM deckhand.export_destination d WHERE d.destination = ANY($1)
+			AND NOT EXISTS (SELECT 1 FROM deckhand.export e WHERE e.destination = d.destination)`, unused)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("retention: export destinations: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // claimStrandedSQL is ClaimStranded's statement ($1 the leader's worker id, $2 the injected

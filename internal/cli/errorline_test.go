@@ -69,3 +69,21 @@ func TestTaskConnectErrorIsRecordedOnce(t *testing.T) {
 		t.Errorf("the attempt's error should say once, on one line, that the connection was refused: %q", msg)
 	}
 }
+
+// A catalog conninfo of two servers with sslmode require, the first of which has no TLS and
+// the second of which refuses connections: the first's only failure is its refusal of TLS,
+// and the error line dropped it as the mere prelude of a plain attempt (sslmode prefer's),
+// so that the line named the second server alone, as if the first had not been tried.
+func TestAttackTLSRefusalWithoutAPlainAttemptIsReported(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	free := pgtest.FreePort(t)
+	dsn := fmt.Sprintf("host=%s,127.0.0.1 port=%d,%d dbname=x user=postgres sslmode=require", e.Cluster.Host, e.Cluster.Port, free)
+	code, stdout, stderr := clitest.Deckhand(t, dsn, "job", "list")
+	if code != 1 || stdout != "" || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Fatalf("job list: exit %d, stdout %q, stderr %q; want 1 and one line", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "refused TLS") || !strings.Contains(stderr, "connection refused") {
+		t.Errorf("the error line should say that the first server refused TLS and the second the connection: %s", stderr)
+	}
+}

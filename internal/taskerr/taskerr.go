@@ -129,10 +129,20 @@ func ConnectMessage(err error) string {
 			attempts = append(attempts, l)
 		}
 	}
-	tlsRefused := func(a string) bool { return strings.HasSuffix(a, "server refused TLS connection") }
-	if slices.ContainsFunc(attempts, func(a string) bool { return !tlsRefused(a) }) {
-		attempts = slices.DeleteFunc(attempts, tlsRefused)
+	// A refusal of TLS is dropped when another attempt at the same server follows (sslmode
+	// prefer's plain one); without one (sslmode require, several hosts) it is that server's
+	// only failure.
+	server := func(a string) string {
+		if i := strings.Index(a, "): "); i >= 0 {
+			return a[:i+len("): ")]
+		}
+		return a
 	}
+	all := slices.Clone(attempts)
+	attempts = slices.DeleteFunc(attempts, func(a string) bool {
+		return strings.HasSuffix(a, "server refused TLS connection") &&
+			slices.ContainsFunc(all, func(b string) bool { return b != a && strings.HasPrefix(b, server(a)) })
+	})
 	if len(attempts) == 0 {
 		return msg
 	}
