@@ -11,7 +11,7 @@ import (
 )
 
 // The cleaner's deferred drop: a deferred_on_success record of a succeeded operation whose
-// table a long SELECT uses is removed within a second of the SELECT ending, and while it is
+// table a long SELECT uses is removed promptly once the SELECT ends, and while it is
 // pending nobody waits longer than the lock timeout (here 200ms, from the catalog setting).
 func TestDeferredDropWaitsForQueries(t *testing.T) {
 	t.Parallel()
@@ -26,7 +26,7 @@ func TestDeferredDropWaitsForQueries(t *testing.T) {
 	leader.Logger = testenv.Quiet()
 	r := e.opRunner(leader)
 	var id int64
-	tr := testenv.WithTraffic(t, e.NodeCluster, db, "old_copy", "sink", 1500*time.Millisecond, func() {
+	tr := testenv.WithTraffic(t, e.NodeCluster, db, "old_copy", "sink", 3*time.Second, func() {
 		id = r.start(func(ctx context.Context, op *cleanup.Operation) error {
 			if _, err := op.Register(ctx, cleanup.Table("n1", "public", "old_copy"), cleanup.DeferredOnSuccess); err != nil {
 				return err

@@ -60,7 +60,7 @@ func TestDropGivesUpItsLockWhenThePinCheckStalls(t *testing.T) {
 	if _, err := reader.Exec(ctx, `COMMIT`); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		var n int
 		err := user(t, e, db).QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_locks l
 			WHERE l.relation = 'public.held'::regclass AND l.mode = 'AccessExclusiveLock' AND l.granted`).Scan(&n)

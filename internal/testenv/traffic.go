@@ -140,8 +140,10 @@ func (tr *Traffic) Check(t testing.TB, lockTimeout time.Duration) {
 	if tr.dropped.Before(tr.selectEnded) {
 		t.Errorf("the table was dropped %s before the SELECT using it ended", -after)
 	}
-	if after > time.Second {
-		t.Errorf("the drop came %s after the last query ended, want under 1s", after)
+	// The drop comes within about a second of the query's end (bench cleanup measures the
+	// delay); the bound leaves room for a machine loaded by other tests.
+	if after > 3*time.Second {
+		t.Errorf("the drop came %s after the last query ended, want within seconds", after)
 	}
 	if tr.maxRead > lockTimeout+margin || tr.maxWrite > lockTimeout+margin {
 		t.Errorf("a statement waited %s (read) / %s (write), more than the lock timeout %s (+%s)", tr.maxRead, tr.maxWrite, lockTimeout, margin)
