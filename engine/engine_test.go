@@ -38,8 +38,11 @@ func TestDiamondRunsInDependencyOrder(t *testing.T) {
 	db := e.AddNode("n1", 4)
 	e.Exec(db, `CREATE TABLE log (task text, at timestamptz DEFAULT clock_timestamp())`)
 	e.Worker(engine.Config{Concurrency: 8})
+	// Each task runs for a while after it logs its start, so that two running in parallel
+	// overlap whatever the machine's load makes of their start-up.
+	const runs = 500 * time.Millisecond
 	step := func(name string) string {
-		return `INSERT INTO log (task) VALUES ('` + name + `'); SELECT pg_sleep(0.05)`
+		return `INSERT INTO log (task) VALUES ('` + name + `'); SELECT pg_sleep(` + strconv.FormatFloat(runs.Seconds(), 'f', -1, 64) + `)`
 	}
 	id := submit(t, e, &spec.Job{Description: "diamond", Tasks: []spec.Task{
 		{Name: "d", Node: "n1", SQL: step("d"), DependsOn: []string{"b", "c"}},
@@ -73,7 +76,7 @@ func TestDiamondRunsInDependencyOrder(t *testing.T) {
 		}
 	}
 	// b and c are independent: both must have started before either finished (they overlap).
-	if d := at["b"].Sub(at["c"]).Abs(); d > 50*time.Millisecond {
+	if d := at["b"].Sub(at["c"]).Abs(); d >= runs {
 		t.Errorf("b and c started %s apart; they should run in parallel", d)
 	}
 }
