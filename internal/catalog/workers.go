@@ -379,9 +379,16 @@ const claimStrandedSQL = `
 					  AND t.node = g.node
 					LIMIT 1000 FOR UPDATE SKIP LOCKED) x
 				UNION ALL
+				-- An export's coordinator whose group has one primary is moved there
+				-- (RebindStrandedCoordinators), not failed: one that became runnable since
+				-- that round (its job resumed in between) waits for the next.
 				SELECT x.id FROM gone g CROSS JOIN LATERAL (
 					SELECT t.id FROM deckhand.task t
 					WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export' AND t.node = g.node
+					  AND NOT EXISTS (
+						SELECT 1 FROM deckhand.export e WHERE e.job_id = t.job_id
+						  AND (SELECT count(*) FROM deckhand.node n WHERE n.node_group = e.node_group
+						       AND n.role = 'primary' AND n.last_error IS NULL) = 1)
 					LIMIT 1000 FOR UPDATE SKIP LOCKED) x
 				UNION ALL
 				SELECT x.id FROM gone_groups g CROSS JOIN LATERAL (
