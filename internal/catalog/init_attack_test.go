@@ -20,14 +20,7 @@ import (
 func TestAttackSquattedSchemaIsRefused(t *testing.T) {
 	admin, cl, db := emptyCatalog(t)
 	squatter := "squatter_" + roleSuffix(db)
-	if err := cl.Exec(ctx, "postgres", "CREATE ROLE "+pgx.Identifier{squatter}.Sanitize()+" LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cl.Exec(context.Background(), db, "DROP SCHEMA IF EXISTS deckhand CASCADE")                           //nolint:errcheck
-		cl.Exec(context.Background(), db, "DROP OWNED BY "+pgx.Identifier{squatter}.Sanitize())               //nolint:errcheck
-		cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{squatter}.Sanitize()) //nolint:errcheck
-	})
+	initRoles(t, cl, "", []string{db}, squatter)
 	if err := cl.Exec(ctx, db, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+pgx.Identifier{squatter}.Sanitize()+
 		"; SET ROLE "+pgx.Identifier{squatter}.Sanitize()+"; CREATE SCHEMA deckhand"); err != nil {
 		t.Fatal(err)
@@ -49,12 +42,7 @@ func TestAttackSquattedSchemaIsRefused(t *testing.T) {
 func TestInitAsAnotherRoleIsRefused(t *testing.T) {
 	admin, cl, db := emptyCatalog(t)
 	other := "other_init_" + roleSuffix(db)
-	if err := pgtest.CreateLoginRole(ctx, cl, other, "SUPERUSER"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{other}.Sanitize()) //nolint:errcheck
-	})
+	initRoles(t, cl, "SUPERUSER", nil, other)
 	if _, err := admin.MigrateTo(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +69,7 @@ func TestAttackHeldAdvisoryLockBlocksNoInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	holder := "lockholder_" + roleSuffix(db)
-	if err := cl.Exec(ctx, "postgres", "CREATE ROLE "+pgx.Identifier{holder}.Sanitize()+" LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{holder}.Sanitize()) //nolint:errcheck
-	})
+	initRoles(t, cl, "", nil, holder)
 	conn, err := pgx.Connect(ctx, cl.DSN(db, pgcluster.Superuser))
 	if err != nil {
 		t.Fatal(err)
@@ -116,14 +99,7 @@ func TestAttackHeldAdvisoryLockBlocksNoInit(t *testing.T) {
 func TestInitInASchemaMadeForItsRole(t *testing.T) {
 	_, cl, db := emptyCatalog(t)
 	role := "schema_holder_" + roleSuffix(db)
-	if err := pgtest.CreateLoginRole(ctx, cl, role, "CREATEROLE"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cl.Exec(context.Background(), db, "DROP SCHEMA IF EXISTS deckhand CASCADE")                       //nolint:errcheck
-		cl.Exec(context.Background(), db, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())               //nolint:errcheck
-		cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize()) //nolint:errcheck
-	})
+	initRoles(t, cl, "CREATEROLE", []string{db}, role)
 	if err := cl.Exec(ctx, db, "REVOKE CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" FROM PUBLIC; "+
 		"CREATE SCHEMA deckhand AUTHORIZATION "+pgx.Identifier{role}.Sanitize()); err != nil {
 		t.Fatal(err)
@@ -156,22 +132,7 @@ func TestAttackInitComparesOwnersByName(t *testing.T) {
 	squatter := "Deck" + roleSuffix(db)
 	victim := `"` + squatter + `"`
 	other := pgtest.NewDatabase(t)
-	for _, r := range []string{role, squatter, victim} {
-		if err := pgtest.CreateLoginRole(ctx, cl, r, "CREATEROLE"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, d := range []string{db, other} {
-			cl.Exec(context.Background(), d, "DROP SCHEMA IF EXISTS deckhand CASCADE") //nolint:errcheck
-		}
-		for _, r := range []string{role, squatter, victim} {
-			for _, d := range []string{db, other} {
-				cl.Exec(context.Background(), d, "DROP OWNED BY "+pgx.Identifier{r}.Sanitize()) //nolint:errcheck
-			}
-			cl.Exec(context.Background(), "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize()) //nolint:errcheck
-		}
-	})
+	initRoles(t, cl, "CREATEROLE", []string{db, other}, role, squatter, victim)
 	if err := cl.Exec(ctx, db, "GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO "+pgx.Identifier{role}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
@@ -200,4 +161,27 @@ func TestAttackInitComparesOwnersByName(t *testing.T) {
 	if _, err := v.MigrateTo(ctx, 1); err == nil || !strings.Contains(err.Error(), "owned by") {
 		t.Fatalf("init as %s over a schema made by %s: err = %v, want a refusal", victim, squatter, err)
 	}
+}
+
+// initRoles creates login roles (attrs as CREATE ROLE takes them) for a test of init, and when
+// the test ends removes them, what they own in each of dbs, and the schema deckhand there.
+func initRoles(t *testing.T, cl *pgcluster.Cluster, attrs string, dbs []string, roles ...string) {
+	t.Helper()
+	for _, r := range roles {
+		if err := pgtest.CreateLoginRole(ctx, cl, r, attrs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		bg := context.Background()
+		for _, d := range dbs {
+			cl.Exec(bg, d, "DROP SCHEMA IF EXISTS deckhand CASCADE") //nolint:errcheck
+		}
+		for _, r := range roles {
+			for _, d := range dbs {
+				cl.Exec(bg, d, "DROP OWNED BY "+pgx.Identifier{r}.Sanitize()) //nolint:errcheck
+			}
+			cl.Exec(bg, "postgres", "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize()) //nolint:errcheck
+		}
+	})
 }
