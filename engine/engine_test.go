@@ -232,7 +232,7 @@ func TestCancelRunningTask(t *testing.T) {
 	node := e.Pool(db)
 	backends := func() int {
 		var n int
-		if err := node.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(600)%'`).Scan(&n); err != nil {
+		if err := node.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(600)%'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

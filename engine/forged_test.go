@@ -23,7 +23,7 @@ func TestForgedOrphanIsNotTerminated(t *testing.T) {
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "long", Node: "n1", MaxAttempts: 3, SQL: `SELECT pg_sleep(600)`}}})
 	var pid int32
 	testenv.Eventually(t, 20*time.Second, func() bool {
-		err := e.Pool(db).QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'deckhand task %' AND query LIKE '%pg_sleep(600)%'`).Scan(&pid)
+		err := e.Pool(db).QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'deckhand task %' AND query LIKE '%pg_sleep(600)%'`).Scan(&pid)
 		return err == nil
 	}, "the first attempt runs on the node")
 	t.Cleanup(func() { e.Exec("postgres", `SELECT pg_terminate_backend($1)`, pid) })

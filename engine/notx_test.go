@@ -54,7 +54,7 @@ func TestReleasedAttemptWithoutATransactionSaysItsEffectIsUnknown(t *testing.T) 
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		var n int
-		err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND state = 'active' AND pid <> pg_backend_pid()`).Scan(&n)
+		err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%pg_sleep(60)%' AND state = 'active' AND pid <> pg_backend_pid()`).Scan(&n)
 		return err == nil && n == 2
 	}, "both tasks sleep on their node")
 	for inTx, id := range ids {

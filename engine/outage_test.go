@@ -146,11 +146,9 @@ func TestCatalogRestartMidRun(t *testing.T) {
 	waitersListen := func(what string) {
 		t.Helper()
 		testenv.Eventually(t, 20*time.Second, func() bool {
-			pool := e.Pool(e.DB)
-			defer pool.Close()
 			var listening int
-			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE application_name = 'waiter' AND query LIKE 'LISTEN %'`).Scan(&listening)
+			err := e.Pool(e.DB).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND application_name = 'waiter' AND query LIKE 'LISTEN %'`).Scan(&listening)
 			return err == nil && listening == 2
 		}, what)
 	}

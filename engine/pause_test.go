@@ -92,7 +92,7 @@ func TestPauseNowReleasesRunningTasksUncharged(t *testing.T) {
 	id := submit(t, e, &spec.Job{Tasks: []spec.Task{{Name: "slow", Node: "n1", SQL: sleepsFirstTime, MaxAttempts: 1}}})
 	sleeping := func() bool {
 		var n int
-		err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(CASE%' AND pid <> pg_backend_pid()`).Scan(&n)
+		err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query LIKE '%pg_sleep(CASE%' AND pid <> pg_backend_pid()`).Scan(&n)
 		return err == nil && n > 0
 	}
 	testenv.Eventually(t, 10*time.Second, sleeping, "the task sleeps on its node")

@@ -92,7 +92,7 @@ func TestTrojansInLeaderTerminate(t *testing.T) {
 		SQL: `SELECT pg_sleep(600) WHERE NOT EXISTS (SELECT FROM public.rerun)`}}})
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		var n int
-		e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'deckhand task %' AND query LIKE '%pg_sleep%'`).Scan(&n) //nolint:errcheck
+		e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'deckhand task %' AND query LIKE '%pg_sleep%'`).Scan(&n) //nolint:errcheck
 		return n == 1
 	}, "the first attempt runs on the node")
 	testenv.PlantTrojans(t, e.Cluster, db, app)
@@ -111,7 +111,7 @@ func TestTrojansInLeaderTerminate(t *testing.T) {
 	}
 	testenv.NoTrojanRan(t, e.Cluster, db, app)
 	var left int
-	e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid()`).Scan(&left) //nolint:errcheck
+	e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid()`).Scan(&left) //nolint:errcheck
 	if left != 0 {
 		t.Errorf("the orphaned backend was not terminated")
 	}

@@ -43,7 +43,9 @@ func TestAttackForcedExportReplacesAnotherSubmittersExport(t *testing.T) {
 		t.Fatalf("alice's forced export over her own: %v", err)
 	}
 	waitJob(t, e, again.JobID, deckhandtype.JobFinished)
-	if _, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: dest, Force: true}); err != nil {
-		t.Errorf("an admin's forced export: %v", err)
+	admins, err := export.Start(ctx, e.Client, export.Request{Table: "facts", Group: "n1", To: dest, Force: true})
+	if err != nil {
+		t.Fatalf("an admin's forced export: %v", err)
 	}
+	waitJob(t, e, admins.JobID, deckhandtype.JobFinished)
 }

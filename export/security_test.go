@@ -613,7 +613,7 @@ func TestExportCoordinatorsAreBoundedPerNode(t *testing.T) {
 		t.Errorf("%d coordinators run on node n1, whose max_tasks is 4", n)
 	}
 	var sessions int
-	if err := nodePool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'deckhand task %'`).Scan(&sessions); err != nil {
+	if err := nodePool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'deckhand task %'`).Scan(&sessions); err != nil {
 		t.Fatal(err)
 	}
 	if sessions > 4 {

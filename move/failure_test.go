@@ -3,6 +3,7 @@ package move_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,50 @@ import (
 // changes something.
 var failureSteps = []string{move.StepStructure, move.StepSlot, move.StepCopy, move.StepIndexes,
 	move.StepCatchUp, move.StepCutOver, move.StepSwitch}
+
+// failureModes are the failures TestMoveFailureAtEachStep injects: the first two are retried
+// (the move goes on), the last is not (the move is cleaned up).
+var failureModes = []string{"error-retried", "connections-dropped", "permanent-error"}
+
+// fullMatrix tells the two step tests below to inject every failure after every step (35
+// moves; DECKHAND_FULL_MATRIX=1, see docs/testing.md). Otherwise each injects one failure
+// after each step, as quickFailure and quickKill say, so that every step is followed once by
+// a move that goes on and once by one that does not, each mode of failure is injected at two
+// steps or more, and the kills cover a restart and both resumed steps.
+func fullMatrix() bool { return os.Getenv("DECKHAND_FULL_MATRIX") != "" }
+
+var (
+	quickFailure = map[string]string{move.StepStructure: "permanent-error", move.StepSlot: "error-retried",
+		move.StepCopy: "connections-dropped", move.StepIndexes: "permanent-error", move.StepCatchUp: "permanent-error",
+		move.StepCutOver: "error-retried", move.StepSwitch: "connections-dropped"}
+	// quickKill is the attempts the killed worker's move has: 3 goes on, 1 leaves it failed.
+	quickKill = map[string]int{move.StepStructure: 3, move.StepSlot: 1, move.StepCopy: 1, move.StepIndexes: 3,
+		move.StepCatchUp: 3, move.StepCutOver: 1, move.StepSwitch: 1}
+)
+
+// modesAt are the failure modes injected after step.
+func modesAt(step string) []string {
+	if fullMatrix() {
+		return failureModes
+	}
+	mode, ok := quickFailure[step]
+	if !ok {
+		panic("no failure chosen for step " + step)
+	}
+	return []string{mode}
+}
+
+// attemptsAfterKill are the attempts of the move whose worker is killed after step.
+func attemptsAfterKill(step string) []int {
+	if fullMatrix() {
+		return []int{3, 1}
+	}
+	attempts, ok := quickKill[step]
+	if !ok {
+		panic("no attempts chosen for step " + step)
+	}
+	return []int{attempts}
+}
 
 // failureEnv is a move env holding appSchema, with the state of both nodes before any move.
 type failureEnv struct {
@@ -94,7 +139,7 @@ func (e *failureEnv) moved(id int64) {
 // both nodes exactly as before (after the switch, the move is complete whatever follows).
 func TestMoveFailureAtEachStep(t *testing.T) {
 	for _, step := range failureSteps {
-		for _, mode := range []string{"error-retried", "connections-dropped", "permanent-error"} {
+		for _, mode := range modesAt(step) {
 			t.Run(step+"/"+mode, func(t *testing.T) {
 				t.Parallel()
 				e := newFailureEnv(t)
@@ -159,7 +204,7 @@ func TestMoveFailureAtEachStep(t *testing.T) {
 func TestMoveWorkerKilledAtEachStep(t *testing.T) {
 	bin := testenv.FaultBinary(t)
 	for _, step := range failureSteps {
-		for _, attempts := range []int{3, 1} {
+		for _, attempts := range attemptsAfterKill(step) {
 			t.Run(fmt.Sprintf("%s/attempts=%d", step, attempts), func(t *testing.T) {
 				t.Parallel()
 				e := newFailureEnv(t)

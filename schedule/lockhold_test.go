@@ -42,7 +42,7 @@ func TestAttackHeldScheduleLockStarvesNoOtherSchedule(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		var n int
 		err := e.Client.Catalog().Pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity
-			WHERE query LIKE '%schedule_resume(''m'')%' AND wait_event = 'PgSleep'`).Scan(&n)
+			WHERE datname = current_database() AND query LIKE '%schedule_resume(''m'')%' AND wait_event = 'PgSleep'`).Scan(&n)
 		return err == nil && n == 1
 	}, "mallory holds her schedule's row")
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Superuser is the role initdb creates; every cluster trusts it from localhost.
@@ -65,6 +66,9 @@ type Cluster struct {
 	proc    *process // nil when not running
 	removed bool
 	stopErr error
+
+	adminMu sync.Mutex
+	admin   *pgxpool.Pool // see adminExec
 }
 
 type process struct {

@@ -68,12 +68,18 @@ func (c *Cluster) Exec(ctx context.Context, dbname, sql string, args ...any) err
 
 // CreateDatabase creates database name, owned by the superuser.
 func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
-	return c.Exec(ctx, "postgres", "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return c.adminExec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+}
+
+// CreateDatabaseFrom creates database name as a copy of database template, which no session
+// may be connected to.
+func (c *Cluster) CreateDatabaseFrom(ctx context.Context, name, template string) error {
+	return c.adminExec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize())
 }
 
 // DropDatabase drops name if it exists, disconnecting its sessions.
 func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
-	return c.Exec(ctx, "postgres", "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	return c.adminExec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 }
 
 // CreateRole creates role name. attrs is spliced into the statement unquoted (e.g. "LOGIN",
@@ -83,7 +89,7 @@ func (c *Cluster) CreateRole(ctx context.Context, name string, attrs string) err
 	if attrs = strings.TrimSpace(attrs); attrs != "" {
 		sql += " WITH " + attrs
 	}
-	return c.Exec(ctx, "postgres", sql)
+	return c.adminExec(ctx, sql)
 }
 
 func (c *Cluster) queryLSN(ctx context.Context, conn *pgx.Conn, expr string) (deckhandtype.LSN, error) {

@@ -32,6 +32,7 @@ func (c *Cluster) Stop() error {
 }
 
 func (c *Cluster) shutdownLocked() error {
+	c.closeAdmin()
 	p := c.proc
 	if p == nil {
 		return nil
@@ -73,6 +74,7 @@ func (c *Cluster) Kill() {
 }
 
 func (c *Cluster) killLocked() {
+	c.closeAdmin()
 	p := c.proc
 	if p == nil {
 		return

@@ -90,11 +90,18 @@ func Shared(t testing.TB) *pgcluster.Cluster {
 // the test ends. The name is derived from the test's name, for reading server logs.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return NewDatabaseFrom(t, "template1")
+}
+
+// NewDatabaseFrom is NewDatabase with the database a copy of database template of the shared
+// cluster, which no session may be connected to.
+func NewDatabaseFrom(t testing.TB, template string) string {
+	t.Helper()
 	c := Shared(t)
 	name := databaseName(t.Name(), dbSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := c.CreateDatabase(ctx, name); err != nil {
+	if err := c.CreateDatabaseFrom(ctx, name, template); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

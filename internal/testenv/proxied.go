@@ -45,7 +45,7 @@ func (e *Proxied) Node(name string) string {
 // NodeExec runs SQL as the superuser in database db of the node cluster.
 func (e *Proxied) NodeExec(db, sql string, args ...any) {
 	e.T.Helper()
-	mustExec(e.T, e.NodeCluster, db, sql, args...)
+	e.execOn(e.NodeCluster, db, sql, args...)
 }
 
 // NodeConn connects to database db of the node cluster as user, until the test ends.

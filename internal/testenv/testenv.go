@@ -40,12 +40,57 @@ type Env struct {
 	Client         *engine.Client
 	// Features are the feature packages the env's clients submit to and its workers run.
 	Features []engine.Feature
+
+	// pools are the superuser's pools the test used, by cluster and database, closed when it
+	// ends: a connection costs the server tens of milliseconds of CPU, and tests poll.
+	poolsMu sync.Mutex
+	pools   map[poolKey]*pgxpool.Pool
+}
+
+type poolKey struct {
+	cluster *pgcluster.Cluster
+	db      string
 }
 
 // New creates a catalog database, migrates it and opens a client on it that knows features.
 func New(t testing.TB, features ...engine.Feature) *Env {
 	t.Helper()
-	return newEnv(t, pgtest.Shared(t), pgtest.NewDatabase(t), features)
+	return newEnv(t, pgtest.Shared(t), pgtest.NewDatabaseFrom(t, catalogTemplate(t)), features)
+}
+
+// catalogTemplateDB is a migrated catalog on the shared cluster, made once per test binary and
+// never connected to again: New copies it, which costs a fraction of running every migration
+// for each test (the tests of init itself migrate databases of their own).
+var catalogTemplateDB struct {
+	once sync.Once
+	name string
+	err  error
+}
+
+func catalogTemplate(t testing.TB) string {
+	t.Helper()
+	catalogTemplateDB.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c := pgtest.Shared(t)
+		name := fmt.Sprintf("catalog_template_%d", os.Getpid())
+		catalogTemplateDB.err = c.CreateDatabase(ctx, name)
+		if catalogTemplateDB.err != nil {
+			return
+		}
+		cat, err := catalog.Open(ctx, c.DSN(name, pgcluster.Superuser))
+		if err != nil {
+			catalogTemplateDB.err = err
+			return
+		}
+		_, catalogTemplateDB.err = cat.Migrate(ctx)
+		cat.Close()
+		catalogTemplateDB.name = name
+	})
+	if catalogTemplateDB.err != nil {
+		t.Fatalf("testenv: making the catalog template: %v", catalogTemplateDB.err)
+	}
+	return catalogTemplateDB.name
 }
 
 // NewRestartable is New with the catalog in a cluster of the test's own, made with opts
@@ -65,6 +110,8 @@ func newEnv(t testing.TB, catalogCluster *pgcluster.Cluster, db string, features
 	t.Helper()
 	e := &Env{T: t, Cluster: pgtest.Shared(t), CatalogCluster: catalogCluster, DB: db,
 		DSN: catalogCluster.DSN(db, pgcluster.Superuser), Features: features}
+	// Migrating a copy of the template finds nothing to do; a restartable catalog is migrated
+	// here in full.
 	cat, err := catalog.Open(context.Background(), e.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +143,16 @@ func (e *Env) AddNode(name string, maxTasks int) string {
 // Exec runs SQL as the superuser in database db (the catalog's, or a node's).
 func (e *Env) Exec(db, sql string, args ...any) {
 	e.T.Helper()
-	mustExec(e.T, e.clusterOf(db), db, sql, args...)
+	e.execOn(e.clusterOf(db), db, sql, args...)
+}
+
+// execOn runs SQL as the superuser in database db of c, on the test's pool there, and fails
+// the test if it fails.
+func (e *Env) execOn(c *pgcluster.Cluster, db, sql string, args ...any) {
+	e.T.Helper()
+	if _, err := e.poolOn(c, db).Exec(context.Background(), sql, args...); err != nil {
+		e.T.Fatalf("%s: %v", sql, err)
+	}
 }
 
 // clusterOf is the cluster that holds database db.
@@ -107,22 +163,32 @@ func (e *Env) clusterOf(db string) *pgcluster.Cluster {
 	return e.Cluster
 }
 
-// mustExec runs SQL as the superuser in database db of c and fails the test if it fails.
-func mustExec(t testing.TB, c *pgcluster.Cluster, db, sql string, args ...any) {
-	t.Helper()
-	if err := c.Exec(context.Background(), db, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-// Pool opens a pool on database db as the superuser, closed at cleanup.
+// Pool is the test's pool on database db as the superuser (the same one on every call),
+// closed at cleanup.
 func (e *Env) Pool(db string) *pgxpool.Pool {
 	e.T.Helper()
-	p, err := pgxpool.New(context.Background(), e.clusterOf(db).DSN(db, "postgres"))
+	return e.poolOn(e.clusterOf(db), db)
+}
+
+// poolOn is the test's pool of superuser connections to database db of c, opened on first
+// use and closed when the test ends; callers must not close it.
+func (e *Env) poolOn(c *pgcluster.Cluster, db string) *pgxpool.Pool {
+	e.T.Helper()
+	e.poolsMu.Lock()
+	defer e.poolsMu.Unlock()
+	key := poolKey{c, db}
+	if p, ok := e.pools[key]; ok {
+		return p
+	}
+	p, err := pgxpool.New(context.Background(), c.DSN(db, pgcluster.Superuser))
 	if err != nil {
 		e.T.Fatal(err)
 	}
 	e.T.Cleanup(p.Close)
+	if e.pools == nil {
+		e.pools = map[poolKey]*pgxpool.Pool{}
+	}
+	e.pools[key] = p
 	return p
 }
 
