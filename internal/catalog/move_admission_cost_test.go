@@ -42,7 +42,7 @@ func TestAttackManyMoveTasksCostTheCatalogLittle(t *testing.T) {
 	if _, err := hostile.PauseJob(ctx, id, false); err != nil {
 		t.Fatal(err)
 	}
-	// The best of three, against a bound far above it (about 0.1 s here) and far below what a
+	// The best of three, against a bound far above it (tens of milliseconds here) and far below what a
 	// walk of the live tasks per object costs: a loaded machine stretches single runs.
 	best := time.Hour
 	for i := range 3 {
