@@ -11,7 +11,7 @@ import (
 // adminExec runs sql (one statement, no arguments) in database postgres as the superuser, on a
 // pool of the cluster's own: tests create and drop a database or two each, and a new session
 // costs the server tens of milliseconds of CPU on a small machine. The pool is opened on
-// first use and dropped whenever the server stops (closeAdminLocked), so a restarted server
+// first use and dropped whenever the server stops or is killed (closeAdmin), so a restarted server
 // gets fresh sessions; a session that died anyway (terminated by a test) is replaced once.
 func (c *Cluster) adminExec(ctx context.Context, sql string) error {
 	for try := 0; ; try++ {
