@@ -324,6 +324,14 @@ func build(t testing.TB, tags string) string {
 	if p, ok := binaries.paths[tags]; ok {
 		return p
 	}
+	// scripts/test builds both commands once for all the test packages it runs.
+	if dir := os.Getenv("DECKHAND_TEST_BIN"); dir != "" {
+		name := "deckhand"
+		if tags != "" {
+			name += "-" + tags
+		}
+		return filepath.Join(dir, name)
+	}
 	dir, err := os.MkdirTemp("", "deckhand-bin-")
 	if err != nil {
 		t.Fatal(err)
