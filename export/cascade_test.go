@@ -19,7 +19,7 @@ import (
 // there; the export fails or commits exactly the rows of the primary that holds the point.
 func TestExportReadsNothingOnAStandbyOfASecondPrimary(t *testing.T) {
 	// A standby is copied from a standby only with full_page_writes on.
-	g := newGroupWith(t, 1, pgcluster.Options{Durable: true})
+	g := newOwnGroup(t, 1, pgcluster.Options{Durable: true})
 	// c1 streams from s1, which streams from p1; s1 leaves the group, c1 joins it.
 	cascade := pgtest.NewStandby(t, g.standby, pgcluster.Options{Durable: true})
 	if err := g.env.Client.RemoveNode(ctx, "s1"); err != nil {

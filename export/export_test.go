@@ -26,46 +26,6 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var ctx = context.Background()
 
-// group is a primary with one streaming standby, registered as node group g1.
-type group struct {
-	env              *testenv.Env
-	primary, standby *pgcluster.Cluster
-	db               string
-}
-
-func newGroup(t *testing.T, maxTasks int) *group {
-	t.Helper()
-	return newGroupWith(t, maxTasks, pgcluster.Options{})
-}
-
-// newGroupWith is newGroup with the primary (and its standby) made with opts.
-func newGroupWith(t *testing.T, maxTasks int, opts pgcluster.Options) *group {
-	t.Helper()
-	e := testenv.New(t, export.Feature())
-	primary := pgtest.New(t, opts)
-	const db = "shop"
-	if err := primary.CreateDatabase(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	if err := primary.Exec(ctx, db, `
-		CREATE TABLE events (id bigint NOT NULL, at timestamptz NOT NULL, kind int, note text, doc jsonb, amount numeric(12,2))
-			PARTITION BY RANGE (at);
-		CREATE TABLE events_2024 PARTITION OF events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
-		CREATE TABLE events_2025 PARTITION OF events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
-		INSERT INTO events SELECT g, '2024-01-01'::timestamptz + g * interval '1 minute', g % 7,
-			CASE WHEN g % 5 = 0 THEN NULL ELSE 'note ' || g END, jsonb_build_object('g', g), g / 100.0
-		FROM generate_series(1, 60000) g;`); err != nil {
-		t.Fatal(err)
-	}
-	standby := pgtest.NewStandby(t, primary, opts)
-	for name, cl := range map[string]*pgcluster.Cluster{"p1": primary, "s1": standby} {
-		if err := e.Client.AddNode(ctx, deckhandtype.Node{Name: name, DSN: cl.DSN(db, pgcluster.Superuser), Group: "g1", MaxTasks: maxTasks}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &group{env: e, primary: primary, standby: standby, db: db}
-}
-
 func readManifest(t *testing.T, dir string) export.Manifest {
 	t.Helper()
 	body, err := os.ReadFile(filepath.Join(dir, export.ManifestKey))
@@ -279,17 +239,14 @@ func TestExportRefusals(t *testing.T) {
 	g.env.Worker(engine.Config{Concurrency: 4})
 	if err := g.primary.Exec(ctx, g.db, `
 		CREATE TABLE shapes (id int, p point);
-		INSERT INTO shapes VALUES (1, '(1,2)');
-		CREATE ROLE reader LOGIN;
-		CREATE ROLE looker LOGIN;
-		GRANT SELECT ON events_2024 TO looker;`); err != nil {
+		INSERT INTO shapes VALUES (1, '(1,2)');`); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		g.primary.Exec(ctx, "postgres", `DROP DATABASE IF EXISTS shop WITH (FORCE)`)
-		g.primary.Exec(ctx, "postgres", `DROP ROLE IF EXISTS reader`)
-		g.primary.Exec(ctx, "postgres", `DROP ROLE IF EXISTS looker`)
-	}) //nolint:errcheck
+	g.role(t, "reader")
+	g.role(t, "looker")
+	if err := g.primary.Exec(ctx, g.db, `GRANT SELECT ON events_2024 TO looker`); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	for _, c := range []struct {
 		req  export.Request
@@ -405,6 +362,7 @@ func TestExportWaitsForLaggingStandby(t *testing.T) {
 	if err := g.standby.PauseReplay(ctx); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = g.standby.ResumeReplay(ctx) }) // the standby is shared
 	// A write after the pause puts the standby behind any point taken from now on.
 	if err := g.primary.Exec(ctx, g.db, `INSERT INTO events_2025 VALUES (1, '2025-02-01', 1, 'x', '{}', 1)`); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
 	"github.com/deckhandhq/deckhand/export"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
 	"github.com/deckhandhq/deckhand/internal/testenv"
 )
 
@@ -69,7 +70,7 @@ func finishedOn(t *testing.T, g *group, e *deckhandtype.Export, node string) {
 // that answers, rather than being refused as a group of two primaries, and no part is dealt
 // to the old primary.
 func TestExportAfterGroupFailover(t *testing.T) {
-	g := newGroup(t, 2)
+	g := newOwnGroup(t, 2, pgcluster.Options{})
 	g.env.Worker(engine.Config{Concurrency: 4, MaintenanceInterval: 50 * time.Millisecond})
 	failOver(t, g)
 	e, err := export.Start(ctx, g.env.Client, export.Request{
@@ -85,7 +86,7 @@ func TestExportAfterGroupFailover(t *testing.T) {
 // between two of its coordinator's attempts) moves its coordinator to the new primary and
 // commits there, rather than failing every attempt on the old primary.
 func TestExportCoordinatorFollowsTheNewPrimary(t *testing.T) {
-	g := newGroup(t, 1)
+	g := newOwnGroup(t, 1, pgcluster.Options{})
 	g.env.Worker(engine.Config{Concurrency: 2, MaintenanceInterval: 50 * time.Millisecond})
 	e, dir := pausedAfterAPart(t, g, 0)
 	failOver(t, g)
@@ -100,7 +101,7 @@ func TestExportCoordinatorFollowsTheNewPrimary(t *testing.T) {
 // failover and before the export resumes: its coordinator, bound to the removed node, is
 // moved to the group's primary by the leader rather than failed as a task of a removed node.
 func TestExportCoordinatorOfARemovedPrimaryFollowsTheNewOne(t *testing.T) {
-	g := newGroup(t, 1)
+	g := newOwnGroup(t, 1, pgcluster.Options{})
 	g.env.Worker(engine.Config{Concurrency: 2, MaintenanceInterval: 50 * time.Millisecond})
 	e, dir := pausedAfterAPart(t, g, 0)
 	failOver(t, g)
@@ -120,7 +121,7 @@ func TestExportCoordinatorOfARemovedPrimaryFollowsTheNewOne(t *testing.T) {
 // without them — it fails, saying the group has two primaries, or commits every row read on
 // the primary that holds the point.
 func TestExportReadsNothingOnASecondPrimary(t *testing.T) {
-	g := newGroup(t, 1)
+	g := newOwnGroup(t, 1, pgcluster.Options{})
 	g.env.Worker(engine.Config{Concurrency: 2, MaintenanceInterval: 50 * time.Millisecond})
 	e, dir := pausedAfterAPart(t, g, 1)
 	if err := g.standby.Exec(ctx, "postgres", `SELECT pg_promote()`); err != nil {

@@ -300,8 +300,9 @@ func TestExportSecretsAreRefusedAndNeverStored(t *testing.T) {
 // owner) is refused on the node by the coordinator and by the parts, and nothing is written.
 func TestExportForgedRowsAreRefusedOnTheNode(t *testing.T) {
 	g := newGroup(t, 1)
-	if err := g.primary.Exec(ctx, g.db, `CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN;
-		GRANT SELECT, UPDATE ON events, events_2024 TO bob`); err != nil {
+	g.role(t, "alice")
+	g.role(t, "bob")
+	if err := g.primary.Exec(ctx, g.db, `GRANT SELECT, UPDATE ON events, events_2024 TO bob`); err != nil {
 		t.Fatal(err)
 	}
 	// Simulate tampering by someone who can write the catalog's tables: pretend alice, who is
