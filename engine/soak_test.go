@@ -28,7 +28,7 @@ type soakPlan struct {
 
 var (
 	// soakShort runs in the normal suite, in about 20 s.
-	soakShort = soakPlan{name: "short", tasks: 500, sleep: "0.3", catalogRestarts: 1, timeout: 3 * time.Minute}
+	soakShort = soakPlan{name: "short", tasks: 300, sleep: "0.3", catalogRestarts: 1, timeout: 3 * time.Minute}
 	// soakLong runs with DECKHAND_SOAK=1 (see docs/testing.md).
 	soakLong = soakPlan{name: "long", tasks: 20000, sleep: "0.1", catalogRestarts: 5, crash: true, timeout: 40 * time.Minute}
 )
