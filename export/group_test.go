@@ -65,6 +65,11 @@ func newGroup(t *testing.T, maxTasks int) *group {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			// As pgtest does for a test's own servers: the log is the clue to what they saw.
+			t.Logf("shared primary's log (tail):\n%s", primary.LogTail(40))
+			t.Logf("shared standby's log (tail):\n%s", standby.LogTail(40))
+		}
 		if err := primary.DropDatabase(ctx, db); err != nil {
 			t.Errorf("dropping database %s: %v", db, err)
 		}
