@@ -59,6 +59,9 @@ func newBrowser(t *testing.T, width, height int) *browser {
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-quic", true),
 		chromedp.NoFirstRun, chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
 		chromedp.Flag("hide-scrollbars", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(width, height),
+		// Chromium leaves a directory for its singleton socket in TMPDIR; one of the test's own
+		// is removed with the test.
+		chromedp.Env("TMPDIR=" + t.TempDir()),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)

@@ -420,6 +420,13 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 	for old := 1; old < epoch; old++ {
 		deletePrefix(ctx, bucket, fmt.Sprintf("export-%d/epoch-%d/", e.ID, old))
 	}
+	// Nor is what a writer that died left beside the parts (a killed worker's temporary file):
+	// the committed epoch's directory is left holding the manifest's files alone.
+	named := make(map[string]bool, len(m.Files))
+	for _, f := range m.Files {
+		named[f.Key] = true
+	}
+	deleteUnnamed(ctx, bucket, fmt.Sprintf("export-%d/epoch-%d/", e.ID, epoch), named)
 	return nil
 }
 
@@ -437,12 +444,19 @@ func endSession(ctx context.Context, conn *pgx.Conn) {
 }
 
 func deletePrefix(ctx context.Context, bucket *blob.Bucket, prefix string) {
+	deleteUnnamed(ctx, bucket, prefix, nil)
+}
+
+// deleteUnnamed removes the objects under prefix that keep does not name (best effort).
+func deleteUnnamed(ctx context.Context, bucket *blob.Bucket, prefix string, keep map[string]bool) {
 	it := bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		obj, err := it.Next(ctx)
 		if err != nil {
 			return
 		}
-		bucket.Delete(ctx, obj.Key) //nolint:errcheck
+		if !keep[obj.Key] {
+			bucket.Delete(ctx, obj.Key) //nolint:errcheck
+		}
 	}
 }

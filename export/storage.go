@@ -34,7 +34,10 @@ func openDestination(ctx context.Context, destination string, create bool) (*blo
 	if u.Scheme == "file" {
 		// No ".attrs" sidecar files beside the Parquet files: a reader given the directory
 		// would take them for data. Nothing reads the attributes they would keep.
-		return fileblob.OpenBucket(u.Path, &fileblob.Options{CreateDir: create, Metadata: fileblob.MetadataDontWrite})
+		// A file is written as a temporary file beside where it goes and renamed there: one
+		// made in the worker's TMPDIR could not be renamed onto a destination on another file
+		// system (an archive disk, an NFS mount: "invalid cross-device link").
+		return fileblob.OpenBucket(u.Path, &fileblob.Options{CreateDir: create, Metadata: fileblob.MetadataDontWrite, NoTempDir: true})
 	}
 	prefix := strings.TrimPrefix(u.Path, "/")
 	bucketURL := *u
