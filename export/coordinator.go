@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -427,6 +428,11 @@ func (c Coordinator) commit(ctx context.Context, conn *pgx.Conn, t *deckhandtype
 		named[f.Key] = true
 	}
 	deleteUnnamed(ctx, bucket, fmt.Sprintf("export-%d/epoch-%d/", e.ID, epoch), named)
+	// Nor a temporary manifest that a coordinator killed while writing it left at the root
+	// (_manifest.json.<hex>.tmp, file:// only). This export's own is renamed into place by now;
+	// a forced export writing its manifest there at this very moment would have its write
+	// fail, and write it again at its next attempt.
+	deleteObjects(ctx, bucket, ManifestKey+".", func(key string) bool { return strings.HasSuffix(key, ".tmp") })
 	return nil
 }
 
@@ -449,13 +455,18 @@ func deletePrefix(ctx context.Context, bucket *blob.Bucket, prefix string) {
 
 // deleteUnnamed removes the objects under prefix that keep does not name (best effort).
 func deleteUnnamed(ctx context.Context, bucket *blob.Bucket, prefix string, keep map[string]bool) {
+	deleteObjects(ctx, bucket, prefix, func(key string) bool { return !keep[key] })
+}
+
+// deleteObjects removes the objects under prefix whose key doomed accepts (best effort).
+func deleteObjects(ctx context.Context, bucket *blob.Bucket, prefix string, doomed func(key string) bool) {
 	it := bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		obj, err := it.Next(ctx)
 		if err != nil {
 			return
 		}
-		if !keep[obj.Key] {
+		if doomed(obj.Key) {
 			bucket.Delete(ctx, obj.Key) //nolint:errcheck
 		}
 	}

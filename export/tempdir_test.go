@@ -16,7 +16,8 @@ import (
 // disk, an NFS mount), where a temporary file made in TMPDIR cannot be renamed into place
 // ("invalid cross-device link"). Files are written beside where they go and renamed there, so
 // the export works with a TMPDIR where nothing can be created at all. What a writer that died
-// left beside the parts (a killed worker's temporary file) is removed at the commit.
+// left beside the parts or the manifest (a killed worker's temporary file) is removed at the
+// commit.
 func TestExportDoesNotUseTheWorkersTempDir(t *testing.T) {
 	g := newGroup(t, 2)
 	dir := t.TempDir()
@@ -26,6 +27,10 @@ func TestExportDoesNotUseTheWorkersTempDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(stray, []byte("half a part"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// And at the root, a manifest whose writer was killed before renaming it into place.
+	if err := os.WriteFile(filepath.Join(dir, "_manifest.json.18ed5774cbe37c0b.tmp"), []byte(`{"export_id": 1`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "absent"))
