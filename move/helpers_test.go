@@ -122,12 +122,10 @@ func (e *moveEnv) schemaMoves(maxAttempts int, schemas ...string) []spec.Task {
 // checksums returns, per table, an md5 of its rows in primary key order.
 func (e *moveEnv) checksums(db string, tables ...string) map[string]string {
 	e.T.Helper()
-	conn := e.NodeConn(db, pgcluster.Superuser)
-	defer conn.Close(ctx)
 	out := map[string]string{}
 	for _, t := range tables {
 		var sum string
-		err := conn.QueryRow(ctx, `SELECT coalesce(md5(string_agg(r::text, '|' ORDER BY r::text)), 'empty') FROM `+t+` r`).Scan(&sum)
+		err := e.NodePool(db).QueryRow(ctx, `SELECT coalesce(md5(string_agg(r::text, '|' ORDER BY r::text)), 'empty') FROM `+t+` r`).Scan(&sum)
 		if err != nil {
 			e.T.Fatalf("checksum of %s on %s: %v", t, db, err)
 		}
@@ -139,10 +137,8 @@ func (e *moveEnv) checksums(db string, tables ...string) map[string]string {
 // schemaExists reports whether database db has schema s.
 func (e *moveEnv) schemaExists(db, s string) bool {
 	e.T.Helper()
-	conn := e.NodeConn(db, pgcluster.Superuser)
-	defer conn.Close(ctx)
 	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s).Scan(&ok); err != nil {
+	if err := e.NodePool(db).QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s).Scan(&ok); err != nil {
 		e.T.Fatal(err)
 	}
 	return ok

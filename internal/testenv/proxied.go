@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/engine"
@@ -54,15 +55,14 @@ func (e *Proxied) NodeConn(db, user string) *pgx.Conn {
 	return pgtest.Connect(e.T, e.NodeCluster.DSN(db, user))
 }
 
-// connect opens a connection to database db of the node cluster as the superuser, for the
-// caller to close: helpers that a test calls many times must not hold a connection each.
-func (e *Proxied) connect(db string) *pgx.Conn {
+// NodePool is the test's pool of superuser connections to database db of the node cluster
+// (the same one on every call), closed at cleanup. Helpers that tests call many times, and
+// poll with, take a connection from it: a new session costs the server tens of milliseconds
+// of CPU, so polling with one every few milliseconds would keep a small machine's cores busy
+// opening sessions while the operation waited on is starved.
+func (e *Proxied) NodePool(db string) *pgxpool.Pool {
 	e.T.Helper()
-	conn, err := e.NodeCluster.Connect(context.Background(), db)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	return conn
+	return e.poolOn(e.NodeCluster, db)
 }
 
 // TableExists reports whether table (resolved on the default search_path) is in database db
@@ -70,10 +70,8 @@ func (e *Proxied) connect(db string) *pgx.Conn {
 func (e *Proxied) TableExists(db, table string) bool {
 	e.T.Helper()
 	ctx := context.Background()
-	conn := e.connect(db)
-	defer conn.Close(ctx)
 	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil {
+	if err := e.NodePool(db).QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil {
 		e.T.Fatal(err)
 	}
 	return ok
@@ -85,8 +83,11 @@ func (e *Proxied) TableExists(db, table string) bool {
 func (e *Proxied) Snapshot(db string, tables ...string) []string {
 	e.T.Helper()
 	ctx := context.Background()
-	conn := e.connect(db)
-	defer conn.Close(ctx)
+	conn, err := e.NodePool(db).Acquire(ctx)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	defer conn.Release()
 	rows, _ := conn.Query(ctx, `
 		SELECT 'relation ' || n.nspname || '.' || c.relname || ' ' || c.relkind::text
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
