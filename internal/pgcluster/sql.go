@@ -52,9 +52,13 @@ func (c *Cluster) Connect(ctx context.Context, dbname string) (*pgx.Conn, error)
 	return conn, nil
 }
 
-// Exec runs sql in dbname as the superuser on a connection of its own. Without args the simple
-// protocol is used, so sql may hold several statements.
+// Exec runs sql in dbname as the superuser: in database postgres on the cluster's admin pool
+// (adminExec), elsewhere on a connection of its own. Without args the simple protocol is used,
+// so sql may hold several statements.
 func (c *Cluster) Exec(ctx context.Context, dbname, sql string, args ...any) error {
+	if dbname == "postgres" {
+		return c.adminExec(ctx, sql, args...)
+	}
 	conn, err := c.Connect(ctx, dbname)
 	if err != nil {
 		return err
