@@ -11,9 +11,10 @@ import (
 // adminExec runs sql in database postgres as the superuser, on a pool of the cluster's own:
 // tests create and drop a database or two each, and roles, and a new session costs the server
 // tens of milliseconds of CPU on a small machine. Without args the simple protocol is used, so
-// sql may hold several statements; it must leave the session as it found it (no SET). The pool is opened on
-// first use and dropped whenever the server stops or is killed (closeAdmin), so a restarted server
-// gets fresh sessions; a session that died anyway (terminated by a test) is replaced once.
+// sql may hold several statements; it must leave the session as it found it (no SET). The
+// pool is opened on first use and dropped whenever the server stops or is killed (closeAdmin),
+// so a restarted server gets fresh sessions; a session that died anyway (terminated by a test)
+// is replaced once.
 func (c *Cluster) adminExec(ctx context.Context, sql string, args ...any) error {
 	for try := 0; ; try++ {
 		p, err := c.adminPool(ctx)
