@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -30,13 +31,41 @@ func readManifest(t *testing.T, dir string) export.Manifest {
 	t.Helper()
 	body, err := os.ReadFile(filepath.Join(dir, export.ManifestKey))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v; the destination holds: %s", err, listing(dir))
 	}
 	var m export.Manifest
 	if err := json.Unmarshal(body, &m); err != nil {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// listing names what dir holds at its top and how many files are below each directory there,
+// for a failure to show what an export left.
+func listing(dir string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			names = append(names, e.Name())
+			continue
+		}
+		n := 0
+		filepath.WalkDir(filepath.Join(dir, e.Name()), func(_ string, d fs.DirEntry, err error) error { //nolint:errcheck
+			if err == nil && !d.IsDir() {
+				n++
+			}
+			return nil
+		})
+		names = append(names, fmt.Sprintf("%s/ (%d files)", e.Name(), n))
+	}
+	if len(names) == 0 {
+		return "nothing"
+	}
+	return strings.Join(names, ", ")
 }
 
 type eventRow struct {
@@ -435,6 +464,17 @@ func TestExportSurvivesKilledCoordinator(t *testing.T) {
 	}
 	victim.Cmd.Wait() //nolint:errcheck
 	waitState(t, g, e.JobID, deckhandtype.JobFinished)
+	if _, err := os.Stat(filepath.Join(dir, export.ManifestKey)); err != nil {
+		// What the catalog says of the export, for the failure below.
+		got, _ := g.env.Client.Export(ctx, e.ID)
+		var attempts []string
+		if d, err := g.env.Client.Job(ctx, e.JobID); err == nil {
+			for _, a := range d.Attempts {
+				attempts = append(attempts, fmt.Sprintf("%s#%d=%s", a.TaskName, a.Attempt, a.Outcome))
+			}
+		}
+		t.Logf("export %+v; attempts %v", got, attempts)
+	}
 	m := readManifest(t, dir)
 	wantRows, wantSum := sourceSums(t, g.primary, g.db, "events_2024")
 	rows, idSum, dups := readBack(t, dir, m)
