@@ -11,7 +11,7 @@ import (
 	"github.com/deckhandhq/deckhand/spec"
 )
 
-// While a CREATE INDEX on a few million rows runs (one process, 1 MB of maintenance_work_mem),
+// While a CREATE INDEX on a million rows runs (one process, 1 MB of maintenance_work_mem),
 // the task's progress — phase and done/total, read by its worker on the node — shows in the
 // job's detail (what `job show -o json` prints) and grows before the task finishes; once it
 // has finished, no progress is shown.
@@ -20,8 +20,8 @@ func TestRunningStatementProgress(t *testing.T) {
 	db := e.AddNode("n1", 4)
 	began := time.Now()
 	e.Exec(db, `CREATE TABLE big (id int, v text);
-		INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 3000000) g`)
-	t.Logf("3,000,000 rows written in %s", time.Since(began).Round(time.Millisecond))
+		INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 1000000) g`)
+	t.Logf("1,000,000 rows written in %s", time.Since(began).Round(time.Millisecond))
 	e.Worker(engine.Config{ProgressInterval: 100 * time.Millisecond})
 	id := submit(t, e, &spec.Job{
 		Settings: map[string]string{"maintenance_work_mem": "1MB", "max_parallel_maintenance_workers": "0"},

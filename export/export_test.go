@@ -328,7 +328,7 @@ func TestExportCancelRemovesFiles(t *testing.T) {
 	g := newGroup(t, 1)
 	g.env.Worker(engine.Config{Concurrency: 2})
 	dir := t.TempDir()
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func TestExportWaitsForLaggingStandby(t *testing.T) {
 	}
 	g.env.Worker(engine.Config{Concurrency: 4})
 	dir := t.TempDir()
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +436,7 @@ func TestExportSurvivesKilledCoordinator(t *testing.T) {
 	for _, name := range []string{"w1", "w2"} {
 		procs[name] = g.env.Serve("--lease", "1s", "--maintenance-interval", "100ms", "--concurrency", "2", "--name", name)
 	}
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 16 << 10})
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

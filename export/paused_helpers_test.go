@@ -14,14 +14,14 @@ import (
 // second primary) start an export of events_2024 in small parts, hold it half-way, and check
 // what it committed once resumed.
 
-// aPartWritten starts an export of events_2024 in parts of 16 KiB to a new directory
+// aPartWritten starts an export of events_2024 in parts of 64 KiB to a new directory
 // (maxAttempts: 0 for the default) and waits until one part is written. It returns the export
 // and the directory.
 func aPartWritten(t *testing.T, g *group, maxAttempts int) (*deckhandtype.Export, string) {
 	t.Helper()
 	dir := t.TempDir()
 	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1",
-		To: "file://" + dir, PartSize: 16 << 10, MaxAttempts: maxAttempts})
+		To: "file://" + dir, PartSize: 64 << 10, MaxAttempts: maxAttempts})
 	if err != nil {
 		t.Fatal(err)
 	}
