@@ -358,7 +358,7 @@ func TestExportIsConsistentUnderWrites(t *testing.T) {
 	g.env.Worker(engine.Config{Concurrency: 2})
 	wantRows, wantSum := sourceSums(t, g.primary, g.db, "events_2024")
 	dir := t.TempDir()
-	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 32 << 10})
+	e, err := export.Start(ctx, g.env.Client, export.Request{Table: "events", Partition: "events_2024", Group: "g1", To: "file://" + dir, PartSize: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
