@@ -55,7 +55,7 @@ func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch, *pgx
 	b := &pgx.Batch{}
 	var sessionUser string
 	var member bool
-	b.Queue(verifyOwnerSQL, o.Submitter).QueryRow(func(row pgx.Row) error { return row.Scan(&sessionUser, &member) })
+	b.Queue(acquireSQL, o.Submitter, unknownSeed()).QueryRow(func(row pgx.Row) error { return row.Scan(&sessionUser, &member, nil) })
 	if then != nil {
 		then(b, conn.Conn())
 	}
@@ -90,6 +90,13 @@ func connectError(o Owner, err error) error {
 // back to SafeSearchPath).
 const verifyOwnerSQL = `SELECT SESSION_USER,
 	pg_catalog.pg_has_role($1::pg_catalog.name, SESSION_USER, 'MEMBER'::pg_catalog.text)`
+
+// acquireSQL is verifyOwnerSQL for a pooled session, which also gives random() a seed nobody
+// knows before the session's new user runs anything: the last user may have chosen one
+// (setseed, which DISCARD ALL leaves as it is) to make the next one's random() predictable.
+// Seeding as the session is taken, in the check's own statement, costs the reset a statement
+// and a transaction of its own.
+const acquireSQL = verifyOwnerSQL + `, pg_catalog.setseed($2::pg_catalog.float8)`
 
 // VerifyOwner checks, on the node, that the session is logged in as o.Role and that
 // o.Submitter is a member of it; for sessions that are not pooled (a replication connection).

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,14 +14,13 @@ import (
 // A pooled session is put back to how it started before another attempt may use it, whatever
 // the last attempt left in it: settings (the search_path returns to its startup value,
 // SafeSearchPath), session authorization, cursors, listens, advisory locks, cached plans,
-// sequences' state, temporary tables, prepared statements (DISCARD ALL), and random()'s seed,
-// which the last attempt may have set (setseed) to make the next attempt's random()
-// predictable: a seed nobody knows replaces it.
+// sequences' state, temporary tables, prepared statements (DISCARD ALL). random()'s seed,
+// which DISCARD ALL leaves as it is, is replaced as the session is taken (acquireSQL).
 //
 // The pool resets a session after its release (resetSession), so no attempt waits for it. A
 // transactional SQL task resets its session in the round trip of its COMMIT instead
 // (CommitAndReset), which marks the session reset so that the pool does not do it again: one
-// round trip where there were three. A session whose reset fails is closed, never handed out.
+// round trip where there were two. A session whose reset fails is closed, never handed out.
 
 // resetTimeout bounds a reset; a session that cannot be reset in that time is closed.
 const resetTimeout = 10 * time.Second
@@ -66,15 +64,11 @@ func CommitAndReset(ctx context.Context, conn *pgx.Conn) error {
 	return commitErr
 }
 
-// queueReset queues DISCARD ALL and the new seed, each after a sync of its own: DISCARD ALL
-// must be the first statement of its transaction (PostgreSQL refuses it in a transaction
-// block or within a pipeline's implicit one), and its effects (UNLISTEN among them) are in
-// force when it returns.
+// queueReset queues DISCARD ALL after a sync of its own: it must be the first statement of its
+// transaction (PostgreSQL refuses it in a transaction block or within a pipeline's implicit
+// one), and its effects (UNLISTEN among them) are in force when it returns.
 func queueReset(p *pgconn.Pipeline) {
 	p.SendQueryParams("DISCARD ALL", nil, nil, nil, nil)
-	p.SendPipelineSync()
-	p.SendQueryParams("SELECT pg_catalog.setseed($1::pg_catalog.float8)",
-		[][]byte{[]byte(strconv.FormatFloat(unknownSeed(), 'g', -1, 64))}, nil, nil, nil)
 	p.SendPipelineSync()
 }
 
@@ -97,10 +91,7 @@ func finishReset(p *pgconn.Pipeline, flushed bool) error {
 	if !flushed {
 		err = p.Flush()
 	}
-	for range 2 {
-		if err != nil {
-			break
-		}
+	if err == nil {
 		err = readResult(p)
 		if _, syncErr := p.GetResults(); err == nil {
 			err = syncErr
