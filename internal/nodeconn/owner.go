@@ -94,7 +94,7 @@ const verifyOwnerSQL = `SELECT SESSION_USER,
 // acquireSQL is verifyOwnerSQL for a pooled session, which also gives random() a seed nobody
 // knows before the session's new user runs anything: the last user may have chosen one
 // (setseed, which DISCARD ALL leaves as it is) to make the next one's random() predictable.
-// Seeding as the session is taken, in the check's own statement, costs the reset a statement
+// Seeding here, in the check's own statement, spares the reset after each use a statement
 // and a transaction of its own.
 const acquireSQL = verifyOwnerSQL + `, pg_catalog.setseed($2::pg_catalog.float8)`
 
