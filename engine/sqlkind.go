@@ -20,10 +20,11 @@ import (
 // sqlExecutor runs a task's SQL text on its node, connected as its owner, with the job's
 // search_path and settings, in a transaction unless the task says otherwise.
 //
-// A transactional task takes three round trips to the node: the session's set-up with BEGIN,
-// the task's SQL followed by a statement that reads the transaction's id, and COMMIT with the
-// session's reset. Between the last two, when the transaction wrote anything (then it has an
-// id), the id is made durable in the catalog: should the worker die after the node committed
+// A transactional task takes two round trips to the node (nodeconn.TaskTransaction): the
+// owner's check, the session's set-up with BEGIN, the task's SQL and a statement that reads
+// the transaction's id in one query string; then COMMIT with the session's reset. Between the
+// two, when the transaction wrote anything (then it has an id), the id is made durable in the
+// catalog: should the worker die after the node committed
 // and before the result reached the catalog, whoever rescues the attempt asks the node whether
 // it committed instead of running it again — exactly once. A transaction that wrote nothing has
 // no id, and running it again changes nothing. A task run outside a transaction is at least
@@ -55,22 +56,27 @@ func (s sqlExecutor) Run(ctx context.Context, t *deckhandtype.ClaimedTask) error
 	if err != nil {
 		return err
 	}
-	conn, releaseSession, err := s.pools.TaskSession(ctx, o, t)
-	if err != nil {
-		return err
-	}
-	var released sync.Once
-	release := func() { released.Do(releaseSession) }
-	defer release()
 	// The simple protocol, which runs SQL of several statements.
 	if !t.InTransaction {
+		conn, release, err := s.pools.TaskSession(ctx, o, t)
+		if err != nil {
+			return err
+		}
+		defer release()
 		if _, err = readDiscarding(conn.PgConn().Exec(ctx, t.SQL)); err == nil {
 			afterNodeCommit(t)
 		}
 		return explainImplicitTransaction(err)
 	}
-	// A newline ends a trailing -- comment; the semicolon a statement left open.
-	results, err := readDiscarding(conn.PgConn().Exec(ctx, t.SQL+"\n;\n"+nodeconn.AttemptXactSQL(conn)))
+	// The SQL goes with the session's check and set-up, and is followed by the read of its
+	// transaction's id (nodeconn.AttemptXactSQL).
+	conn, releaseSession, results, err := s.pools.TaskTransaction(ctx, o, t, readDiscarding)
+	if conn == nil {
+		return err
+	}
+	var released sync.Once
+	release := func() { released.Do(releaseSession) }
+	defer release()
 	if err != nil {
 		return err
 	}

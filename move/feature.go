@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/deckhandhq/deckhand/engine"
+	"github.com/deckhandhq/deckhand/internal/nodeconn"
 )
 
 // Feature is the move feature, for engine.Open and engine.NewWorker.
@@ -28,8 +29,9 @@ func Feature() engine.Feature {
 	}}}
 }
 
-// literal quotes a string as an escape-string literal, whatever standard_conforming_strings says.
+// literal quotes a string as a literal for the move's sessions (nodeconn.QuoteLiteral), with
+// what no literal can carry replaced: a NUL dropped, bytes that are not UTF-8 as U+FFFD.
 func literal(s string) string {
-	s = strings.ReplaceAll(s, "\x00", "")
-	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+	q, _ := nodeconn.QuoteLiteral(strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD"))
+	return q
 }

@@ -33,6 +33,7 @@ func DedicatedSession(ctx context.Context, o Owner, t *deckhandtype.ClaimedTask)
 		return nil, taskerr.Permanent(errors.New("node conninfo cannot be made to connect as the task's owner"))
 	}
 	cfg.RuntimeParams["search_path"] = SafeSearchPath
+	cfg.RuntimeParams["client_encoding"] = "UTF8" // as pooled sessions', and for the same reason
 	cfg.RuntimeParams["application_name"] = ApplicationName(t.ID, t.Token)
 	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, CancelRequestDelay: 0, DeadlineDelay: 5 * time.Second}

@@ -41,6 +41,19 @@ func (p *Pools) OwnerConn(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
 // check (the session set-up of an attempt). They run whatever the check finds,
 // so they must do nothing that matters before the caller has seen its result: set up, not act.
 func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch, *pgx.Conn)) (*pgxpool.Conn, error) {
+	conn, err := p.take(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOwnerConn(ctx, conn, o, then); err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// take acquires a pooled session on the node connected as o.Role, not yet checked: only
+// acquire and TaskTransaction, which check it before anything else runs in it, call it.
+func (p *Pools) take(ctx context.Context, o Owner) (*pgxpool.Conn, error) {
 	if o.Role == "" || o.Submitter == "" {
 		return nil, taskerr.Permanent(fmt.Errorf("the task names no owner or no submitter on node %s: %w", o.Node, ErrRefused))
 	}
@@ -52,24 +65,35 @@ func (p *Pools) acquire(ctx context.Context, o Owner, then func(*pgx.Batch, *pgx
 	if err != nil {
 		return nil, connectError(o, err)
 	}
+	return conn, nil
+}
+
+// checkOwnerConn runs acquireSQL in conn, then what then queues, in one round trip. A session
+// that failed the check, or whose set-up failed, is closed and handed back.
+func checkOwnerConn(ctx context.Context, conn *pgxpool.Conn, o Owner, then func(*pgx.Batch, *pgx.Conn)) error {
 	b := &pgx.Batch{}
 	var sessionUser string
 	var member bool
-	b.Queue(acquireSQL, o.Submitter, unknownSeed()).QueryRow(func(row pgx.Row) error { return row.Scan(&sessionUser, &member, nil) })
+	b.Queue(acquireSQL, o.Submitter).QueryRow(func(row pgx.Row) error { return row.Scan(&sessionUser, &member, nil) })
 	if then != nil {
 		then(b, conn.Conn())
 	}
-	err = conn.SendBatch(ctx, b).Close()
+	err := conn.SendBatch(ctx, b).Close()
 	if err == nil {
 		err = checkOwner(o, sessionUser, member)
 	}
 	if err != nil {
 		// The set-up may have opened a transaction: never hand such a session back.
-		conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
-		conn.Release()
-		return nil, ownerError(o, err)
+		discard(ctx, conn)
+		return ownerError(o, err)
 	}
-	return conn, nil
+	return nil
+}
+
+// discard closes a pooled session and hands it back, for the pool to forget.
+func discard(ctx context.Context, conn *pgxpool.Conn) {
+	conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
+	conn.Release()
 }
 
 // connectError says why a session as o.Role could not be opened. A refused login cannot get
@@ -91,12 +115,18 @@ func connectError(o Owner, err error) error {
 const verifyOwnerSQL = `SELECT SESSION_USER,
 	pg_catalog.pg_has_role($1::pg_catalog.name, SESSION_USER, 'MEMBER'::pg_catalog.text)`
 
-// acquireSQL is verifyOwnerSQL for a pooled session, which also gives random() a seed nobody
-// knows before the session's new user runs anything: the last user may have chosen one
-// (setseed, which DISCARD ALL leaves as it is) to make the next one's random() predictable.
-// Seeding here, in the check's own statement, spares the reset after each use a statement
-// and a transaction of its own.
-const acquireSQL = verifyOwnerSQL + `, pg_catalog.setseed($2::pg_catalog.float8)`
+// acquireSQL is verifyOwnerSQL for a pooled session, which also gives random() a new seed
+// (seedSQL) before the session's new user runs anything. Seeding here, in the check's own
+// statement, spares the reset after each use a statement and a transaction of its own.
+const acquireSQL = verifyOwnerSQL + `, ` + seedSQL
+
+// seedSQL gives random() a seed nobody knows: the last user of a pooled session may have
+// chosen one (setseed, which DISCARD ALL leaves as it is) to make the next one's random()
+// predictable. The seed comes from the server's strong random source (gen_random_uuid), so
+// that it appears in no statement's text (pg_stat_activity shows that to others).
+const seedSQL = `pg_catalog.setseed(pg_catalog.float8div(pg_catalog.float8(pg_catalog.hashtextextended(
+		CAST(pg_catalog.gen_random_uuid() AS pg_catalog.text), 0::pg_catalog.int8)),
+		9223372036854775808::pg_catalog.float8))`
 
 // VerifyOwner checks, on the node, that the session is logged in as o.Role and that
 // o.Submitter is a member of it; for sessions that are not pooled (a replication connection).

@@ -2,8 +2,6 @@ package nodeconn
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"time"
 
@@ -117,13 +115,4 @@ func readResult(p *pgconn.Pipeline) error {
 func isServerError(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr)
-}
-
-// unknownSeed is a seed for setseed, in [-1, 1), from the system's secure random source.
-func unknownSeed() float64 {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on the systems Go supports
-	}
-	return float64(binary.BigEndian.Uint64(b[:])>>11)/(1<<52) - 1
 }

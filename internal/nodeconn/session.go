@@ -46,7 +46,16 @@ func (p *Pools) session(ctx context.Context, o Owner, t *deckhandtype.ClaimedTas
 	if err != nil {
 		return nil, nil, err
 	}
-	pooled, err := p.acquire(ctx, o, func(b *pgx.Batch, conn *pgx.Conn) {
+	pooled, err := p.acquire(ctx, o, s.queue(names, values))
+	if err != nil {
+		return nil, nil, err
+	}
+	return pooled.Conn(), func() { Release(ctx, pooled) }, nil
+}
+
+// queue returns what queues the set-up's statements, with the settings names and values.
+func (s sessionSetup) queue(names, values []string) func(*pgx.Batch, *pgx.Conn) {
+	return func(b *pgx.Batch, conn *pgx.Conn) {
 		if s.begin {
 			// A transaction that writes records its id with what identifies the server's
 			// history (see XactSQL); the session's first transaction reads it once for all.
@@ -54,11 +63,7 @@ func (p *Pools) session(ctx context.Context, o Owner, t *deckhandtype.ClaimedTas
 			b.Queue("BEGIN")
 		}
 		b.Queue(setConfigSQL(len(names), s.begin), setConfigArgs(names, values)...)
-	})
-	if err != nil {
-		return nil, nil, err
 	}
-	return pooled.Conn(), func() { Release(ctx, pooled) }, nil
 }
 
 // settings are the job's settings, then deckhand's own, in the order they are applied.
