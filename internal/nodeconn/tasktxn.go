@@ -64,7 +64,7 @@ func (p *Pools) TaskTransaction(ctx context.Context, o Owner, t *deckhandtype.Cl
 		return conn, release, results, err
 	}
 	results, err = read(conn.PgConn().Exec(ctx, prefix+t.SQL+"\n;\n"+AttemptXactSQL(conn)))
-	if err != nil {
+	if err != nil && !inTaskSQL(err, prefix) {
 		if failed := succeeded(results); failed < oneTripStatements {
 			err = setUpError(ctx, conn, o, failed, err)
 			discard(ctx, pooled)
@@ -118,6 +118,14 @@ func QuoteLiteral(s string) (string, bool) {
 	s = strings.ReplaceAll(s, `\`, `\\`)
 	s = strings.ReplaceAll(s, `'`, `''`)
 	return `E'` + s + `'`, true
+}
+
+// inTaskSQL reports whether err is one PostgreSQL found past prefix, in the task's SQL, as the
+// whole string was parsed (a syntax error): then nothing in the string ran, and the error is
+// the task's own. PostgreSQL places such errors by character, from 1.
+func inTaskSQL(err error, prefix string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && int(pgErr.Position) > utf8.RuneCountInString(prefix)
 }
 
 // succeeded counts the results that came before the first that failed.

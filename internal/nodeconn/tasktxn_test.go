@@ -2,6 +2,7 @@ package nodeconn_test
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -174,5 +175,41 @@ func TestTaskTransactionLiteralsIgnoreTheOwnersEncoding(t *testing.T) {
 	var n int
 	if err := admin.QueryRow(ctx, "SELECT count(*) FROM ran").Scan(&n); err != nil || n != 0 {
 		t.Errorf("the forged submitter's SQL ran %d times (%v); want never", n, err)
+	}
+}
+
+// A syntax error in a task's SQL, which PostgreSQL finds as it parses the whole query string
+// and so before the check runs, is the task's error, worded as the node wrote it, and the
+// session goes on serving tasks.
+func TestTaskTransactionSyntaxErrorIsTheTasks(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	c := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t)
+	pools := nodeconn.NewPools(1)
+	defer pools.Close()
+	o := nodeconn.Owner{Node: "n1", DSN: c.DSN(db, pgcluster.Superuser), Role: pgcluster.Superuser, Submitter: pgcluster.Superuser}
+	pids := map[uint32]bool{}
+	for i, sql := range []string{"SELECT 1", "SELEC 1", "SELECT 2"} {
+		task := &deckhandtype.ClaimedTask{ID: int64(i + 1), Token: 1, InTransaction: true, TimeoutMS: 10000, SQL: sql}
+		conn, release, _, err := pools.TaskTransaction(ctx, o, task, readAll)
+		var pgErr *pgconn.PgError
+		if sql == "SELEC 1" {
+			if conn == nil || !errors.As(err, &pgErr) || pgErr.Code != "42601" || strings.Contains(err.Error(), "owner") {
+				t.Fatalf("a syntax error in the task's SQL: session %v, %v; want the node's syntax error, with the session", conn != nil, err)
+			}
+			release()
+			continue
+		}
+		if err != nil {
+			t.Fatalf("task %q: %v", sql, err)
+		}
+		pids[conn.PgConn().PID()] = true
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		release()
+	}
+	if len(pids) != 1 {
+		t.Errorf("the tasks ran in %d sessions; want the one the syntax error left", len(pids))
 	}
 }
