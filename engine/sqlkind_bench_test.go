@@ -18,8 +18,8 @@ import (
 // BenchmarkSQLTaskNodeSide measures the node's half of a `SELECT 1` SQL task alone, with no
 // catalog: 16 sessions (a node's max_tasks in `deckhand bench`) run the SQL executor as a
 // worker does, with the owner's check, the set-up, the statement, the read of its transaction
-// id, and COMMIT with the session's reset. Beside it, "bare" runs `BEGIN; SELECT 1; COMMIT` in
-// the same three round trips on the same server: the floor for that shape of transaction.
+// id, and COMMIT with the session's reset (two round trips). Beside it, "bare" runs `BEGIN`,
+// `SELECT 1` and `COMMIT` in three round trips through a plain pgx pool on the same server.
 // The difference is what running as the owner in a clean session costs. Each reports tasks/s:
 //
 //	go test ./engine -run '^$' -bench SQLTaskNodeSide -benchtime 20000x
