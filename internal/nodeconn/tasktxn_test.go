@@ -18,6 +18,17 @@ import (
 	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
+// database makes a database of the test's own on the shared server, and a short suffix for the
+// names of its roles (which are the server's, and stop at 63 bytes).
+func database(t *testing.T) (context.Context, *pgcluster.Cluster, string, string) {
+	ctx := pgtest.Context(t, 2*time.Minute)
+	c := pgtest.Shared(t)
+	db := pgtest.NewDatabase(t)
+	h := fnv.New32a()
+	h.Write([]byte(db))
+	return ctx, c, db, strconv.FormatUint(uint64(h.Sum32()), 36)
+}
+
 // readAll keeps every result, rows and all.
 func readAll(mrr *pgconn.MultiResultReader) ([]*pgconn.Result, error) { return mrr.ReadAll() }
 
@@ -27,12 +38,7 @@ func readAll(mrr *pgconn.MultiResultReader) ([]*pgconn.Result, error) { return m
 // literal) arrive as they were written, and a submitter who is not a member of the owner (any
 // more), or no role at all, is refused before any of the task's SQL runs.
 func TestTaskTransactionChecksTheOwnerInTheSameRoundTrip(t *testing.T) {
-	ctx := pgtest.Context(t, 2*time.Minute)
-	c := pgtest.Shared(t)
-	db := pgtest.NewDatabase(t)
-	h := fnv.New32a()
-	h.Write([]byte(db))
-	suffix := strconv.FormatUint(uint64(h.Sum32()), 36) // role names stop at 63 bytes
+	ctx, c, db, suffix := database(t)
 	owner, submitter := `tt_o'w\ner_`+suffix, `tt_s'u\b_`+suffix
 	if err := pgtest.CreateLoginRole(ctx, c, owner, ""); err != nil {
 		t.Fatal(err)
@@ -121,12 +127,8 @@ func TestTaskTransactionChecksTheOwnerInTheSameRoundTrip(t *testing.T) {
 // backslash_quote on, a forged submitter name could otherwise swallow the backslash that
 // escapes it, end its literal, and make the check pass for anybody.
 func TestTaskTransactionLiteralsIgnoreTheOwnersEncoding(t *testing.T) {
-	ctx := pgtest.Context(t, 2*time.Minute)
-	c := pgtest.Shared(t)
-	db := pgtest.NewDatabase(t)
-	h := fnv.New32a()
-	h.Write([]byte(db))
-	owner := "tt_sjis_" + strconv.FormatUint(uint64(h.Sum32()), 36)
+	ctx, c, db, suffix := database(t)
+	owner := "tt_sjis_" + suffix
 	if err := pgtest.CreateLoginRole(ctx, c, owner, ""); err != nil {
 		t.Fatal(err)
 	}
