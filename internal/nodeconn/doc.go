@@ -7,7 +7,9 @@
 //     so that nothing an owner created can stand in for what deckhand itself runs;
 //   - owner sessions: OwnerConn returns a session logged in as a task's owner only once the
 //     node itself confirmed that the job's submitter is a member of that role, and Session and
-//     TaskSession prepare it for an attempt;
+//     TaskSession prepare it for an attempt; TaskTransaction runs a transactional task's SQL
+//     in the round trip of that check and set-up, which then fails with an error that stops
+//     the rest of the query string;
 //   - names read as PostgreSQL reads them and resolved with a job's search_path;
 //   - backends: the application_name of an attempt, terminating it, probing a node's role,
 //     and which names a node holds (Held; both as the user the node's conninfo names).
