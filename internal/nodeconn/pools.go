@@ -66,7 +66,7 @@ func (p *Pools) get(ctx context.Context, dsn, user string) (*pgxpool.Pool, error
 	// role's and database's own defaults, and is what RESET ALL returns to.
 	cfg.ConnConfig.RuntimeParams["search_path"] = SafeSearchPath
 	// The same for the encoding, which the owner's or the database's defaults could set to one
-	// where a multibyte character ends in a backslash: the text deckhand writes (quoteLiteral),
+	// where a multibyte character ends in a backslash: the text deckhand writes (QuoteLiteral),
 	// and the text pgx reads, is UTF-8.
 	cfg.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
 	// Sessions are reset (DEALLOCATE ALL among the rest) before each use, which would

@@ -25,7 +25,8 @@ import (
 // (QuoteLiteral), and no secret: random()'s seed comes from the server (seedSQL).
 //
 // A session that has not yet read its server's history (its first attempt) is set up in a
-// round trip of its own first (TaskSession), as are values a literal cannot carry.
+// round trip of its own first, as TaskSession sets one up; so is a task whose values a
+// literal cannot carry, or whose SQL is not UTF-8.
 
 // ReadResults reads the results of a query string of the simple protocol.
 type ReadResults func(*pgconn.MultiResultReader) ([]*pgconn.Result, error)
@@ -53,8 +54,9 @@ func (p *Pools) TaskTransaction(ctx context.Context, o Owner, t *deckhandtype.Cl
 	release = func() { Release(ctx, pooled) }
 	prefix, ok := oneTripPrefix(o, names, values)
 	// The literals are written for UTF-8 (Pools sets it as the session starts; RESET ALL goes
-	// back to that).
-	ok = ok && conn.PgConn().ParameterStatus("client_encoding") == "UTF8"
+	// back to that). SQL that is not UTF-8 fails as the string is converted, before anything
+	// in it runs: in a string of its own, that failure is plainly the task's.
+	ok = ok && conn.PgConn().ParameterStatus("client_encoding") == "UTF8" && utf8.ValidString(t.SQL)
 	if _, historyRead := conn.PgConn().CustomData()[serverHistoryKey]; !ok || !historyRead {
 		setUp := sessionSetup{searchPath: true, begin: true}
 		if err := checkOwnerConn(ctx, pooled, o, setUp.queue(names, values)); err != nil {
