@@ -219,8 +219,14 @@ const claimTail = `	LIMIT (SELECT n FROM budget)
 	FROM picks p WHERE t.id = p.id
 	RETURNING t.*
 ), started AS (
+	-- The first claim of a job marks it started; concurrent first claims of the same job pass
+	-- its row (SKIP LOCKED) rather than queue for it, each behind the whole transaction of the
+	-- one before (a row locked and found started already stays locked to the end). A claim
+	-- that passes it for another holder (a pause, say) leaves the mark to the job's next claim.
 	UPDATE deckhand.job j SET started_at = coalesce(@now, clock_timestamp())
-	WHERE j.id = ANY (ARRAY(SELECT DISTINCT job_id FROM claimed)) AND j.started_at IS NULL
+	WHERE j.id = ANY (ARRAY(SELECT l.id FROM deckhand.job l
+		WHERE l.id = ANY (ARRAY(SELECT DISTINCT job_id FROM claimed)) AND l.started_at IS NULL
+		FOR NO KEY UPDATE OF l SKIP LOCKED))
 )
 SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
 	c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts,
