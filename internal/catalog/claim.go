@@ -74,7 +74,7 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	if first != nil {
 		first(b)
 	}
-	args, err := claimStmt.args(pgx.StrictNamedArgs{"limit": limit, "now": c.now(), "worker": workerID})
+	args, err := claimStmt.args(pgx.StrictNamedArgs{"limit": limit, "now": c.now(), "worker": workerID, "spread": c.random()})
 	if err != nil {
 		return nil, err
 	}
@@ -139,10 +139,38 @@ WITH inputs AS (
 			WHERE t.state IN ('running', 'cancelling') ORDER BY t.worker_id LIMIT inputs.global) r))
 		ELSE @limit::int END AS n
 	FROM inputs
+), anywhere_head AS (
+	-- The earliest claim_key among tasks that run anywhere, and where in its tasks (one job's,
+	-- mostly) this claim starts: at @spread of the way from its first id to its last, so that
+	-- concurrent claimers take different tasks of a large job rather than all start at its
+	-- first, pass each other's locked rows and lock rows that others took after their
+	-- snapshot. Priorities hold: tasks of a later claim_key come only after all of these.
+	SELECT h.claim_key, h.id + floor(@spread::float8 * (l.id - h.id + 1))::bigint AS pivot
+	FROM (SELECT t.claim_key, t.id FROM deckhand.task t
+		WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
+		ORDER BY t.claim_key, t.id LIMIT 1) h
+	CROSS JOIN LATERAL (SELECT t.id FROM deckhand.task t
+		WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.claim_key = h.claim_key
+		ORDER BY t.claim_key DESC, t.id DESC LIMIT 1) l
 ), anywhere AS (
-	SELECT id, claim_key FROM deckhand.task
-	WHERE state = 'runnable' AND node IS NULL AND node_group IS NULL AND not_before <= coalesce(@now, now())
-	ORDER BY claim_key, id LIMIT (SELECT n FROM budget) FOR UPDATE SKIP LOCKED
+	-- From the pivot to the last of the earliest claim_key's tasks, then from its first to the
+	-- pivot, then the later claim_keys': each part is read only if the ones before fall short.
+	SELECT a.id, a.claim_key FROM anywhere_head h CROSS JOIN LATERAL (
+		(SELECT * FROM (SELECT t.id, t.claim_key FROM deckhand.task t
+		 WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
+		   AND t.claim_key = h.claim_key AND t.id >= h.pivot
+		 ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget) FOR UPDATE OF t SKIP LOCKED) p)
+		UNION ALL
+		(SELECT * FROM (SELECT t.id, t.claim_key FROM deckhand.task t
+		 WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
+		   AND t.claim_key = h.claim_key AND t.id < h.pivot
+		 ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget) FOR UPDATE OF t SKIP LOCKED) p)
+		UNION ALL
+		(SELECT * FROM (SELECT t.id, t.claim_key FROM deckhand.task t
+		 WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
+		   AND t.claim_key > h.claim_key
+		 ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget) FOR UPDATE OF t SKIP LOCKED) p)
+		LIMIT (SELECT n FROM budget)) a
 ), node_tasks AS (
 	SELECT p.id, cap.node, cap.rank, p.claim_key FROM cap CROSS JOIN LATERAL (
 		SELECT t.id, t.claim_key FROM deckhand.task t

@@ -52,8 +52,9 @@ const maxClaimNodes = 64
 //
 // The runnable sets' indexes lead with claim_key (after the node or group): a job's submission
 // time moved earlier by a minute per point of its priority (0011_job_control.sql). Claims take
-// tasks in that order, ids breaking ties: higher priorities first, and the longer a task's job
-// has waited, the earlier its place.
+// tasks in that order: higher priorities first, and the longer a task's job has waited, the
+// earlier its place. Among tasks of one claim_key, a node's are taken by id; those that run
+// anywhere from a random place on (claimSQL's anywhere_head).
 var lockNodesSQL = `
 WITH RECURSIVE own_walk(node, max_tasks, est, wrapped, n, locks, total) AS (
 	SELECT NULL::text, NULL::int, 0, false, 0, 0, 0
@@ -214,6 +215,14 @@ WITH locked AS (
 
 var lockEveryNodeStmt = mustNamed(lockEveryNodeSQL)
 
+// random is Rand, or math/rand/v2's Float64 when Rand is not set.
+func (c *Catalog) random() float64 {
+	if c.Rand != nil {
+		return c.Rand()
+	}
+	return rand.Float64()
+}
+
 // claimStarts holds the names of the nodes and node groups, read at most every
 // claimStartsMaxAge, from which each claim picks where its walks start.
 type claimStarts struct {
@@ -246,10 +255,7 @@ func (c *Catalog) claimStart(ctx context.Context, conn *pgx.Conn) (node, group s
 		s.nodes, s.groups, s.read = nodes, groups, time.Now()
 		s.mu.Unlock()
 	}
-	random := c.Rand
-	if random == nil {
-		random = rand.Float64
-	}
+	random := c.random
 	pick := func(names []string) string {
 		if len(names) == 0 {
 			return ""

@@ -180,7 +180,7 @@ func (c claimProbe) idle(t *testing.T, conn *pgx.Conn) (lock, claim int) {
 
 func prepareClaim(t *testing.T, conn *pgx.Conn) claimProbe {
 	t.Helper()
-	args := pgx.StrictNamedArgs{"limit": 100, "now": (*time.Time)(nil), "worker": int64(1)}
+	args := pgx.StrictNamedArgs{"limit": 100, "now": (*time.Time)(nil), "worker": int64(1), "spread": 0.5}
 	sql, params, err := args.RewriteQuery(ctx, conn, catalog.ClaimSQL, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -290,6 +290,8 @@ func literal(v any) string {
 		if v == nil {
 			return "NULL"
 		}
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
 	}
 	panic(fmt.Sprintf("literal: %T", v))
 }
