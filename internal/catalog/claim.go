@@ -141,10 +141,11 @@ WITH inputs AS (
 	FROM inputs
 ), anywhere_head AS (
 	-- The earliest claim_key among tasks that run anywhere, and where in its tasks (one job's,
-	-- mostly) this claim starts: at @spread of the way from its first id to its last, so that
-	-- concurrent claimers take different tasks of a large job rather than all start at its
-	-- first, pass each other's locked rows and lock rows that others took after their
-	-- snapshot. Priorities hold: tasks of a later claim_key come only after all of these.
+	-- mostly) this claim starts: a random fraction (the spread argument) of the way from its
+	-- first id to its last, so that concurrent claimers take different tasks of a large job
+	-- rather than all start at its first, pass each other's locked rows and lock rows that
+	-- others took after their snapshot. Priorities hold: tasks of a later claim_key come only
+	-- after all of these.
 	SELECT h.claim_key, h.id + floor(@spread::float8 * (l.id - h.id + 1))::bigint AS pivot
 	FROM (SELECT t.claim_key, t.id FROM deckhand.task t
 		WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
