@@ -37,6 +37,16 @@ func migratedCatalog(t *testing.T) *catalog.Catalog {
 	return cat
 }
 
+// execOn runs statements on cat's pool, failing the test on the first error.
+func execOn(t *testing.T, cat *catalog.Catalog) func(sql string, args ...any) {
+	return func(sql string, args ...any) {
+		t.Helper()
+		if _, err := cat.Pool.Exec(context.Background(), sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
 func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
 	ctx := context.Background()
 	cat, _, _ := emptyCatalog(t)

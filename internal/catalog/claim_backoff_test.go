@@ -7,12 +7,7 @@ import "testing"
 // idle node with work after it.
 func TestNodeInBackoffDoesNotHideTheNodesAfterIt(t *testing.T) {
 	cat := migratedCatalog(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, cat)
 	exec(`INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)
 		SELECT 'f' || lpad(g::text, 3, '0'), 'host=/nonexistent', 'f' || lpad(g::text, 3, '0'), 'primary', 4
 		FROM generate_series(1, 65) g`)

@@ -7,12 +7,7 @@ import "testing"
 // before the group's primary, never keep a claim from reaching it.
 func TestGroupTaskIsNotStarvedByLaggingReplicas(t *testing.T) {
 	cat := migratedCatalog(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, cat)
 	// 65 idle nodes, and the group: two lagging replicas named before its primary.
 	exec(`INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)
 		SELECT 'f' || lpad(g::text, 3, '0'), 'host=/nonexistent', 'f' || lpad(g::text, 3, '0'), 'primary', 4

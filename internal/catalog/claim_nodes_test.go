@@ -20,12 +20,7 @@ import (
 // where another holds the nodes passes on to others.
 func TestClaimLocksAFewOfManyNodes(t *testing.T) {
 	cat := migratedCatalog(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, cat)
 	// Nodes n00010, n00020, ... n10000; every third has 8 tasks of its own. A group of two
 	// members has group tasks.
 	exec(`INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)

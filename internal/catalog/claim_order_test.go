@@ -8,12 +8,7 @@ import "testing"
 // priority -100 job's task that runs anywhere, submitted now.
 func TestNodeTaskGoesBeforeLowerPriorityTasksThatRunAnywhere(t *testing.T) {
 	cat := migratedCatalog(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, cat)
 	exec(`INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks) VALUES ('n1', 'host=/nonexistent', 'n1', 'primary', 4)`)
 	exec(`INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 1, 'infinity')`)
 	exec(`WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total, priority, created_at)

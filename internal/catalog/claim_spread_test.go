@@ -11,12 +11,7 @@ import (
 // later job's tasks come only once the earlier job has none left to give.
 func TestClaimsSpreadOverAJobAndKeepPriorities(t *testing.T) {
 	cat := migratedCatalog(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, cat)
 	exec(`INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 1000, 'infinity')`)
 	for _, job := range []struct {
 		prefix string

@@ -13,12 +13,7 @@ import (
 // free, makes it.
 func TestFirstClaimDoesNotWaitForTheJobRow(t *testing.T) {
 	cat := migratedCatalog(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, cat)
 	exec(`INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 2, 'infinity')`)
 	var jobID int64
 	if err := cat.Pool.QueryRow(ctx, `WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('two', 'noop', 2) RETURNING id)

@@ -38,12 +38,7 @@ func TestClaimReadsFewBuffersWhateverThePlanner(t *testing.T) {
 	if _, err := cat.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, cat)
 	// Only the test changes what the planner knows.
 	for _, table := range []string{"task", "task_dep", "task_attempt", "job", "node"} {
 		exec(`ALTER TABLE deckhand.` + table + ` SET (autovacuum_enabled = false)`)

@@ -19,12 +19,7 @@ import (
 func TestSubmitterControlsAJobWithTallies(t *testing.T) {
 	ctx := context.Background()
 	cat := migratedCatalog(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, cat)
 	role := "tally_submitter_" + strconv.Itoa(os.Getpid())
 	exec(`CREATE ROLE ` + role + ` NOLOGIN IN ROLE deckhand_submitter`)
 	t.Cleanup(func() { cat.Pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) }) //nolint:errcheck

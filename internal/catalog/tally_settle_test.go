@@ -18,12 +18,7 @@ import (
 func TestSettlingBesideACompletionOfTheSameJobs(t *testing.T) {
 	ctx := context.Background()
 	cat := migratedCatalog(t)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := cat.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := execOn(t, cat)
 	w := ct.Worker(ctx, t, cat.Pool, nil)
 	running := []ct.TaskOpts{{State: TaskRunning, WorkerID: w}, {State: TaskRunning, WorkerID: w}, {State: TaskRunning, WorkerID: w}}
 	j1 := ct.Job(ctx, t, cat.Pool, &ct.JobOpts{Tasks: running})
