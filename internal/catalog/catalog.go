@@ -25,7 +25,8 @@ type Catalog struct {
 	// catalog writes, so tests can move time without sleeping. Production leaves it nil.
 	Now func() time.Time
 	// Rand, when set, replaces math/rand/v2's Float64 in picking where claims start looking for
-	// nodes with work (claimStart), so tests can choose. It must be safe for concurrent use.
+	// nodes with work (claimStart) and for tasks that run anywhere (claimSQL's anywhere_head),
+	// so tests can choose. It must be safe for concurrent use.
 	Rand func() float64
 	// InitLockWait bounds how long Migrate waits, in all, for locks on the catalog's tables
 	// that other sessions hold; zero means DefaultInitLockWait.

@@ -113,11 +113,11 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 // node's free slots first; tasks that target a node group are then dealt round-robin over the
 // remaining slots of the group's members that have replayed past the task's min_lsn (a primary
 // always has), so parts of one export spread over the group.
-const claimSQL = claimHead + claimGroups + claimPick + claimTail
+var claimSQL = claimHead + claimGroups + claimPick + claimTail
 
 var claimStmt = mustNamed(claimSQL)
 
-const claimHead = `
+var claimHead = `
 WITH inputs AS (
 	-- Set by lockNodesSQL in this transaction.
 	SELECT coalesce(nullif(pg_catalog.current_setting('deckhand.claim_nodes', true), ''), '{}')::text[] AS nodes,
@@ -157,20 +157,9 @@ WITH inputs AS (
 	-- From the pivot to the last of the earliest claim_key's tasks, then from its first to the
 	-- pivot, then the later claim_keys': each part is read only if the ones before fall short.
 	SELECT a.id, a.claim_key FROM anywhere_head h CROSS JOIN LATERAL (
-		(SELECT * FROM (SELECT t.id, t.claim_key FROM deckhand.task t
-		 WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
-		   AND t.claim_key = h.claim_key AND t.id >= h.pivot
-		 ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget) FOR UPDATE OF t SKIP LOCKED) p)
-		UNION ALL
-		(SELECT * FROM (SELECT t.id, t.claim_key FROM deckhand.task t
-		 WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
-		   AND t.claim_key = h.claim_key AND t.id < h.pivot
-		 ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget) FOR UPDATE OF t SKIP LOCKED) p)
-		UNION ALL
-		(SELECT * FROM (SELECT t.id, t.claim_key FROM deckhand.task t
-		 WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
-		   AND t.claim_key > h.claim_key
-		 ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget) FOR UPDATE OF t SKIP LOCKED) p)
+		` + anywherePart(`t.claim_key = h.claim_key AND t.id >= h.pivot`) + `
+		UNION ALL ` + anywherePart(`t.claim_key = h.claim_key AND t.id < h.pivot`) + `
+		UNION ALL ` + anywherePart(`t.claim_key > h.claim_key`) + `
 		LIMIT (SELECT n FROM budget)) a
 ), node_tasks AS (
 	SELECT p.id, cap.node, cap.rank, p.claim_key FROM cap CROSS JOIN LATERAL (
@@ -188,6 +177,16 @@ WITH inputs AS (
 	SELECT id, node, false AS coordinator, rank, claim_key FROM node_tasks
 	UNION ALL SELECT id, node, true, rank, claim_key FROM node_coordinators
 `
+
+// anywherePart is one part of claimSQL's anywhere CTE: the runnable tasks that run anywhere and
+// meet cond, in claim order, locked (SKIP LOCKED), at most the claim's budget. A subquery of
+// its own, since PostgreSQL refuses FOR UPDATE in a branch of a UNION.
+func anywherePart(cond string) string {
+	return `(SELECT * FROM (SELECT t.id, t.claim_key FROM deckhand.task t
+		 WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
+		   AND ` + cond + `
+		 ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget) FOR UPDATE OF t SKIP LOCKED) p)`
+}
 
 const claimGroups = `), group_tasks AS (
 	-- Each group's first tasks, as many as the claim may take.
