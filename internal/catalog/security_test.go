@@ -48,6 +48,13 @@ func TestCatalogPrivilegesKeepToTheTrustModel(t *testing.T) {
 		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'deckhand' AND c.relkind IN ('r', 'p')
 		  AND NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = c.oid AND g.tgname = 'guard_writes')`)
+	// Before every statement that writes (tgtype 62: BEFORE, INSERT, DELETE, UPDATE, TRUNCATE,
+	// for each statement), and only for roles that are not workers (0030_guard_when.sql).
+	check("write guard that misses some writes or calls its function for workers too", `
+		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_trigger g ON g.tgrelid = c.oid AND g.tgname = 'guard_writes'
+		WHERE n.nspname = 'deckhand' AND (g.tgtype <> 62 OR g.tgqual IS NULL
+		  OR pg_get_triggerdef(g.oid) NOT LIKE '%WHEN ((NOT pg_has_role(CURRENT_USER, (''deckhand_worker''::text)::name, ''MEMBER''::text)))%')`)
 	check("function executable by PUBLIC", `
 		SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = 'deckhand' AND EXISTS (
