@@ -93,14 +93,14 @@ func (c claimCounts) since(before claimCounts) claimCounts {
 	return d
 }
 
-// p99ms is the 99th percentile in milliseconds, read from the buckets: the upper bound of the
-// bucket holding the 99th percentile round, so at most one bucket width above the true value.
-// Beyond the last bound it is +Inf; with no rounds, 0.
-func (c claimCounts) p99ms() float64 {
+// quantileMS is the q quantile (0.99: the 99th percentile) in milliseconds, read from the
+// buckets: the upper bound of the bucket holding that round, so at most one bucket width above
+// the true value. Beyond the last bound it is +Inf; with no rounds, 0.
+func (c claimCounts) quantileMS(q float64) float64 {
 	if c.total == 0 {
 		return 0
 	}
-	rank := uint64(math.Ceil(0.99 * float64(c.total)))
+	rank := uint64(math.Ceil(q * float64(c.total)))
 	for i, n := range c.cum {
 		if n >= rank {
 			return c.bounds[i] * 1000

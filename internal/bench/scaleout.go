@@ -179,20 +179,25 @@ func sqlOnNodes(ctx context.Context, admin *pgx.Conn, server string, o Options, 
 	}
 	p99 := make([]float64, len(vias))
 	rounds := make([]uint64, len(vias))
+	var p50 float64
 	for i, via := range vias {
 		after, err := h.snapshot(via)
 		if err != nil {
 			return r, err
 		}
-		p99[i], rounds[i] = after.since(before[i]).p99ms(), after.since(before[i]).total
+		c := after.since(before[i])
+		p99[i], rounds[i] = c.quantileMS(0.99), c.total
+		if via == "" {
+			p50 = c.quantileMS(0.5)
+		}
 	}
 	r.rate, r.workRate, r.submit = rate(o.SQLTasks, d), rate(o.SQLTasks, work), d-work
 	r.claimP99MS = p99[0]
 	fmt.Fprintf(out, "nodes: %d `SELECT 1` tasks over %d node(s) of max_tasks %d (registered in %s) in %s = %.0f tasks/s; submitted in %s, then %.0f tasks/s\n",
 		o.SQLTasks, len(nodes), nodes[0].MaxTasks, r.add.Round(time.Millisecond), d.Round(time.Millisecond), r.rate,
 		r.submit.Round(time.Millisecond), r.workRate)
-	fmt.Fprintf(out, "nodes:   claim rounds p99 %.1f ms (%d rounds); via fetch %.1f ms (%d), via complete %.1f ms (%d)\n",
-		p99[0], rounds[0], p99[1], rounds[1], p99[2], rounds[2])
+	fmt.Fprintf(out, "nodes:   claim rounds p50 %.1f ms, p99 %.1f ms (%d rounds); p99 via fetch %.1f ms (%d), via complete %.1f ms (%d)\n",
+		p50, p99[0], rounds[0], p99[1], rounds[1], p99[2], rounds[2])
 	return r, nil
 }
 
