@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -281,59 +280,57 @@ func ratio(a, b float64) float64 {
 }
 
 // Line is the machine-readable summary.
-func (r *Result) Line() string {
-	parts := []string{
-		fmt.Sprintf("tasks_per_s=%.0f", r.TasksPerS),
-		fmt.Sprintf("work_tasks_per_s=%.0f", r.WorkTasksPerS),
-		fmt.Sprintf("node_tasks_per_s=%.0f", r.NodeTasksPerS),
-		fmt.Sprintf("sql_tasks_per_s=%.0f", r.SQLTasksPerS),
-		fmt.Sprintf("pgbench_select_tps=%.0f", r.PgbenchTPS),
-		fmt.Sprintf("chain_p50_ms=%.2f", r.ChainP50MS),
-		fmt.Sprintf("chain_p99_ms=%.2f", r.ChainP99MS),
-	}
-	if s := r.Scale; s != nil {
-		parts = append(parts,
-			fmt.Sprintf("scale_tasks_per_s=%.0f", s.TasksPerS),
-			fmt.Sprintf("scale_ratio=%.2f", ratio(s.TasksPerS, r.TasksPerS)),
-			fmt.Sprintf("scale_node_ratio=%.2f", ratio(s.NodeTasksPerS, r.NodeTasksPerS)),
-			fmt.Sprintf("scale_sql_tasks_per_s=%.0f", s.SQLTasksPerS),
-			fmt.Sprintf("scale_sql_ratio=%.2f", ratio(s.SQLTasksPerS, r.SQLTasksPerS)),
-			fmt.Sprintf("idle_claim_ms=%.2f", s.IdleClaimMS))
+func (r *Result) Line() string { return r.Summary().String() }
+
+// Summary is the run's figures, as the last line gives them.
+func (r *Result) Summary() Summary {
+	var s Summary
+	s.add("tasks_per_s", r.TasksPerS, 0)
+	s.add("work_tasks_per_s", r.WorkTasksPerS, 0)
+	s.add("node_tasks_per_s", r.NodeTasksPerS, 0)
+	s.add("sql_tasks_per_s", r.SQLTasksPerS, 0)
+	s.add("pgbench_select_tps", r.PgbenchTPS, 0)
+	s.add("chain_p50_ms", r.ChainP50MS, 2)
+	s.add("chain_p99_ms", r.ChainP99MS, 2)
+	if sc := r.Scale; sc != nil {
+		s.add("scale_tasks_per_s", sc.TasksPerS, 0)
+		s.add("scale_ratio", ratio(sc.TasksPerS, r.TasksPerS), 2)
+		s.add("scale_node_ratio", ratio(sc.NodeTasksPerS, r.NodeTasksPerS), 2)
+		s.add("scale_sql_tasks_per_s", sc.SQLTasksPerS, 0)
+		s.add("scale_sql_ratio", ratio(sc.SQLTasksPerS, r.SQLTasksPerS), 2)
+		s.add("idle_claim_ms", sc.IdleClaimMS, 2)
 	}
 	if len(r.SubmitS) > 0 {
 		slowest := 0.0
 		for _, v := range r.SubmitS {
 			slowest = max(slowest, v)
 		}
-		parts = append(parts, fmt.Sprintf("submit_100k_s=%.2f", slowest)) // the slower shape
+		s.add("submit_100k_s", slowest, 2) // the slower shape
 	}
 	for _, k := range keys(r.River) {
-		parts = append(parts, fmt.Sprintf("%s=%.2f", k, r.River[k]))
+		s.add(k, r.River[k], 2)
 	}
 	if r.riverWorkRatio > 0 {
-		parts = append(parts, fmt.Sprintf("river_ratio=%.2f", r.riverWorkRatio))
+		s.add("river_ratio", r.riverWorkRatio, 2)
 	}
 	if w := r.Workers; w != nil {
-		parts = append(parts,
-			fmt.Sprintf("one_worker_tasks_per_s=%.0f", w.OneTasksPerS),
-			fmt.Sprintf("workers_tasks_per_s=%.0f", w.TasksPerS),
-			fmt.Sprintf("scale_workers_ratio=%.2f", ratio(w.TasksPerS, w.OneTasksPerS)))
+		s.add("one_worker_tasks_per_s", w.OneTasksPerS, 0)
+		s.add("workers_tasks_per_s", w.TasksPerS, 0)
+		s.add("scale_workers_ratio", ratio(w.TasksPerS, w.OneTasksPerS), 2)
 		if w.RiverClientsWorkJobsPerS > 0 {
-			parts = append(parts,
-				fmt.Sprintf("river_clients_work_jobs_per_s=%.2f", w.RiverClientsWorkJobsPerS),
-				fmt.Sprintf("workers_river_ratio=%.2f", ratio(w.TasksPerS, w.RiverClientsWorkJobsPerS)))
+			s.add("river_clients_work_jobs_per_s", w.RiverClientsWorkJobsPerS, 2)
+			s.add("workers_river_ratio", ratio(w.TasksPerS, w.RiverClientsWorkJobsPerS), 2)
 		}
 	}
 	if n := r.Nodes; n != nil {
-		parts = append(parts,
-			fmt.Sprintf("one_node_sql_tasks_per_s=%.0f", n.OneNodeTasksPerS),
-			fmt.Sprintf("many_nodes_tasks_per_s=%.0f", n.TasksPerS),
-			fmt.Sprintf("many_nodes_ratio=%.2f", ratio(n.TasksPerS, n.OneNodeTasksPerS)),
-			fmt.Sprintf("one_node_sql_work_tasks_per_s=%.0f", n.OneNodeWorkTasksPerS),
-			fmt.Sprintf("many_nodes_work_tasks_per_s=%.0f", n.WorkTasksPerS),
-			fmt.Sprintf("many_nodes_submit_s=%.2f", n.SubmitS),
-			fmt.Sprintf("many_nodes_claim_p99_ms=%.1f", n.ClaimP99MS),
-			fmt.Sprintf("one_node_claim_p99_ms=%.1f", n.OneNodeClaimP99MS))
+		s.add("one_node_sql_tasks_per_s", n.OneNodeTasksPerS, 0)
+		s.add("many_nodes_tasks_per_s", n.TasksPerS, 0)
+		s.add("many_nodes_ratio", ratio(n.TasksPerS, n.OneNodeTasksPerS), 2)
+		s.add("one_node_sql_work_tasks_per_s", n.OneNodeWorkTasksPerS, 0)
+		s.add("many_nodes_work_tasks_per_s", n.WorkTasksPerS, 0)
+		s.add("many_nodes_submit_s", n.SubmitS, 2)
+		s.add("many_nodes_claim_p99_ms", n.ClaimP99MS, 1)
+		s.add("one_node_claim_p99_ms", n.OneNodeClaimP99MS, 1)
 	}
-	return strings.Join(parts, " ")
+	return s
 }

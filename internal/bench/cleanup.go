@@ -53,12 +53,21 @@ func p50max(ds []time.Duration) (p50, mx time.Duration) {
 }
 
 // Line is the machine-readable summary.
-func (r *CleanupResult) Line() string {
+func (r *CleanupResult) Line() string { return r.Summary().String() }
+
+// Summary is the run's figures, as the last line gives them.
+func (r *CleanupResult) Summary() Summary {
 	d50, dmax := p50max(r.DropAfter)
 	c50, cmax := p50max(r.DeferredAfter)
-	return fmt.Sprintf("lock_timeout_ms=%.0f drop_after_query_ms_p50=%.1f drop_after_query_ms_max=%.1f "+
-		"deferred_after_query_ms_p50=%.1f deferred_after_query_ms_max=%.1f writer_wait_ms_max=%.1f reader_wait_ms_max=%.1f",
-		ms(r.LockTimeout), ms(d50), ms(dmax), ms(c50), ms(cmax), ms(r.MaxWriterWait), ms(r.MaxReaderWait))
+	var s Summary
+	s.add("lock_timeout_ms", ms(r.LockTimeout), 0)
+	s.add("drop_after_query_ms_p50", ms(d50), 1)
+	s.add("drop_after_query_ms_max", ms(dmax), 1)
+	s.add("deferred_after_query_ms_p50", ms(c50), 1)
+	s.add("deferred_after_query_ms_max", ms(cmax), 1)
+	s.add("writer_wait_ms_max", ms(r.MaxWriterWait), 1)
+	s.add("reader_wait_ms_max", ms(r.MaxReaderWait), 1)
+	return s
 }
 
 // RunCleanup measures deferred drops with default settings: how soon after the last

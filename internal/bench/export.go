@@ -34,10 +34,18 @@ type ExportResult struct {
 }
 
 // Line is the machine-readable summary.
-func (r *ExportResult) Line() string {
-	return fmt.Sprintf("export_s=%.3f copy_s=%.3f ratio=%.3f rows_per_s=%.0f heap_mb=%.0f parquet_mb=%.1f",
-		r.ExportSeconds, r.CopySeconds, r.ExportSeconds/r.CopySeconds, float64(r.Rows)/r.ExportSeconds,
-		float64(r.HeapBytes)/(1<<20), float64(r.ParquetBytes)/(1<<20))
+func (r *ExportResult) Line() string { return r.Summary().String() }
+
+// Summary is the run's figures, as the last line gives them.
+func (r *ExportResult) Summary() Summary {
+	var s Summary
+	s.add("export_s", r.ExportSeconds, 3)
+	s.add("copy_s", r.CopySeconds, 3)
+	s.add("ratio", r.ExportSeconds/r.CopySeconds, 3)
+	s.add("rows_per_s", float64(r.Rows)/r.ExportSeconds, 0)
+	s.add("heap_mb", float64(r.HeapBytes)/(1<<20), 0)
+	s.add("parquet_mb", float64(r.ParquetBytes)/(1<<20), 1)
+	return s
 }
 
 // RunExport measures, on one server in one run, COPY ... TO STDOUT (FORMAT binary) of a

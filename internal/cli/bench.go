@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -33,7 +34,9 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
   - with --nodes N above 1, --sql-tasks SELECT 1 tasks on one node of max_tasks W x
     --concurrency, then spread round-robin over N nodes of max_tasks
     max(1, W x --concurrency / N) each (as many slots in all, or more), every node the same
-    scratch database, on a fresh catalog each, with the p99 of the workers' claim rounds.`,
+    scratch database, on a fresh catalog each, with the p99 of the workers' claim rounds.
+The last line is key=value pairs; -o json prints the same figures as one JSON object (the
+progress lines then go to stderr).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.CatalogDSN = a.catalogDSN
@@ -60,12 +63,11 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
 				}
 				defer pprof.StopCPUProfile()
 			}
-			res, err := bench.Run(cmd.Context(), o, a.stdout)
+			res, err := bench.Run(cmd.Context(), o, a.progress())
 			if err != nil {
 				return Failed("bench: %w", err)
 			}
-			fmt.Fprintln(a.stdout, res.Line())
-			return nil
+			return a.printSummary(res.Summary())
 		},
 	}
 	f := cmd.Flags()
@@ -98,12 +100,11 @@ func (a *app) benchExportCommand() *cobra.Command {
 				return err
 			}
 			o.CatalogDSN = a.catalogDSN
-			res, err := bench.RunExport(cmd.Context(), o, a.stdout)
+			res, err := bench.RunExport(cmd.Context(), o, a.progress())
 			if err != nil {
 				return Failed("bench export: %w", err)
 			}
-			fmt.Fprintln(a.stdout, res.Line())
-			return nil
+			return a.printSummary(res.Summary())
 		},
 	}
 	cmd.Flags().IntVar(&o.Rows, "rows", 2000000, "rows in the partition")
@@ -141,11 +142,7 @@ md5 per table). The last line is key=value pairs; -o json prints the figures as 
 				return Usage("--max-write-block must be positive")
 			}
 			o.CatalogDSN = a.catalogDSN
-			human := a.stdout
-			if a.json() {
-				human = a.stderr
-			}
-			res, err := bench.RunMove(cmd.Context(), o, human)
+			res, err := bench.RunMove(cmd.Context(), o, a.progress())
 			if err != nil {
 				return Failed("bench move: %w", err)
 			}
@@ -161,4 +158,22 @@ md5 per table). The last line is key=value pairs; -o json prints the figures as 
 	f.IntVar(&o.WriteRate, "write-rate", 200, "writes per second to the source during the move")
 	f.DurationVar(&o.MaxWriteBlock, "max-write-block", 2*time.Second, "longest the cut-over may block writers (the move's --max-write-block)")
 	return cmd
+}
+
+// progress is where a benchmark writes its progress lines: stdout, or stderr when stdout
+// carries JSON.
+func (a *app) progress() io.Writer {
+	if a.json() {
+		return a.stderr
+	}
+	return a.stdout
+}
+
+// printSummary writes a benchmark's figures: its key=value line, or one JSON object.
+func (a *app) printSummary(s bench.Summary) error {
+	if a.json() {
+		return PrintJSON(a.stdout, s)
+	}
+	_, err := fmt.Fprintln(a.stdout, s)
+	return err
 }

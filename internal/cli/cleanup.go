@@ -290,19 +290,18 @@ databases it drops afterwards) or on a throwaway cluster it starts itself:
     'deckhand drop' and through the cleaner on the leader (a deferred_on_success record);
   - the longest statement of a concurrent writer (into another table) and of a reader of the
     table while the drop was pending, against the lock timeout.
-The last line is key=value pairs.`,
+The last line is key=value pairs; -o json prints the same figures as one JSON object.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := firstError(atLeast1("--rounds", o.Rounds), positive("--hold", o.Hold)); err != nil {
 				return err
 			}
 			o.CatalogDSN = a.catalogDSN
-			res, err := bench.RunCleanup(cmd.Context(), o, a.stdout)
+			res, err := bench.RunCleanup(cmd.Context(), o, a.progress())
 			if err != nil {
 				return Failed("bench cleanup: %w", err)
 			}
-			fmt.Fprintln(a.stdout, res.Line())
-			return nil
+			return a.printSummary(res.Summary())
 		},
 	}
 	cmd.Flags().IntVar(&o.Rounds, "rounds", 5, "drops measured on each path")
