@@ -34,7 +34,8 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
   - with --nodes N above 1, --sql-tasks SELECT 1 tasks on one node of max_tasks W x
     --concurrency, then spread round-robin over N nodes of max_tasks
     max(1, W x --concurrency / N) each (as many slots in all, or more), every node the same
-    scratch database, on a fresh catalog each, with the p99 of the workers' claim rounds.
+    scratch database, on a fresh catalog each, with the median and p99 of the workers' claim
+    rounds.
 The last line is key=value pairs; -o json prints the same figures as one JSON object (the
 progress lines then go to stderr).`,
 		Args: cobra.NoArgs,
