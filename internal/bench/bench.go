@@ -279,9 +279,6 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// Line is the machine-readable summary.
-func (r *Result) Line() string { return r.Summary().String() }
-
 // Summary is the run's figures, as the last line gives them.
 func (r *Result) Summary() Summary {
 	var s Summary

@@ -35,8 +35,8 @@ func TestBenchOnURLServer(t *testing.T) {
 		t.Errorf("bench measured nothing at scale: %+v", s)
 	}
 	for _, key := range []string{"pgbench_select_tps=", "scale_sql_ratio=", "idle_claim_ms=", "submit_100k_s="} {
-		if !strings.Contains(res.Line(), key) {
-			t.Errorf("the last line lacks %s: %s", key, res.Line())
+		if !strings.Contains(res.Summary().String(), key) {
+			t.Errorf("the last line lacks %s: %s", key, res.Summary().String())
 		}
 	}
 
@@ -64,7 +64,7 @@ func TestBenchScaleOut(t *testing.T) {
 	}
 	t.Log(out.String())
 	fields := map[string]string{}
-	for _, f := range strings.Fields(res.Line()) {
+	for _, f := range strings.Fields(res.Summary().String()) {
 		k, v, _ := strings.Cut(f, "=")
 		fields[k] = v
 	}
@@ -72,11 +72,11 @@ func TestBenchScaleOut(t *testing.T) {
 		"one_node_sql_tasks_per_s", "many_nodes_tasks_per_s", "many_nodes_ratio", "many_nodes_claim_p99_ms"} {
 		v, err := strconv.ParseFloat(fields[key], 64)
 		if err != nil || !(v > 0) || math.IsInf(v, 0) {
-			t.Errorf("%s=%q, want a positive figure; line: %s", key, fields[key], res.Line())
+			t.Errorf("%s=%q, want a positive figure; line: %s", key, fields[key], res.Summary().String())
 		}
 	}
 	if _, ok := fields["workers_river_ratio"]; ok {
-		t.Errorf("River was skipped, yet the line has workers_river_ratio: %s", res.Line())
+		t.Errorf("River was skipped, yet the line has workers_river_ratio: %s", res.Summary().String())
 	}
 	if n := res.Nodes; n == nil || n.Nodes != 5 || n.MaxTasks != 1 {
 		t.Errorf("nodes: %+v, want 5 nodes of max_tasks 1 (8 slots of concurrency / 5)", n)

@@ -52,9 +52,6 @@ func p50max(ds []time.Duration) (p50, mx time.Duration) {
 	return s[len(s)/2], s[len(s)-1]
 }
 
-// Line is the machine-readable summary.
-func (r *CleanupResult) Line() string { return r.Summary().String() }
-
 // Summary is the run's figures, as the last line gives them.
 func (r *CleanupResult) Summary() Summary {
 	d50, dmax := p50max(r.DropAfter)

@@ -33,9 +33,6 @@ type ExportResult struct {
 	ParquetBytes  int64
 }
 
-// Line is the machine-readable summary.
-func (r *ExportResult) Line() string { return r.Summary().String() }
-
 // Summary is the run's figures, as the last line gives them.
 func (r *ExportResult) Summary() Summary {
 	var s Summary
