@@ -213,7 +213,10 @@ const claimGroups = `), group_tasks AS (
 	      FROM group_tasks g JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn) a,
 	     unnest(a.ids, a.nodes) AS d(id, node)
 ), in_groups AS (
+	-- Read as runnable in the statement's snapshot; locked, they are checked again in the state
+	-- a transaction that committed since (another claim, a cancel, a pause) left them in.
 	SELECT t.id, d.node, t.claim_key FROM dealt d JOIN deckhand.task t ON t.id = d.id
+	WHERE t.state = 'runnable'
 	FOR UPDATE OF t SKIP LOCKED
 `
 
@@ -244,7 +247,9 @@ const claimTail = `	LIMIT (SELECT n FROM budget)
 		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = @worker,
 		started_at = coalesce(@now, clock_timestamp()), finished_at = NULL,
 		node = coalesce(p.node, t.node)
-	FROM picks p WHERE t.id = p.id
+	-- Checked again on the row as locked, the one guard every set of picks passes: a claim,
+	-- cancel or pause that committed after this statement's snapshot has moved it on.
+	FROM picks p WHERE t.id = p.id AND t.state = 'runnable'
 	RETURNING t.*
 ), started AS (
 	-- The first claim of a job marks it started; concurrent first claims of the same job pass
