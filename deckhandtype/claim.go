@@ -28,6 +28,9 @@ type ClaimedTask struct {
 	SubmittedBy   string            `db:"submitted_by"`
 	// HasDependents says whether other tasks wait on this one: finishing it may release them.
 	HasDependents bool `db:"has_dependents"`
+	// Queued says the task was claimed ahead of a free slot on its node: it may start only in
+	// the slot of one of its worker's tasks there once that one ends (catalog.Ahead).
+	Queued bool `db:"queued"`
 }
 
 // Timeout is how long the task may run.

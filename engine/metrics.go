@@ -12,6 +12,8 @@ type Metrics struct {
 	Attempts     *prometheus.CounterVec   // attempts ended, by task kind and outcome
 	Retries      *prometheus.CounterVec   // attempts that will be retried, by task kind
 	Claimed      prometheus.Counter       // tasks claimed by this process
+	ClaimedAhead prometheus.Counter       // of those, tasks claimed ahead of a free slot on their node
+	HandedOver   prometheus.Counter       // node slots handed from an ended task to one claimed ahead
 	Leader       prometheus.Gauge         // 1 while this process leads
 }
 
@@ -40,13 +42,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "deckhand_tasks_claimed_total",
 			Help: "Tasks claimed by the workers of this process.",
 		}),
+		ClaimedAhead: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "deckhand_tasks_claimed_ahead_total",
+			Help: "Tasks claimed ahead of a free slot on their node, to start in the slot of a task of the same worker there as it ends.",
+		}),
+		HandedOver: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "deckhand_node_slots_handed_over_total",
+			Help: "Node slots handed from an ended task to a task claimed ahead, without a catalog round trip in between.",
+		}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "deckhand_leader",
 			Help: "1 while a worker of this process is the leader.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ClaimLatency, m.TaskDuration, m.Attempts, m.Retries, m.Claimed, m.Leader)
+		reg.MustRegister(m.ClaimLatency, m.TaskDuration, m.Attempts, m.Retries, m.Claimed, m.ClaimedAhead, m.HandedOver, m.Leader)
 	}
 	return m
 }

@@ -268,7 +268,7 @@ func (w *Worker) recordOnce(ctx context.Context, batch []catalog.Result) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
 	defer cancel()
 	_, _, err := w.claimWith(ctx, "complete", func(limit int) ([]deckhandtype.ClaimedTask, error) {
-		_, claimed, err := w.cat.CompleteAndClaim(ctx, batch, w.ID(), limit)
+		_, claimed, err := w.cat.CompleteAndClaimAhead(ctx, batch, w.ID(), limit, w.aheadWanted())
 		return claimed, err
 	})
 	return err

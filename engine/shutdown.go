@@ -47,6 +47,7 @@ func (w *Worker) shutdown(killTasks, stopRecording context.CancelCauseFunc, stop
 	w.claimMu.Lock()
 	w.stopping = true
 	w.claimMu.Unlock()
+	w.releaseWaiting()
 	go func() { w.tasksWG.Wait(); close(w.tasksEnded) }()
 	select {
 	case <-w.tasksEnded:

@@ -29,7 +29,7 @@ func TestTaskWrittenBeforeTheSizeBoundStillRuns(t *testing.T) {
 		DROP FUNCTION IF EXISTS deckhand.refuse_huge_task();
 		ALTER TABLE deckhand.task DROP CONSTRAINT IF EXISTS task_sql_at_most_16_mib,
 			DROP CONSTRAINT IF EXISTS task_payload_at_most_16_mib,
-			DROP COLUMN IF EXISTS xid_timeline, DROP COLUMN IF EXISTS xid_system;
+			DROP COLUMN IF EXISTS xid_timeline, DROP COLUMN IF EXISTS xid_system, DROP COLUMN IF EXISTS queued;
 		ALTER TABLE deckhand.export DROP COLUMN IF EXISTS consistency_timeline;
 		DROP TABLE IF EXISTS deckhand.export_destination;
 		DROP TRIGGER IF EXISTS job_settings_size ON deckhand.job;

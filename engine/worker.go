@@ -76,6 +76,8 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[int64]*runningTask
+	// slots are this worker's shares of its nodes' slots, by node (handover.go).
+	slots map[string]*nodeSlots
 	// outstanding are the attempts this worker holds whose results the catalog has not taken
 	// yet: running, or ended with the result on its way.
 	outstanding map[attempt]struct{}
@@ -114,6 +116,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		notified:      make(chan struct{}, 1),
 		results:       make(chan catalog.Result, 2*cfg.Concurrency),
 		running:       map[int64]*runningTask{},
+		slots:         map[string]*nodeSlots{},
 		held:          map[int64][]catalog.Result{},
 
 		outstanding:   map[attempt]struct{}{},
@@ -320,6 +323,9 @@ func (w *Worker) claimWith(ctx context.Context, via string, claim func(limit int
 		return 0, false, err
 	}
 	for i := range tasks {
+		if tasks[i].Queued {
+			w.cfg.Metrics.ClaimedAhead.Inc()
+		}
 		w.start(&tasks[i])
 	}
 	full = limit > 0 && len(tasks) == limit
@@ -341,23 +347,29 @@ func (w *Worker) reserve(n int) int {
 	}
 }
 
-// start runs a claimed task in its own goroutine; its slot was reserved by the claim.
+// start runs a claimed task in its own goroutine; its slot was reserved by the claim. A task
+// claimed ahead first waits for a slot on its node (handover.go).
 func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 	ctx, cancel := context.WithCancelCause(w.tasksCtx)
-	// statement_timeout on the node ends a slow statement with a proper error first;
-	// this deadline only catches what the server cannot see, like a stalled network.
-	ctx, cancelTimeout := context.WithTimeout(ctx, t.Timeout()+5*time.Second)
 	w.mu.Lock()
 	w.running[t.ID] = &runningTask{token: t.Token, cancel: cancel, task: t}
 	w.outstanding[attempt{t.ID, t.Token}] = struct{}{}
+	waiting := w.addSlotTask(t)
 	w.mu.Unlock()
 	w.tasksWG.Add(1)
 	go func() {
 		defer w.tasksWG.Done()
+		ran := waiting == nil || w.awaitSlot(ctx, waiting)
 		began := time.Now()
-		err := w.run(ctx, t)
+		err := context.Cause(ctx) // what ended a task claimed ahead before it had a slot
+		if ran {
+			// statement_timeout on the node ends a slow statement with a proper error first;
+			// this deadline only catches what the server cannot see, like a stalled network.
+			runCtx, cancelTimeout := context.WithTimeout(ctx, t.Timeout()+5*time.Second)
+			err = w.run(runCtx, t)
+			cancelTimeout()
+		}
 		cause := context.Cause(ctx)
-		cancelTimeout()
 		cancel(nil)
 		leaseLost := errors.Is(cause, errLeaseLost) // the leader owns the task now; our result would be fenced off
 		// A commit whose outcome the node could not tell before the shutdown killed the task:
@@ -369,9 +381,20 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 		if leaseLost {
 			delete(w.outstanding, attempt{t.ID, t.Token})
 		}
+		var next *waitingTask
+		if ran {
+			next = w.releaseSlot(t, !leaseLost && !unknown)
+		}
 		w.mu.Unlock()
 		if !leaseLost && !unknown {
 			r := w.result(t, err, cause)
+			if !ran && r.Outcome == deckhandtype.OutcomeReleased {
+				r.Err = &deckhandtype.TaskError{Message: "released before it started: " + taskerr.Describe(cause).String()}
+			}
+			if next != nil {
+				r.HandedTo, r.HandedToken = next.task.ID, next.task.Token
+				w.cfg.Metrics.HandedOver.Inc()
+			}
 			w.cfg.Metrics.TaskDuration.WithLabelValues(t.Kind, string(r.Outcome)).Observe(time.Since(began).Seconds())
 			w.cfg.Metrics.Attempts.WithLabelValues(t.Kind, string(r.Outcome)).Inc()
 			if r.Outcome == deckhandtype.OutcomeRetry {
@@ -383,6 +406,11 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 				// A shutdown gave up recording: the attempt stays outstanding, and is named
 				// among those the leader will rescue.
 			}
+		}
+		if next != nil {
+			// After the result that hands the slot over is on its way: the next task's own
+			// result comes after it.
+			close(next.turn)
 		}
 		w.active.Add(-1)
 		if w.saturated.Load() {

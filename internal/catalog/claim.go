@@ -19,7 +19,7 @@ func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckh
 	if limit <= 0 {
 		return nil, nil
 	}
-	claimed, err := c.inClaimTx(ctx, workerID, limit, nil, nil)
+	claimed, err := c.inClaimTx(ctx, workerID, limit, nil, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -43,15 +43,24 @@ const probesOnly = `SELECT pg_catalog.set_config('enable_seqscan', 'off', true),
 // its own plans), for its two statements.
 const orderedProbes = `SELECT pg_catalog.set_config('enable_bitmapscan', 'off', true)`
 
+// Ahead is what a worker asks a claim for beyond a node's free slots, by node name: tasks it
+// claims ahead (ClaimedTask.Queued), to start in its own slots there as its tasks end. They are
+// running, held by the worker, but hold none of the node's max_tasks slots until the
+// completion that records the end of the task whose slot one took hands it over
+// (Result.HandedTo). So a node's slots pass from task to task without waiting for a catalog
+// round trip, and the node never runs more than its max_tasks. Ahead claims come after every
+// claim into free slots, within the claim's limit.
+type Ahead map[string]int
+
 // inClaimTx runs a claim transaction in one round trip: BEGIN, whatever first queues, the node
 // locks, the claim itself and COMMIT, then whatever after queues.
-func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
+func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, ahead Ahead, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
 	conn, err := c.Pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Release()
-	claimed, err := c.claim(ctx, conn.Conn(), workerID, limit, first, after)
+	claimed, err := c.claim(ctx, conn.Conn(), workerID, limit, ahead, first, after)
 	if err != nil {
 		// Leave no transaction open on a pooled connection.
 		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
@@ -62,7 +71,7 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, firs
 	return claimed, nil
 }
 
-func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
+func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, ahead Ahead, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
 	var claimed []deckhandtype.ClaimedTask
 	startNode, startGroup, manyNodes, err := c.claimStart(ctx, conn)
 	if err != nil {
@@ -74,7 +83,14 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	if first != nil {
 		first(b)
 	}
-	args, err := claimStmt.args(pgx.StrictNamedArgs{"limit": limit, "now": c.now(), "worker": workerID, "spread": c.random()})
+	aheadNodes, aheadCounts := make([]string, 0, len(ahead)), make([]int32, 0, len(ahead))
+	for node, n := range ahead {
+		if n > 0 {
+			aheadNodes, aheadCounts = append(aheadNodes, node), append(aheadCounts, int32(n))
+		}
+	}
+	args, err := claimStmt.args(pgx.StrictNamedArgs{"limit": limit, "now": c.now(), "worker": workerID, "spread": c.random(),
+		"ahead_nodes": aheadNodes, "ahead_counts": aheadCounts})
 	if err != nil {
 		return nil, err
 	}
@@ -129,9 +145,12 @@ WITH inputs AS (
 	-- that exports cannot make the node hold a session each.
 	-- Counting stops at the cap: what runs beyond it changes nothing.
 	SELECT c.node, c.rank, c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind <> 'export' ORDER BY t.id LIMIT c.cap) r) AS free,
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND NOT t.queued AND t.kind <> 'export' ORDER BY t.id LIMIT c.cap) r) AS free,
 		c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND t.kind = 'export' ORDER BY t.id LIMIT c.cap) r) AS coordinators
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND NOT t.queued AND t.kind = 'export' ORDER BY t.id LIMIT c.cap) r) AS coordinators,
+		-- What the worker asks for beyond the free slots, to start in its own slots there as its
+		-- tasks end (Ahead): taken after the free slots' tasks, and holding none of the node's.
+		coalesce((SELECT a.n FROM unnest(@ahead_nodes::text[], @ahead_counts::int[]) AS a(node, n) WHERE a.node = c.node LIMIT 1), 0) AS ahead
 	FROM inputs, unnest(inputs.nodes, inputs.caps) WITH ORDINALITY AS c(node, cap, rank)
 ), budget AS (
 	SELECT CASE WHEN inputs.global > 0
@@ -162,11 +181,14 @@ WITH inputs AS (
 		UNION ALL ` + anywherePart(`t.claim_key > h.claim_key`) + `
 		LIMIT (SELECT n FROM budget)) a
 ), node_tasks AS (
-	SELECT p.id, cap.node, cap.rank, p.claim_key FROM cap CROSS JOIN LATERAL (
-		SELECT t.id, t.claim_key FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
-		  AND t.kind <> 'export'
-		ORDER BY t.claim_key, t.id LIMIT cap.free FOR UPDATE SKIP LOCKED) p
+	-- The node's first tasks take its free slots; those after them, up to what the worker
+	-- asked for ahead, are queued in the worker.
+	SELECT p.id, cap.node, cap.rank, p.claim_key, p.rn > cap.free AS queued FROM cap CROSS JOIN LATERAL (
+		SELECT l.id, l.claim_key, row_number() OVER (ORDER BY l.claim_key, l.id) AS rn FROM (
+			SELECT t.id, t.claim_key FROM deckhand.task t
+			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
+			  AND t.kind <> 'export'
+			ORDER BY t.claim_key, t.id LIMIT cap.free + cap.ahead FOR UPDATE SKIP LOCKED) l) p
 ), node_coordinators AS (
 	SELECT p.id, cap.node, cap.rank, p.claim_key FROM cap CROSS JOIN LATERAL (
 		SELECT t.id, t.claim_key FROM deckhand.task t
@@ -174,8 +196,8 @@ WITH inputs AS (
 		  AND t.kind = 'export'
 		ORDER BY t.claim_key, t.id LIMIT cap.coordinators FOR UPDATE SKIP LOCKED) p
 ), on_nodes AS (
-	SELECT id, node, false AS coordinator, rank, claim_key FROM node_tasks
-	UNION ALL SELECT id, node, true, rank, claim_key FROM node_coordinators
+	SELECT id, node, false AS coordinator, rank, claim_key, queued FROM node_tasks
+	UNION ALL SELECT id, node, true, rank, claim_key, false FROM node_coordinators
 `
 
 // anywherePart is one part of claimSQL's anywhere CTE: the runnable tasks that run anywhere and
@@ -202,7 +224,7 @@ const claimGroups = `), group_tasks AS (
 	FROM cap JOIN deckhand.node n ON n.name = cap.node
 	CROSS JOIN LATERAL (SELECT count(*) AS tasks, max(g.min_lsn) AS min_lsn FROM group_tasks g WHERE g.node_group = n.node_group) g
 	CROSS JOIN LATERAL generate_series(1, least(g.tasks,
-		cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node AND NOT o.coordinator))) s
+		cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node AND NOT o.coordinator AND NOT o.queued))) s
 	-- A member whose latest probe failed gets none: after a failover the old primary, down,
 	-- keeps the role it last had, and every task dealt to it would fail to connect.
 	WHERE n.last_error IS NULL AND (n.role = 'primary' OR n.replay_lsn >= g.min_lsn)
@@ -224,13 +246,14 @@ const claimGroups = `), group_tasks AS (
 // priorities hold across the sets: a task that runs anywhere does not pass a node's task of a
 // higher priority, nor one that has waited longer. Among tasks of equal claim_key (one job's),
 // nodes take turns from the claim's random start (their rank in the locked nodes), so that a
-// claim that cannot take every node's share does not always serve the same nodes.
+// claim that cannot take every node's share does not always serve the same nodes. Tasks
+// claimed ahead come last: they are only to hand a slot on to.
 const claimPick = `), picked AS (
-	SELECT id, node FROM (
-		SELECT id, NULL::text AS node, 0::bigint AS rank, claim_key FROM anywhere
-		UNION ALL SELECT id, NULL, rank, claim_key FROM on_nodes
-		UNION ALL SELECT id, node, 0, claim_key FROM in_groups) c
-	ORDER BY claim_key, rank, id
+	SELECT id, node, queued FROM (
+		SELECT id, NULL::text AS node, 0::bigint AS rank, claim_key, false AS queued FROM anywhere
+		UNION ALL SELECT id, NULL, rank, claim_key, queued FROM on_nodes
+		UNION ALL SELECT id, node, 0, claim_key, false FROM in_groups) c
+	ORDER BY queued, claim_key, rank, id
 `
 
 // claimTail takes the picked tasks. It reaches them through unnest of an array, which the
@@ -240,13 +263,14 @@ const claimPick = `), picked AS (
 // joined to an UPDATE or FOR UPDATE are copied whole into each row it locks, arrays included.
 const claimTail = `	LIMIT (SELECT n FROM budget)
 ), picks AS MATERIALIZED (
-	SELECT p.id, p.node
-	FROM (SELECT array_agg(id) AS ids, array_agg(node) AS nodes FROM picked) a, unnest(a.ids, a.nodes) AS p(id, node)
+	SELECT p.id, p.node, p.queued
+	FROM (SELECT array_agg(id) AS ids, array_agg(node) AS nodes, array_agg(queued) AS queued FROM picked) a,
+		unnest(a.ids, a.nodes, a.queued) AS p(id, node, queued)
 ), claimed AS (
 	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
 		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = @worker,
 		started_at = coalesce(@now, clock_timestamp()), finished_at = NULL,
-		node = coalesce(p.node, t.node)
+		node = coalesce(p.node, t.node), queued = p.queued
 	-- Checked again on the row as locked, the one guard every set of picks passes: a claim,
 	-- cancel or pause that committed after this statement's snapshot has moved it on.
 	FROM picks p WHERE t.id = p.id AND t.state = 'runnable'
@@ -264,6 +288,6 @@ const claimTail = `	LIMIT (SELECT n FROM budget)
 SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
 	c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts,
 	c.max_attempts, c.runs, c.attempt_token, c.started_at, j.search_path, j.settings, j.submitted_by,
-	c.has_dependents
+	c.has_dependents, c.queued
 FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
 ORDER BY c.id`

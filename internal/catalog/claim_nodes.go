@@ -172,9 +172,9 @@ func nextGroup(bound string) string {
 // (a locked row of deckhand.node), up to its cap, as claimSQL counts them again under the lock.
 const (
 	runningOn = `(SELECT count(*) FROM (SELECT FROM deckhand.task t
-		WHERE t.node = l.name AND t.state IN ('running', 'cancelling') AND t.kind <> 'export' ORDER BY t.id LIMIT l.max_tasks) x)`
+		WHERE t.node = l.name AND t.state IN ('running', 'cancelling') AND NOT t.queued AND t.kind <> 'export' ORDER BY t.id LIMIT l.max_tasks) x)`
 	coordinatingOn = `(SELECT count(*) FROM (SELECT FROM deckhand.task t
-		WHERE t.node = l.name AND t.state IN ('running', 'cancelling') AND t.kind = 'export' ORDER BY t.id LIMIT l.max_tasks) x)`
+		WHERE t.node = l.name AND t.state IN ('running', 'cancelling') AND NOT t.queued AND t.kind = 'export' ORDER BY t.id LIMIT l.max_tasks) x)`
 )
 
 // fewNodes is the most nodes for which a claim looks at every node (lockEveryNodeSQL) rather

@@ -175,7 +175,8 @@ func (c claimProbe) idle(t *testing.T, conn *pgx.Conn) (lock, claim int) {
 
 func prepareClaim(t *testing.T, conn *pgx.Conn) claimProbe {
 	t.Helper()
-	args := pgx.StrictNamedArgs{"limit": 100, "now": (*time.Time)(nil), "worker": int64(1), "spread": 0.5}
+	args := pgx.StrictNamedArgs{"limit": 100, "now": (*time.Time)(nil), "worker": int64(1), "spread": 0.5,
+		"ahead_nodes": []string{}, "ahead_counts": []int32{}}
 	sql, params, err := args.RewriteQuery(ctx, conn, catalog.ClaimSQL, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,10 @@ type Result struct {
 	// FinishedAt is when the attempt ended; zero means now on the catalog's clock, which keeps
 	// attempt durations and backoffs on one clock whatever the workers' clocks say.
 	FinishedAt time.Time
+	// HandedTo and HandedToken name the attempt of a task claimed ahead (Ahead) that the worker
+	// started in this attempt's slot on its node: recording this result hands it the slot.
+	// Zero: none.
+	HandedTo, HandedToken int64
 }
 
 // Completion summarizes what Complete changed.
@@ -55,6 +59,11 @@ func (c *Catalog) Complete(ctx context.Context, results []Result) (Completion, e
 // A result whose rows a catalog role holds locked fails the whole call with a lock timeout
 // (IsLockTimeout) after rowLockWait: the caller records the results one by one then.
 func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, workerID int64, limit int) (Completion, []deckhandtype.ClaimedTask, error) {
+	return c.CompleteAndClaimAhead(ctx, results, workerID, limit, nil)
+}
+
+// CompleteAndClaimAhead is CompleteAndClaim whose claim also takes tasks ahead (Ahead).
+func (c *Catalog) CompleteAndClaimAhead(ctx context.Context, results []Result, workerID int64, limit int, ahead Ahead) (Completion, []deckhandtype.ClaimedTask, error) {
 	if len(results) == 0 {
 		return Completion{}, nil, nil
 	}
@@ -91,7 +100,7 @@ func (c *Catalog) CompleteAndClaim(ctx context.Context, results []Result, worker
 			settle(b)
 			err = c.inTx(ctx, b)
 		} else {
-			claimed, err = c.inClaimTx(ctx, workerID, limit, func(b *pgx.Batch) {
+			claimed, err = c.inClaimTx(ctx, workerID, limit, ahead, func(b *pgx.Batch) {
 				b.Queue(boundLockWait)
 				b.Queue(completeStmt.sql, args...).QueryRow(scan)
 			}, settle)
@@ -178,8 +187,12 @@ func completeArgs(results []Result) (pgx.StrictNamedArgs, error) {
 	backoffs := make([]time.Duration, n)
 	errs := make([][]byte, n)
 	finished := make([]*time.Time, n)
+	var handedIDs, handedTokens []int64
 	for i, r := range results {
 		ids[i], tokens[i], workers[i], outcomes[i], backoffs[i] = r.TaskID, r.Token, r.WorkerID, r.Outcome, r.Backoff
+		if r.HandedTo != 0 {
+			handedIDs, handedTokens = append(handedIDs, r.HandedTo), append(handedTokens, r.HandedToken)
+		}
 		if !r.FinishedAt.IsZero() {
 			finished[i] = &r.FinishedAt
 		}
@@ -192,7 +205,7 @@ func completeArgs(results []Result) (pgx.StrictNamedArgs, error) {
 		}
 	}
 	return pgx.StrictNamedArgs{"ids": ids, "tokens": tokens, "workers": workers, "outcomes": outcomes,
-		"backoffs": backoffs, "errors": errs, "finished_at": finished}, nil
+		"backoffs": backoffs, "errors": errs, "finished_at": finished, "handed_ids": handedIDs, "handed_tokens": handedTokens}, nil
 }
 
 var completeStmt = mustNamed(completeSQL)
@@ -228,7 +241,7 @@ WITH RECURSIVE locked AS MATERIALIZED (
 		not_before = CASE WHEN d.new_state = 'runnable' THEN d.not_before ELSE t.not_before END,
 		finished_at = CASE WHEN d.new_state = 'runnable' THEN NULL ELSE d.finished_at END,
 		last_error = CASE WHEN d.new_state = 'done' THEN NULL ELSE coalesce(d.err, t.last_error) END,
-		worker_id = NULL,
+		worker_id = NULL, queued = false,
 		-- a group task back in the queue may run on another member next time
 		node = CASE WHEN t.node_group IS NOT NULL AND d.new_state = 'runnable' THEN NULL ELSE t.node END
 	FROM decided d WHERE t.id = d.id
@@ -302,6 +315,15 @@ WITH RECURSIVE locked AS MATERIALIZED (
 	SELECT job_id, @completer::bigint, done FROM delta WHERE NOT slow AND done > 0 ORDER BY job_id
 	ON CONFLICT (job_id, completer) DO UPDATE SET done = y.done + excluded.done
 	RETURNING y.job_id
+), handed AS (
+	-- Tasks claimed ahead that their worker started in the slots of tasks these results ended:
+	-- the slots pass to them in this transaction, so the node's count of slots in use stays
+	-- what runs there. One whose own result is in this batch has ended too, and keeps none.
+	UPDATE deckhand.task q SET queued = false
+	FROM unnest(@handed_ids::bigint[], @handed_tokens::bigint[]) AS h(id, token)
+	WHERE q.id = h.id AND q.attempt_token = h.token AND q.queued AND q.state IN ('running', 'cancelling')
+		AND q.id <> ALL (@ids::bigint[])
+	RETURNING q.id
 ), woken AS (
 	SELECT count(*) FILTER (WHERE NOT bound) AS anywhere, count(*) FILTER (WHERE bound) AS bound
 	FROM (SELECT bound FROM followed WHERE state = 'runnable' UNION ALL SELECT bound FROM moved WHERE state = 'runnable') r
@@ -314,4 +336,4 @@ WITH RECURSIVE locked AS MATERIALIZED (
 SELECT (SELECT count(*) FROM moved)::int, (w.anywhere + w.bound)::int, w.anywhere::int
 FROM woken w, LATERAL (SELECT CASE WHEN w.bound > 0 OR (w.anywhere > 0 AND @notify_anywhere::bool)
 	THEN pg_notify('deckhand_runnable', @released_by::text) END) notify,
-	LATERAL (SELECT count(*) FROM counted) c, LATERAL (SELECT count(*) FROM tallied) t`
+	LATERAL (SELECT count(*) FROM counted) c, LATERAL (SELECT count(*) FROM tallied) t, LATERAL (SELECT count(*) FROM handed) h`

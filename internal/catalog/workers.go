@@ -399,6 +399,6 @@ const claimStrandedSQL = `
 		)
 		UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
 			attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $1,
-			started_at = coalesce($2, clock_timestamp()), finished_at = NULL
+			started_at = coalesce($2, clock_timestamp()), finished_at = NULL, queued = false
 		FROM picked p WHERE t.id = p.id AND t.state = 'runnable'
 		RETURNING t.id, t.attempt_token, coalesce(t.node, '') AS node, t.node_group`

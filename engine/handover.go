@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/catalog"
+)
+
+// A node's max_tasks slots pass from task to task through the catalog: a task that ends frees
+// its slot when its result is recorded, and the claim in that same transaction fills it. On a
+// busy node every next task would wait for that round trip, and each batch of results would
+// carry few of them. So a worker whose tasks on a node turn over claims some of the node's next
+// tasks ahead (catalog.Ahead): they wait in the worker, and each starts in the slot of the next
+// of the worker's tasks on that node to end. The ended task's result names it
+// (catalog.Result.HandedTo), and recording the result hands it the slot in the catalog. What
+// runs on the node never exceeds what the catalog counts against max_tasks.
+//
+// nodeSlots is one node's share of that, in this worker: its tasks there that hold a slot,
+// those claimed ahead waiting for one, and how many of the first ended since the last claim
+// that asked for tasks ahead.
+type nodeSlots struct {
+	holding  int
+	waiting  []*waitingTask
+	turnover int
+}
+
+// waitingTask is a task claimed ahead, waiting for a slot.
+type waitingTask struct {
+	task   *deckhandtype.ClaimedTask
+	turn   chan struct{} // closed once a slot is handed to it and the handing result is sent
+	handed bool          // a slot was handed to it (set under Worker.mu)
+}
+
+// slotNode is the node whose max_tasks slots t holds or waits for, or "" for none: tasks that
+// run anywhere hold none, and export coordinators have slots of their own (claimSQL).
+func slotNode(t *deckhandtype.ClaimedTask) string {
+	if t.Node == nil || t.Kind == "export" {
+		return ""
+	}
+	return *t.Node
+}
+
+// addSlotTask notes a claimed task in its node's share: a holder, or (claimed ahead) a waiting
+// task, returned. Called with w.mu held.
+func (w *Worker) addSlotTask(t *deckhandtype.ClaimedTask) *waitingTask {
+	node := slotNode(t)
+	if node == "" {
+		return nil
+	}
+	s := w.slots[node]
+	if s == nil {
+		s = &nodeSlots{}
+		w.slots[node] = s
+	}
+	if !t.Queued {
+		s.holding++
+		return nil
+	}
+	wt := &waitingTask{task: t, turn: make(chan struct{})}
+	s.waiting = append(s.waiting, wt)
+	return wt
+}
+
+// releaseSlot frees the slot of t, which ended, or hands it to the first task waiting on its
+// node, returned. A slot is handed over only when t's result will be recorded (handOver): the
+// result is what hands it over in the catalog. Called with w.mu held.
+func (w *Worker) releaseSlot(t *deckhandtype.ClaimedTask, handOver bool) *waitingTask {
+	node := slotNode(t)
+	s := w.slots[node]
+	if s == nil {
+		return nil
+	}
+	if handOver {
+		s.turnover++
+		if len(s.waiting) > 0 {
+			next := s.waiting[0]
+			s.waiting = s.waiting[1:]
+			next.handed = true
+			return next
+		}
+	}
+	s.holding--
+	w.forgetIdle(node, s)
+	return nil
+}
+
+// awaitSlot waits until a slot is handed to wt, and reports whether one was; false when the
+// task's context ended first (cancelled, paused, shut down): the task then ends without
+// running.
+func (w *Worker) awaitSlot(ctx context.Context, wt *waitingTask) bool {
+	select {
+	case <-wt.turn:
+		return true
+	case <-ctx.Done():
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wt.handed {
+		// Handed at the same moment: it holds the slot, and runs (its context ended, so it
+		// stops at once) to hand it on.
+		return true
+	}
+	node := slotNode(wt.task)
+	s := w.slots[node]
+	for i, o := range s.waiting {
+		if o == wt {
+			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+			break
+		}
+	}
+	w.forgetIdle(node, s)
+	return false
+}
+
+// forgetIdle drops a node's share once nothing holds, waits or is counted there.
+func (w *Worker) forgetIdle(node string, s *nodeSlots) {
+	if s.holding <= 0 && len(s.waiting) == 0 && s.turnover == 0 {
+		delete(w.slots, node)
+	}
+}
+
+// aheadWanted is what the next claim asks for ahead on each node where some of the worker's
+// tasks ended since the last such claim (where tasks turn over: behind long ones, tasks
+// claimed ahead would only wait): one waiting task for each slot it holds there.
+func (w *Worker) aheadWanted() catalog.Ahead {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ahead catalog.Ahead
+	for node, s := range w.slots {
+		if n := s.holding - len(s.waiting); s.turnover > 0 && n > 0 {
+			if ahead == nil {
+				ahead = catalog.Ahead{}
+			}
+			ahead[node] = n
+		}
+		s.turnover = 0
+		w.forgetIdle(node, s)
+	}
+	return ahead
+}
+
+// releaseWaiting ends the tasks claimed ahead that wait for a slot: a stopping worker starts
+// nothing new. They are released, uncharged, without having run.
+func (w *Worker) releaseWaiting() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.slots {
+		for _, wt := range s.waiting {
+			if rt, ok := w.running[wt.task.ID]; ok {
+				rt.cancel(errShutdown)
+			}
+		}
+	}
+}
