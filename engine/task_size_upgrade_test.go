@@ -25,7 +25,11 @@ func TestTaskWrittenBeforeTheSizeBoundStillRuns(t *testing.T) {
 	db := e.Pool(e.DB)
 	// The catalog as it was before the bound (0023 and every later migration undone), a task written
 	// then, and the upgrade.
-	e.Exec(e.DB, `DROP TRIGGER IF EXISTS task_size ON deckhand.task;
+	e.Exec(e.DB, `CREATE OR REPLACE VIEW deckhand.nodes AS
+			SELECT name, dsn, node_group, max_tasks, role, replay_lsn, checked_at, last_error, created_at,
+				(SELECT count(*) FROM deckhand.task t WHERE t.node = n.name AND t.state IN ('running', 'cancelling')) AS running_tasks
+			FROM deckhand.node n;
+		DROP TRIGGER IF EXISTS task_size ON deckhand.task;
 		DROP FUNCTION IF EXISTS deckhand.refuse_huge_task();
 		ALTER TABLE deckhand.task DROP CONSTRAINT IF EXISTS task_sql_at_most_16_mib,
 			DROP CONSTRAINT IF EXISTS task_payload_at_most_16_mib,

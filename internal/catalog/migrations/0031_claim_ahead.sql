@@ -11,3 +11,11 @@
 -- of a node's slots in use read the running tasks on the node (task_active_on_node_idx) and
 -- pass those claimed ahead.
 ALTER TABLE deckhand.task ADD COLUMN queued boolean NOT NULL DEFAULT false;
+
+-- A node's running tasks are those that hold one of its slots: a task claimed ahead has not
+-- started there yet.
+CREATE OR REPLACE VIEW deckhand.nodes AS
+    SELECT name, dsn, node_group, max_tasks, role, replay_lsn, checked_at, last_error, created_at,
+           (SELECT count(*) FROM deckhand.task t WHERE t.node = n.name AND t.state IN ('running', 'cancelling')
+                AND NOT t.queued) AS running_tasks
+    FROM deckhand.node n;
