@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
@@ -30,6 +32,7 @@ type waitingTask struct {
 	task   *deckhandtype.ClaimedTask
 	turn   chan struct{} // closed once a slot is handed to it and the handing result is sent
 	handed bool          // a slot was handed to it (set under Worker.mu)
+	noSlot bool          // it was dropped: no slot is left to hand it (set under Worker.mu)
 }
 
 // slotNode is the node whose max_tasks slots t holds or waits for, or "" for none: tasks that
@@ -41,12 +44,24 @@ func slotNode(t *deckhandtype.ClaimedTask) string {
 	return *t.Node
 }
 
+// errNoSlot ends a task claimed ahead that no slot came to: the worker's tasks on its node
+// ended while the claim was on its way, or none ended within aheadWaitLimit. It is released,
+// uncharged, without having run.
+var errNoSlot = errors.New("claimed ahead of a slot on its node, and no task of its worker there handed it one")
+
+// aheadWaitLimit bounds how long a task claimed ahead waits for a slot. Ahead claims are made
+// where tasks turn over in milliseconds; one that waits longer is better off back in the
+// queue, where any worker may take the node's next free slot for it.
+const aheadWaitLimit = time.Second
+
 // addSlotTask notes a claimed task in its node's share: a holder, or (claimed ahead) a waiting
-// task, returned. Called with w.mu held.
-func (w *Worker) addSlotTask(t *deckhandtype.ClaimedTask) *waitingTask {
+// task, returned. A task claimed ahead that would wait for more slots than the worker holds on
+// the node (those it counted on ended while the claim was on its way) has nothing to wait for:
+// noSlot. Called with w.mu held.
+func (w *Worker) addSlotTask(t *deckhandtype.ClaimedTask) (wt *waitingTask, noSlot bool) {
 	node := slotNode(t)
 	if node == "" {
-		return nil
+		return nil, false
 	}
 	s := w.slots[node]
 	if s == nil {
@@ -55,11 +70,15 @@ func (w *Worker) addSlotTask(t *deckhandtype.ClaimedTask) *waitingTask {
 	}
 	if !t.Queued {
 		s.holding++
-		return nil
+		return nil, false
 	}
-	wt := &waitingTask{task: t, turn: make(chan struct{})}
+	if len(s.waiting) >= s.holding {
+		w.forgetIdle(node, s)
+		return nil, true
+	}
+	wt = &waitingTask{task: t, turn: make(chan struct{})}
 	s.waiting = append(s.waiting, wt)
-	return wt
+	return wt, false
 }
 
 // releaseSlot frees the slot of t, which ended, or hands it to the first task waiting on its
@@ -81,25 +100,40 @@ func (w *Worker) releaseSlot(t *deckhandtype.ClaimedTask, handOver bool) *waitin
 		}
 	}
 	s.holding--
+	// Never more waiting than slots to hand them: the last ones are released.
+	for len(s.waiting) > max(s.holding, 0) {
+		last := s.waiting[len(s.waiting)-1]
+		s.waiting = s.waiting[:len(s.waiting)-1]
+		last.noSlot = true
+		close(last.turn)
+	}
 	w.forgetIdle(node, s)
 	return nil
 }
 
-// awaitSlot waits until a slot is handed to wt, and reports whether one was; false when the
-// task's context ended first (cancelled, paused, shut down): the task then ends without
-// running.
-func (w *Worker) awaitSlot(ctx context.Context, wt *waitingTask) bool {
+// awaitSlot waits until a slot is handed to wt, and returns nil once one is; otherwise what
+// ended the wait (the task's context's cause: cancelled, paused, shut down; or errNoSlot), and
+// the task ends without running.
+func (w *Worker) awaitSlot(ctx context.Context, wt *waitingTask) error {
+	limit := time.NewTimer(aheadWaitLimit)
+	defer limit.Stop()
+	var ended error
 	select {
 	case <-wt.turn:
-		return true
 	case <-ctx.Done():
+		ended = context.Cause(ctx)
+	case <-limit.C:
+		ended = errNoSlot
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if wt.handed {
-		// Handed at the same moment: it holds the slot, and runs (its context ended, so it
-		// stops at once) to hand it on.
-		return true
+	switch {
+	case wt.handed:
+		// Handed, perhaps at the same moment: it holds the slot, and runs (stopping at once
+		// if its context ended) to hand it on.
+		return nil
+	case wt.noSlot:
+		return errNoSlot // already out of the waiting list
 	}
 	node := slotNode(wt.task)
 	s := w.slots[node]
@@ -110,7 +144,7 @@ func (w *Worker) awaitSlot(ctx context.Context, wt *waitingTask) bool {
 		}
 	}
 	w.forgetIdle(node, s)
-	return false
+	return ended
 }
 
 // forgetIdle drops a node's share once nothing holds, waits or is counted there.

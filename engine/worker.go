@@ -354,14 +354,20 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 	w.mu.Lock()
 	w.running[t.ID] = &runningTask{token: t.Token, cancel: cancel, task: t}
 	w.outstanding[attempt{t.ID, t.Token}] = struct{}{}
-	waiting := w.addSlotTask(t)
+	waiting, noSlot := w.addSlotTask(t)
 	w.mu.Unlock()
 	w.tasksWG.Add(1)
 	go func() {
 		defer w.tasksWG.Done()
-		ran := waiting == nil || w.awaitSlot(ctx, waiting)
+		var err error // for a task claimed ahead that never had a slot, what ended its wait
+		switch {
+		case noSlot:
+			err = errNoSlot
+		case waiting != nil:
+			err = w.awaitSlot(ctx, waiting)
+		}
+		ran := err == nil
 		began := time.Now()
-		err := context.Cause(ctx) // what ended a task claimed ahead before it had a slot
 		if ran {
 			// statement_timeout on the node ends a slow statement with a proper error first;
 			// this deadline only catches what the server cannot see, like a stalled network.
@@ -388,8 +394,9 @@ func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 		w.mu.Unlock()
 		if !leaseLost && !unknown {
 			r := w.result(t, err, cause)
-			if !ran && r.Outcome == deckhandtype.OutcomeReleased {
-				r.Err = &deckhandtype.TaskError{Message: "released before it started: " + taskerr.Describe(cause).String()}
+			if !ran && (r.Outcome == deckhandtype.OutcomeReleased || errors.Is(err, errNoSlot)) {
+				r.Outcome = deckhandtype.OutcomeReleased
+				r.Err = &deckhandtype.TaskError{Message: "released before it started: " + taskerr.Describe(err).String()}
 			}
 			if next != nil {
 				r.HandedTo, r.HandedToken = next.task.ID, next.task.Token

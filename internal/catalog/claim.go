@@ -143,15 +143,20 @@ WITH inputs AS (
 	-- An export's coordinator only holds a lock while its parts work: it takes no slot, or its
 	-- parts could never run. Coordinators have slots of their own, as many as the node's, so
 	-- that exports cannot make the node hold a session each.
-	-- Counting stops at the cap: what runs beyond it changes nothing.
-	SELECT c.node, c.rank, c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND NOT t.queued AND t.kind <> 'export' ORDER BY t.id LIMIT c.cap) r) AS free,
+	-- Counting stops just past the cap: what runs beyond it changes nothing, but a node past
+	-- its cap (lowered while the node was busy) gets no tasks ahead, so that its slots, which
+	-- tasks claimed ahead would keep passing on, empty down to the new cap.
+	SELECT c.node, c.rank, greatest(c.cap - h.n, 0) AS free,
 		c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
 		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND NOT t.queued AND t.kind = 'export' ORDER BY t.id LIMIT c.cap) r) AS coordinators,
 		-- What the worker asks for beyond the free slots, to start in its own slots there as its
 		-- tasks end (Ahead): taken after the free slots' tasks, and holding none of the node's.
-		coalesce((SELECT a.n FROM unnest(@ahead_nodes::text[], @ahead_counts::int[]) AS a(node, n) WHERE a.node = c.node LIMIT 1), 0) AS ahead
+		CASE WHEN h.n > c.cap THEN 0
+		     ELSE coalesce((SELECT a.n FROM unnest(@ahead_nodes::text[], @ahead_counts::int[]) AS a(node, n) WHERE a.node = c.node LIMIT 1), 0)
+		END AS ahead
 	FROM inputs, unnest(inputs.nodes, inputs.caps) WITH ORDINALITY AS c(node, cap, rank)
+	CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT FROM deckhand.task t
+		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND NOT t.queued AND t.kind <> 'export' ORDER BY t.id LIMIT c.cap + 1) r) h
 ), budget AS (
 	SELECT CASE WHEN inputs.global > 0
 		THEN least(@limit::int, inputs.global - (SELECT count(*) FROM (SELECT FROM deckhand.task t
