@@ -192,7 +192,7 @@ func TestShortJobsOnABusyNodeAllEnd(t *testing.T) {
 	db := e.AddNode("n", 2)
 	e.Exec(db, `CREATE TABLE span (started timestamptz, ended timestamptz)`)
 	e.Worker(engine.Config{Concurrency: 10})
-	deadline := time.Now().Add(12 * time.Second)
+	deadline := time.Now().Add(6 * time.Second)
 	for j := 0; time.Now().Before(deadline); j++ {
 		var tasks []spec.Task
 		for i := range 8 {
@@ -400,15 +400,7 @@ func TestLoweredMaxTasksHoldsOnABusyNode(t *testing.T) {
 	e.Exec(db, `CREATE TABLE span (started timestamptz, ended timestamptz)`)
 	metrics := engine.NewMetrics(nil)
 	e.Worker(engine.Config{Concurrency: 10, Metrics: metrics})
-	var tasks []spec.Task
-	for i := range 600 {
-		tasks = append(tasks, spec.Task{
-			Name: fmt.Sprintf("t%d", i), Node: "n",
-			SQL: `DO $$ DECLARE s timestamptz := clock_timestamp(); BEGIN PERFORM pg_sleep(0.01);
-			      INSERT INTO span VALUES (s, clock_timestamp()); END $$`,
-		})
-	}
-	id := submit(t, e, &spec.Job{Tasks: tasks})
+	id := submit(t, e, &spec.Job{Tasks: spanTasks("n", 600, 0.01)})
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		var n int
 		if err := e.Pool(db).QueryRow(ctx, `SELECT count(*) FROM span`).Scan(&n); err != nil {

@@ -24,15 +24,7 @@ func TestHandedOverSlotsKeepTheNodeLimit(t *testing.T) {
 	for _, m := range metrics {
 		e.Worker(engine.Config{Concurrency: 10, Metrics: m})
 	}
-	var tasks []spec.Task
-	for i := range 300 {
-		tasks = append(tasks, spec.Task{
-			Name: fmt.Sprintf("t%d", i), Node: "n",
-			SQL: `DO $$ DECLARE s timestamptz := clock_timestamp(); BEGIN PERFORM pg_sleep(0.002);
-			      INSERT INTO span VALUES (s, clock_timestamp()); END $$`,
-		})
-	}
-	id := submit(t, e, &spec.Job{Tasks: tasks})
+	id := submit(t, e, &spec.Job{Tasks: spanTasks("n", 300, 0.002)})
 	if job := e.Wait(id, 120*time.Second); job.State != deckhandtype.JobFinished {
 		t.Fatalf("job %s", job.State)
 	}
@@ -71,4 +63,18 @@ func counted(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// spanTasks are n tasks on node that each sleep for seconds and record when they ran on the
+// node in its table span (started, ended).
+func spanTasks(node string, n int, seconds float64) []spec.Task {
+	tasks := make([]spec.Task, n)
+	for i := range tasks {
+		tasks[i] = spec.Task{
+			Name: fmt.Sprintf("t%d", i), Node: node,
+			SQL: fmt.Sprintf(`DO $$ DECLARE s timestamptz := clock_timestamp(); BEGIN PERFORM pg_sleep(%g);
+			      INSERT INTO span VALUES (s, clock_timestamp()); END $$`, seconds),
+		}
+	}
+	return tasks
 }
