@@ -24,7 +24,16 @@ import (
 type nodeSlots struct {
 	holding  int
 	waiting  []*waitingTask
+	vacant   []*vacancy
 	turnover int
+}
+
+// vacancy is the slot of a task that ended with no task waiting for it, while its result has
+// not gone into a batch yet: the catalog still counts the slot as the worker's, and a task
+// claimed ahead that arrives meanwhile starts in it at once; the result then hands it over.
+type vacancy struct {
+	node string
+	to   *deckhandtype.ClaimedTask // the task that took the slot, if one did
 }
 
 // waitingTask is a task claimed ahead, waiting for a slot.
@@ -55,9 +64,10 @@ var errNoSlot = errors.New("claimed ahead of a slot on its node, and no task of 
 const aheadWaitLimit = time.Second
 
 // addSlotTask notes a claimed task in its node's share: a holder, or (claimed ahead) a waiting
-// task, returned. A task claimed ahead that would wait for more slots than the worker holds on
-// the node (those it counted on ended while the claim was on its way) has nothing to wait for:
-// noSlot. Called with w.mu held.
+// task, returned. A task claimed ahead when the worker no longer runs any task on the node
+// (those it counted on ended while the claim was on its way) has nothing to wait for: noSlot.
+// While one runs, each that ends hands its slot to the first waiting task, which hands it on
+// in turn: every waiting task gets a slot. Called with w.mu held.
 func (w *Worker) addSlotTask(t *deckhandtype.ClaimedTask) (wt *waitingTask, noSlot bool) {
 	node := slotNode(t)
 	if node == "" {
@@ -72,7 +82,14 @@ func (w *Worker) addSlotTask(t *deckhandtype.ClaimedTask) (wt *waitingTask, noSl
 		s.holding++
 		return nil, false
 	}
-	if len(s.waiting) >= s.holding {
+	if len(s.waiting) == 0 && len(s.vacant) > 0 {
+		v := s.vacant[0]
+		s.vacant = s.vacant[1:]
+		v.to = t
+		s.holding++
+		return nil, false
+	}
+	if s.holding <= 0 {
 		w.forgetIdle(node, s)
 		return nil, true
 	}
@@ -98,14 +115,19 @@ func (w *Worker) releaseSlot(t *deckhandtype.ClaimedTask, handOver bool) *waitin
 			next.handed = true
 			return next
 		}
+		v := &vacancy{node: node}
+		s.vacant = append(s.vacant, v)
+		w.vacancies[attempt{t.ID, t.Token}] = v
 	}
 	s.holding--
-	// Never more waiting than slots to hand them: the last ones are released.
-	for len(s.waiting) > max(s.holding, 0) {
-		last := s.waiting[len(s.waiting)-1]
-		s.waiting = s.waiting[:len(s.waiting)-1]
-		last.noSlot = true
-		close(last.turn)
+	if s.holding <= 0 {
+		// Nothing left to hand the waiting tasks a slot (only when this one's result is not
+		// recorded: otherwise it handed its slot on): they are released.
+		for _, wt := range s.waiting {
+			wt.noSlot = true
+			close(wt.turn)
+		}
+		s.waiting = nil
 	}
 	w.forgetIdle(node, s)
 	return nil
@@ -147,22 +169,54 @@ func (w *Worker) awaitSlot(ctx context.Context, wt *waitingTask) error {
 	return ended
 }
 
+// sealVacancies closes the vacancies of the results of a batch about to be recorded: the
+// batch frees their slots in the catalog, and those a task took are handed to it instead.
+func (w *Worker) sealVacancies(batch []catalog.Result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.vacancies) == 0 {
+		return
+	}
+	for i, r := range batch {
+		v, ok := w.vacancies[attempt{r.TaskID, r.Token}]
+		if !ok {
+			continue
+		}
+		delete(w.vacancies, attempt{r.TaskID, r.Token})
+		if v.to != nil {
+			batch[i].HandedTo, batch[i].HandedToken = v.to.ID, v.to.Token
+			w.cfg.Metrics.HandedOver.Inc()
+			continue
+		}
+		if s := w.slots[v.node]; s != nil {
+			for j, o := range s.vacant {
+				if o == v {
+					s.vacant = append(s.vacant[:j], s.vacant[j+1:]...)
+					break
+				}
+			}
+			w.forgetIdle(v.node, s)
+		}
+	}
+}
+
 // forgetIdle drops a node's share once nothing holds, waits or is counted there.
 func (w *Worker) forgetIdle(node string, s *nodeSlots) {
-	if s.holding <= 0 && len(s.waiting) == 0 && s.turnover == 0 {
+	if s.holding <= 0 && len(s.waiting) == 0 && len(s.vacant) == 0 && s.turnover == 0 {
 		delete(w.slots, node)
 	}
 }
 
 // aheadWanted is what the next claim asks for ahead on each node where some of the worker's
 // tasks ended since the last such claim (where tasks turn over: behind long ones, tasks
-// claimed ahead would only wait): one waiting task for each slot it holds there.
+// claimed ahead would only wait): one waiting task for each of its tasks running there or
+// ended since (the slots the claim refills), less those already waiting.
 func (w *Worker) aheadWanted() catalog.Ahead {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var ahead catalog.Ahead
 	for node, s := range w.slots {
-		if n := s.holding - len(s.waiting); s.turnover > 0 && n > 0 {
+		if n := max(s.holding, s.turnover) - len(s.waiting); s.turnover > 0 && n > 0 {
 			if ahead == nil {
 				ahead = catalog.Ahead{}
 			}

@@ -82,6 +82,7 @@ func (w *Worker) completer(ctx context.Context) {
 				break drain
 			}
 		}
+		w.sealVacancies(batch)
 		if !w.record(ctx, batch) {
 			return
 		}

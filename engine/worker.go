@@ -78,6 +78,8 @@ type Worker struct {
 	running map[int64]*runningTask
 	// slots are this worker's shares of its nodes' slots, by node (handover.go).
 	slots map[string]*nodeSlots
+	// vacancies are the slots of ended tasks whose results are not in a batch yet, by attempt.
+	vacancies map[attempt]*vacancy
 	// outstanding are the attempts this worker holds whose results the catalog has not taken
 	// yet: running, or ended with the result on its way.
 	outstanding map[attempt]struct{}
@@ -117,6 +119,7 @@ func NewWorker(cat *catalog.Catalog, cfg Config) *Worker {
 		results:       make(chan catalog.Result, 2*cfg.Concurrency),
 		running:       map[int64]*runningTask{},
 		slots:         map[string]*nodeSlots{},
+		vacancies:     map[attempt]*vacancy{},
 		held:          map[int64][]catalog.Result{},
 
 		outstanding:   map[attempt]struct{}{},
@@ -322,11 +325,17 @@ func (w *Worker) claimWith(ctx context.Context, via string, claim func(limit int
 		w.claimUnsure = w.claimUnsure || limit > 0
 		return 0, false, err
 	}
+	// Tasks claimed into free slots first: those claimed ahead wait for their slots.
+	for i := range tasks {
+		if !tasks[i].Queued {
+			w.start(&tasks[i])
+		}
+	}
 	for i := range tasks {
 		if tasks[i].Queued {
 			w.cfg.Metrics.ClaimedAhead.Inc()
+			w.start(&tasks[i])
 		}
-		w.start(&tasks[i])
 	}
 	full = limit > 0 && len(tasks) == limit
 	w.saturated.Store(limit == 0 || full)
