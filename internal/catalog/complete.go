@@ -214,17 +214,21 @@ const completeSQL = `
 WITH RECURSIVE held AS MATERIALIZED (
 	-- The results' tasks and those they hand their slots to, locked together in id order, as
 	-- every writer of tasks locks them (a cancel of a job whose task one hands its slot to
-	-- would otherwise deadlock with this statement).
-	SELECT t.id, t.state, t.attempt_token, t.attempts, t.max_attempts FROM deckhand.task t
-	WHERE t.id = ANY (@ids::bigint[] || @handed_ids::bigint[])
-	ORDER BY t.id FOR UPDATE OF t
+	-- would otherwise deadlock with this statement). The statements below that lock or write
+	-- these rows read this first (an init plan), and lock them again, as they are now.
+	SELECT count(*) AS n FROM (SELECT FROM deckhand.task t
+		WHERE cardinality(@handed_ids::bigint[]) > 0 AND t.id = ANY (@ids::bigint[] || @handed_ids::bigint[])
+		ORDER BY t.id FOR UPDATE OF t) l
 ), locked AS MATERIALIZED (
 	SELECT i.*, t.state AS old_state, t.attempts < t.max_attempts AS can_retry
 	FROM unnest(@ids::bigint[], @tokens::bigint[], @workers::bigint[], @outcomes::text[], @backoffs::interval[], @errors::jsonb[], @finished_at::timestamptz[])
 		AS i(id, token, worker_id, outcome, backoff, err, finished_at)
-	JOIN held t ON t.id = i.id AND t.attempt_token = i.token
+	JOIN deckhand.task t ON t.id = i.id AND t.attempt_token = i.token
+	-- Written as a negation so the planner probes the primary key instead of scanning the
+	-- partial index of active tasks, which carries dead entries until vacuum.
 	WHERE t.state <> ALL ('{blocked,runnable,paused,done,failed,unscheduled,cancelled}')
-	ORDER BY t.id
+		AND (SELECT n FROM held) IS NOT NULL
+	ORDER BY t.id FOR UPDATE OF t
 ), decided AS MATERIALIZED (
 	SELECT l.id, l.token, l.worker_id, l.outcome, l.old_state,
 		-- Errors are shown to users: secrets a message quotes (a conninfo) are hidden.
@@ -325,8 +329,8 @@ WITH RECURSIVE held AS MATERIALIZED (
 	-- the slots pass to them in this transaction, so the node's count of slots in use stays
 	-- what runs there. One whose own result is in this batch has ended too, and keeps none.
 	UPDATE deckhand.task q SET queued = false
-	FROM unnest(@handed_ids::bigint[], @handed_tokens::bigint[]) AS h(id, token) JOIN held l ON l.id = h.id
-	WHERE q.id = h.id AND q.attempt_token = h.token AND q.queued AND q.state IN ('running', 'cancelling')
+	FROM unnest(@handed_ids::bigint[], @handed_tokens::bigint[]) AS h(id, token)
+	WHERE (SELECT n FROM held) IS NOT NULL AND q.id = h.id AND q.attempt_token = h.token AND q.queued AND q.state IN ('running', 'cancelling')
 		AND q.id <> ALL (@ids::bigint[])
 	RETURNING q.id
 ), woken AS (
