@@ -63,11 +63,12 @@ var errNoSlot = errors.New("claimed ahead of a slot on its node, and no task of 
 // queue, where any worker may take the node's next free slot for it.
 const aheadWaitLimit = time.Second
 
-// addSlotTask notes a claimed task in its node's share: a holder, or (claimed ahead) a waiting
-// task, returned. A task claimed ahead when the worker no longer runs any task on the node
-// (those it counted on ended while the claim was on its way) has nothing to wait for: noSlot.
-// While one runs, each that ends hands its slot to the first waiting task, which hands it on
-// in turn: every waiting task gets a slot. Called with w.mu held.
+// addSlotTask notes a claimed task in its node's share: a holder; or, claimed ahead, a holder
+// at once in a vacancy when nothing waits before it, else a waiting task, returned. A task
+// claimed ahead when the worker neither runs a task on the node nor has a vacancy there (its
+// tasks ended while the claim was on its way, and their results are in a batch) has nothing to
+// wait for: noSlot. While one runs, each that ends hands its slot to the first waiting task,
+// which hands it on in turn: every waiting task gets a slot. Called with w.mu held.
 func (w *Worker) addSlotTask(t *deckhandtype.ClaimedTask) (wt *waitingTask, noSlot bool) {
 	node := slotNode(t)
 	if node == "" {
