@@ -295,4 +295,5 @@ SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql
 	c.max_attempts, c.runs, c.attempt_token, c.started_at, j.search_path, j.settings, j.submitted_by,
 	c.has_dependents, c.queued
 FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
-ORDER BY c.id`
+-- In claim order: the worker gives the slots that come free to tasks claimed ahead in this order.
+ORDER BY c.queued, c.claim_key, c.id`
