@@ -211,13 +211,20 @@ func (w *Worker) forgetIdle(node string, s *nodeSlots) {
 // aheadWanted is what the next claim asks for ahead on each node where some of the worker's
 // tasks ended since the last such claim (where tasks turn over: behind long ones, tasks
 // claimed ahead would only wait): one waiting task for each of its tasks running there or
-// ended since (the slots the claim refills), less those already waiting.
+// ended since (the slots the claim refills), less those already waiting; fastTurnoverDepth
+// times as many where at least as many of its tasks there ended since that claim as it holds
+// slots (two, on a node where it holds one or none): its slots turned over as fast as its
+// claims come back, or faster.
 func (w *Worker) aheadWanted() catalog.Ahead {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var ahead catalog.Ahead
 	for node, s := range w.slots {
-		if n := max(s.holding, s.turnover) - len(s.waiting); s.turnover > 0 && n > 0 {
+		want := max(s.holding, s.turnover)
+		if s.turnover >= max(s.holding, 2) {
+			want *= fastTurnoverDepth
+		}
+		if n := want - len(s.waiting); s.turnover > 0 && n > 0 {
 			if ahead == nil {
 				ahead = catalog.Ahead{}
 			}
@@ -228,6 +235,15 @@ func (w *Worker) aheadWanted() catalog.Ahead {
 	}
 	return ahead
 }
+
+// fastTurnoverDepth is how many tasks a worker keeps waiting per slot on a node whose tasks
+// end faster than its claims come back (a batch's round trip, a few milliseconds to tens
+// under load): one task waiting per slot runs out before the next claim refills it, and the
+// slot stands idle meanwhile. Three keep a busy node's slots full through a claim's round
+// trip (docs/benchmarks.md, "Waiting tasks per slot"), and each waits for a few of those
+// short tasks at most. Where tasks take longer than a claim's round trip, one waiting task
+// per slot is enough, and deeper queues would only keep tasks from other workers for longer.
+const fastTurnoverDepth = 3
 
 // releaseWaiting ends the tasks claimed ahead that wait for a slot: a stopping worker starts
 // nothing new. They are released, uncharged, without having run.
