@@ -224,9 +224,9 @@ WITH RECURSIVE held AS MATERIALIZED (
 	FROM unnest(@ids::bigint[], @tokens::bigint[], @workers::bigint[], @outcomes::text[], @backoffs::interval[], @errors::jsonb[], @finished_at::timestamptz[])
 		AS i(id, token, worker_id, outcome, backoff, err, finished_at)
 	JOIN deckhand.task t ON t.id = i.id AND t.attempt_token = i.token
-	-- Written as a negation so the planner probes the primary key instead of scanning the
-	-- partial index of active tasks, which carries dead entries until vacuum.
-	WHERE t.state <> ALL ('{blocked,runnable,paused,done,failed,unscheduled,cancelled}')
+	-- Probing the primary key, not the partial index of active tasks (isActive), which also
+	-- carries dead entries until vacuum.
+	WHERE t.state` + isActive + `
 		AND (SELECT n FROM held) IS NOT NULL
 	ORDER BY t.id FOR UPDATE OF t
 ), decided AS MATERIALIZED (
@@ -328,13 +328,10 @@ WITH RECURSIVE held AS MATERIALIZED (
 	-- Tasks claimed ahead that their worker started in the slots of tasks these results ended:
 	-- the slots pass to them in this transaction, so the node's count of slots in use stays
 	-- what runs there. One whose own result is in this batch has ended too, and keeps none.
-	-- The state test is written as a negation, as in locked: the planner then probes the
-	-- primary key for each handed task, where a generic plan made while few tasks ran
-	-- scanned the partial index of active tasks for each one (quadratic in the batch).
 	UPDATE deckhand.task q SET queued = false
 	FROM unnest(@handed_ids::bigint[], @handed_tokens::bigint[]) AS h(id, token)
 	WHERE (SELECT n FROM held) IS NOT NULL AND q.id = h.id AND q.attempt_token = h.token AND q.queued
-		AND q.state <> ALL ('{blocked,runnable,paused,done,failed,unscheduled,cancelled}') AND q.id <> ALL (@ids::bigint[])
+		AND q.state` + isActive + ` AND q.id <> ALL (@ids::bigint[])
 	RETURNING q.id
 ), woken AS (
 	SELECT count(*) FILTER (WHERE NOT bound) AS anywhere, count(*) FILTER (WHERE bound) AS bound

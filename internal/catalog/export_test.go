@@ -24,3 +24,6 @@ const ProbesOnly = probesOnly
 
 // OrderedProbes is what claims run after ProbesOnly (and a completion) in their transactions.
 const OrderedProbes = orderedProbes
+
+// IsActive is the negated test of a running or cancelling task's state.
+const IsActive = isActive

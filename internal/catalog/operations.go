@@ -35,7 +35,7 @@ func (c *Catalog) BeginOperation(ctx context.Context, op NewOperation) (int64, e
 			INSERT INTO deckhand.operation (job_id, task_id, attempt_token, worker_id, owner, submitted_by, description, created_at)
 			SELECT t.job_id, t.id, t.attempt_token, t.worker_id, @owner, j.submitted_by, @description, coalesce(@now, now())
 			FROM deckhand.task t JOIN deckhand.job j ON j.id = t.job_id
-			WHERE t.id = @task AND t.attempt_token = @token AND t.state IN ('running', 'cancelling')
+			WHERE t.id = @task AND t.attempt_token = @token AND t.state`+isActive+`
 			RETURNING id`,
 			pgx.StrictNamedArgs{"task": op.TaskID, "token": op.Token, "owner": op.Owner, "description": op.Description, "now": c.now()},
 		).Scan(&id)

@@ -52,7 +52,7 @@ func (c *Catalog) RecordProgress(ctx context.Context, samples []ProgressSample) 
 	_, err := c.Pool.Exec(ctx, `
 		UPDATE deckhand.task t SET progress = u.doc::jsonb
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS u(id, token, doc)
-		WHERE t.id = u.id AND t.attempt_token = u.token AND t.state IN ('running', 'cancelling')
+		WHERE t.id = u.id AND t.attempt_token = u.token AND t.state`+isActive+`
 		  AND t.progress IS DISTINCT FROM u.doc::jsonb
 		  AND t.id IN (SELECT l.id FROM deckhand.task l WHERE l.id = ANY ($1::bigint[]) ORDER BY l.id FOR UPDATE SKIP LOCKED)`,
 		ids, tokens, docs)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/catalog/catalogtest"
 )
@@ -143,5 +144,23 @@ func promisedBy[S ~string](s *statement, machine string, table []catalog.Transit
 		if e.By == s.by && !s.m.seen[s.by][edgeName(machine, e.From, e.To)] {
 			s.t.Errorf("the %s table says %s takes %s → %s (%s), but none of its cases did", machine, s.by, e.From, e.To, e.Why)
 		}
+	}
+}
+
+// The negated test of an active task holds for running and cancelling tasks, and for no other
+// state: it names every other one.
+func TestIsActiveHoldsForRunningAndCancellingAlone(t *testing.T) {
+	cat := migratedCatalog(t)
+	var states []string
+	for _, s := range deckhandtype.TaskStates {
+		states = append(states, string(s))
+	}
+	var active []string
+	if err := cat.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(state ORDER BY state), '{}') FROM unnest($1::text[]) AS s(state)
+		WHERE state`+catalog.IsActive, states).Scan(&active); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(active) != "[cancelling running]" {
+		t.Errorf("the test holds for %v, want cancelling and running", active)
 	}
 }

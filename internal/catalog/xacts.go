@@ -40,7 +40,7 @@ func (c *Catalog) RecordXacts(ctx context.Context, xs []AttemptXact) (map[int64]
 		UPDATE deckhand.task t SET attempt_xid = r.xid::xid8, xid_token = r.token,
 			xid_timeline = nullif(r.timeline, 0), xid_system = r.system
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[]) AS r(id, token, xid, timeline, system)
-		WHERE t.id = r.id AND t.attempt_token = r.token AND t.state IN ('running', 'cancelling')
+		WHERE t.id = r.id AND t.attempt_token = r.token AND t.state`+isActive+`
 		RETURNING t.id`, ids, tokens, xids, timelines, systems).Query(func(rows pgx.Rows) error {
 		var id int64
 		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
