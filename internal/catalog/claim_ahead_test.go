@@ -183,3 +183,45 @@ func rowsCompared(node map[string]any) float64 {
 	}
 	return n
 }
+
+// A batch may carry both the result of a task that handed its slot to one claimed ahead and
+// that one's own result: both end, and the slot is free for the next claim.
+func TestHandedTaskEndingInTheSameBatch(t *testing.T) {
+	cat := migratedCatalog(t)
+	if _, err := cat.Pool.Exec(ctx, `
+		INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks) VALUES ('n', 'host=/nonexistent', 'n', 'primary', 1);
+		INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 100, 'infinity');
+		WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('work', 'sql', 4) RETURNING id)
+		INSERT INTO deckhand.task (job_id, name, kind, node, owner, sql, max_attempts, timeout, state)
+		SELECT j.id, 't' || g, 'sql', 'n', 'app', 'SELECT 1', 3, '1 hour', 'runnable' FROM j, generate_series(1, 4) g`); err != nil {
+		t.Fatal(err)
+	}
+	const worker = 1
+	first, err := cat.Claim(ctx, worker, 10)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("claimed %d tasks (%v), want 1", len(first), err)
+	}
+	done := func(task deckhandtype.ClaimedTask) catalog.Result {
+		return catalog.Result{TaskID: task.ID, Token: task.Token, WorkerID: worker, Outcome: deckhandtype.OutcomeDone}
+	}
+	_, got, err := cat.CompleteAndClaimAhead(ctx, []catalog.Result{done(first[0])}, worker, 10, catalog.Ahead{"n": 1})
+	if err != nil || len(got) != 2 || got[0].Queued || !got[1].Queued {
+		t.Fatalf("claimed %+v (%v), want one task into the free slot and one ahead", got, err)
+	}
+	// b hands its slot to c, and c ends too before the batch is written.
+	b, c := done(got[0]), done(got[1])
+	b.HandedTo, b.HandedToken = c.TaskID, c.Token
+	if _, err := cat.Complete(ctx, []catalog.Result{b, c}); err != nil {
+		t.Fatal(err)
+	}
+	var ended, queued int
+	if err := cat.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE queued) FROM deckhand.task`).Scan(&ended, &queued); err != nil {
+		t.Fatal(err)
+	}
+	if ended != 3 || queued != 0 {
+		t.Errorf("after b and c ended in one batch: %d tasks done and %d queued, want 3 and 0", ended, queued)
+	}
+	if next, err := cat.Claim(ctx, worker, 10); err != nil || len(next) != 1 || next[0].Queued {
+		t.Errorf("claimed %+v (%v) after b and c ended, want the last task, into the free slot", next, err)
+	}
+}

@@ -188,9 +188,15 @@ func completeArgs(results []Result) (pgx.StrictNamedArgs, error) {
 	errs := make([][]byte, n)
 	finished := make([]*time.Time, n)
 	handedIDs, handedTokens := []int64{}, []int64{}
+	ended := make(map[int64]bool, n)
+	for _, r := range results {
+		ended[r.TaskID] = true
+	}
 	for i, r := range results {
 		ids[i], tokens[i], workers[i], outcomes[i], backoffs[i] = r.TaskID, r.Token, r.WorkerID, r.Outcome, r.Backoff
-		if r.HandedTo != 0 {
+		// A task handed a slot whose own result is in the batch has ended too, and keeps none.
+		// Left out here, it is none of the statement's handed tasks, which it so updates once.
+		if r.HandedTo != 0 && !ended[r.HandedTo] {
 			handedIDs, handedTokens = append(handedIDs, r.HandedTo), append(handedTokens, r.HandedToken)
 		}
 		if !r.FinishedAt.IsZero() {
@@ -327,11 +333,11 @@ WITH RECURSIVE held AS MATERIALIZED (
 ), handed AS (
 	-- Tasks claimed ahead that their worker started in the slots of tasks these results ended:
 	-- the slots pass to them in this transaction, so the node's count of slots in use stays
-	-- what runs there. One whose own result is in this batch has ended too, and keeps none.
+	-- what runs there. None has its own result in this batch (completeArgs).
 	UPDATE deckhand.task q SET queued = false
 	FROM unnest(@handed_ids::bigint[], @handed_tokens::bigint[]) AS h(id, token)
 	WHERE (SELECT n FROM held) IS NOT NULL AND q.id = h.id AND q.attempt_token = h.token AND q.queued
-		AND q.state` + isActive + ` AND q.id <> ALL (@ids::bigint[])
+		AND q.state` + isActive + `
 	RETURNING q.id
 ), woken AS (
 	SELECT count(*) FILTER (WHERE NOT bound) AS anywhere, count(*) FILTER (WHERE bound) AS bound
