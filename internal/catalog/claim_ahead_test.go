@@ -12,10 +12,9 @@ import (
 	"github.com/deckhandhq/deckhand/internal/catalog"
 )
 
-// A task claimed ahead holds none of its node's slots until the result of the task whose slot
-// it took hands it one; from then on it holds it, until its own result frees it.
-func TestTasksClaimedAheadTakeSlotsOnlyWhenHandedOne(t *testing.T) {
-	cat := migratedCatalog(t)
+// queueOnOneSlot registers node n of one slot and worker 1, and queues four SQL tasks on n.
+func queueOnOneSlot(t *testing.T, cat *catalog.Catalog) {
+	t.Helper()
 	if _, err := cat.Pool.Exec(ctx, `
 		INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks) VALUES ('n', 'host=/nonexistent', 'n', 'primary', 1);
 		INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 100, 'infinity');
@@ -24,6 +23,13 @@ func TestTasksClaimedAheadTakeSlotsOnlyWhenHandedOne(t *testing.T) {
 		SELECT j.id, 't' || g, 'sql', 'n', 'app', 'SELECT 1', 3, '1 hour', 'runnable' FROM j, generate_series(1, 4) g`); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A task claimed ahead holds none of its node's slots until the result of the task whose slot
+// it took hands it one; from then on it holds it, until its own result frees it.
+func TestTasksClaimedAheadTakeSlotsOnlyWhenHandedOne(t *testing.T) {
+	cat := migratedCatalog(t)
+	queueOnOneSlot(t, cat)
 	const worker = 1
 	claim := func(what string, want int) []deckhandtype.ClaimedTask {
 		t.Helper()
@@ -188,14 +194,7 @@ func rowsCompared(node map[string]any) float64 {
 // that one's own result: both end, and the slot is free for the next claim.
 func TestHandedTaskEndingInTheSameBatch(t *testing.T) {
 	cat := migratedCatalog(t)
-	if _, err := cat.Pool.Exec(ctx, `
-		INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks) VALUES ('n', 'host=/nonexistent', 'n', 'primary', 1);
-		INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 100, 'infinity');
-		WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('work', 'sql', 4) RETURNING id)
-		INSERT INTO deckhand.task (job_id, name, kind, node, owner, sql, max_attempts, timeout, state)
-		SELECT j.id, 't' || g, 'sql', 'n', 'app', 'SELECT 1', 3, '1 hour', 'runnable' FROM j, generate_series(1, 4) g`); err != nil {
-		t.Fatal(err)
-	}
+	queueOnOneSlot(t, cat)
 	const worker = 1
 	first, err := cat.Claim(ctx, worker, 10)
 	if err != nil || len(first) != 1 {
