@@ -27,3 +27,6 @@ const OrderedProbes = orderedProbes
 
 // IsActive is the negated test of a running or cancelling task's state.
 const IsActive = isActive
+
+// TasksPageSQL is the statement of a page of a job's tasks.
+const TasksPageSQL = tasksPageSQL

@@ -118,7 +118,7 @@ func TestShortCommandGivesUpWhenTheCatalogStallsMidStatement(t *testing.T) {
 }
 
 // taskRead matches the statement that lists a job's tasks.
-var taskRead = regexp.MustCompile(`FROM deckhand\.tasks t WHERE t\.job_id`)
+var taskRead = regexp.MustCompile(`FROM deckhand\.tasks t\s+WHERE t\.job_id`)
 
 // `job wait` without --timeout started while the catalog takes connections but never
 // answers them gives up too, rather than trying new connections for ever.
