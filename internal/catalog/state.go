@@ -48,13 +48,6 @@ import . "github.com/deckhandhq/deckhand/deckhandtype" //nolint:revive // the st
 // or to blocked while a prerequisite is not done. A failed task is never blocked (it ran, so
 // its prerequisites were done); an unscheduled one always is, behind the prerequisite whose
 // failure unscheduled it, which is retried too.
-// isActive completes a test of a task's state that holds for running and cancelling tasks,
-// written as a negation of the other states: the planner cannot then answer it with the
-// partial index of active tasks (task_active_idx). A generic plan made while few tasks ran
-// takes that index for nearly empty, and scanned it for every row of a batch it joined
-// (a batch of 400 results compared 160,000 rows), where the primary key finds each at once.
-const isActive = ` <> ALL ('{blocked,runnable,paused,done,failed,unscheduled,cancelled}')`
-
 var TaskTransitions = []Transition[TaskState]{
 	{TaskBlocked, TaskRunnable, "Complete", "its last prerequisite is done"},
 	{TaskBlocked, TaskUnscheduled, "Complete", "a prerequisite failed"},
@@ -83,6 +76,13 @@ var TaskTransitions = []Transition[TaskState]{
 	{TaskCancelled, TaskRunnable, "RetryJob", "deckhand.retry"},
 	{TaskCancelled, TaskBlocked, "RetryJob", "deckhand.retry: behind a prerequisite retried too"},
 }
+
+// isActive completes a test of a task's state that holds for running and cancelling tasks,
+// written as a negation of the other states: the planner cannot then answer it with the
+// partial index of active tasks (task_active_idx). A generic plan made while few tasks ran
+// takes that index for nearly empty, and scanned it for every row of a batch it joined
+// (a batch of 400 results compared 160,000 rows), where the primary key finds each at once.
+const isActive = ` <> ALL ('{blocked,runnable,paused,done,failed,unscheduled,cancelled}')`
 
 // Job states are derived from the job's task counters by the trigger deckhand.derive_job_state
 // on every update of the job row; nothing sets them directly.
