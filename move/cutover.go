@@ -141,9 +141,11 @@ func (c *cutOver) try(ctx context.Context) (time.Duration, error) {
 	// Commits made with synchronous_commit off may sit in WAL buffers up to wal_writer_delay;
 	// the slot sends nothing before it is flushed. A commit of our own (txid_current assigns a
 	// transaction id, so its commit is logged and flushed) flushes everything before it now.
+	flushStart := time.Now()
 	if _, err := c.flusher.Exec(tctx, `SELECT pg_catalog.txid_current()`); err != nil {
 		return 0, err
 	}
+	flushed := time.Since(flushStart)
 	// Leave a quarter of the budget for what follows the catch-up.
 	wctx, wcancel := context.WithDeadline(ctx, deadline.Add(-c.budget/4))
 	err = c.waitFor(wctx, pos)
@@ -167,7 +169,7 @@ func (c *cutOver) try(ctx context.Context) (time.Duration, error) {
 		}
 		return 0, err
 	}
-	if time.Now().After(deadline.Add(-commitRoom(c.budget))) {
+	if time.Now().After(deadline.Add(-commitRoom(c.budget, flushed))) {
 		return 0, fmt.Errorf("%w: done after %s", errRetryCutOver, time.Since(start).Round(time.Millisecond))
 	}
 	// The target first: if the source's commit fails, the move fails and the target is dropped.
@@ -185,10 +187,13 @@ func (c *cutOver) try(ctx context.Context) (time.Duration, error) {
 
 // commitRoom is the part of the budget left for the cut-over's two commits, a round trip and a
 // WAL flush each, which run after the last check of the deadline: a cut-over that finishes its
-// changes later than that gives up and tries again. 20 ms was too little on a machine whose two
-// cores ran three test packages at once (a 300 ms budget was overrun by 21 ms).
-func commitRoom(budget time.Duration) time.Duration {
-	return min(budget/5, 50*time.Millisecond)
+// changes later than that gives up and tries again. It is at least twice flushed, what a
+// commit of the flusher took in this try (a round trip and a WAL flush on the source), so
+// that it grows with the servers' load: a fixed room was overrun on a machine whose two cores
+// ran several test packages at once (20 ms by 21 ms, then 50 ms by 12 ms, with a 300 ms
+// budget).
+func commitRoom(budget, flushed time.Duration) time.Duration {
+	return max(min(budget/5, 50*time.Millisecond), 2*flushed)
 }
 
 // finish does, under the locks, what the cut-over changes: sequences, counts, the target's
