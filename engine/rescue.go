@@ -289,7 +289,7 @@ func (w *Worker) failStranded(ctx context.Context) {
 		w.log.Warn("failed tasks bound to nodes that are no longer registered", "tasks", len(w.strandedUnrecorded))
 		w.strandedUnrecorded = nil
 	}
-	stranded, err := w.cat.ClaimStranded(ctx, w.ID())
+	stranded, next, err := w.cat.ClaimStranded(ctx, w.ID(), w.strandedFrom)
 	if err != nil {
 		w.strandedUnsure()
 		if ctx.Err() == nil {
@@ -297,6 +297,7 @@ func (w *Worker) failStranded(ctx context.Context) {
 		}
 		return
 	}
+	w.strandedFrom = next
 	if len(stranded) == 0 {
 		return
 	}

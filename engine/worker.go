@@ -58,6 +58,9 @@ type Worker struct {
 	// catalog did not record: the leader holds those tasks, never started, and its lease
 	// stays fresh, so no rescue would settle them. Tried again at its next round.
 	strandedUnrecorded []catalog.Result
+	// strandedFrom is the node the leader's next look for them starts from (ClaimStranded
+	// walks a bounded part of the nodes with work each round).
+	strandedFrom string
 
 	tasksCtx context.Context
 	killed   chan struct{} // closed when the shutdown cancels the running tasks

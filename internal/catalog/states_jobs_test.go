@@ -59,7 +59,7 @@ func (m *machines) claimStranded(t *testing.T) {
 				w := ct.Worker(ctx, t, m.db, nil)
 				ct.Job(ctx, t, m.db, &ct.JobOpts{Tasks: []ct.TaskOpts{{State: st, Node: node}}})
 				var got []catalog.Stranded
-				c.do(func() (err error) { got, err = m.cat.ClaimStranded(ctx, w); return err })
+				c.do(func() (err error) { got, _, err = m.cat.ClaimStranded(ctx, w, ""); return err })
 				if want := !registered && st == TaskRunnable; (len(got) == 1) != want || len(got) > 1 {
 					t.Errorf("%s: took %+v", c.name, got)
 				}

@@ -49,7 +49,7 @@ func TestClaimStrandedReadsNoFinishedTasks(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `PREPARE stranded(bigint, timestamptz) AS `+claimStrandedSQL); err != nil {
+	if _, err := tx.Exec(ctx, `PREPARE stranded(bigint, timestamptz, text, int) AS `+claimStrandedSQL); err != nil {
 		t.Fatal(err)
 	}
 	var plan []struct {
@@ -59,7 +59,7 @@ func TestClaimStrandedReadsNoFinishedTasks(t *testing.T) {
 		}
 	}
 	var doc []byte
-	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE stranded(1, NULL)`).Scan(&doc); err != nil {
+	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE stranded(1, NULL, '', 256)`).Scan(&doc); err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(doc, &plan); err != nil || len(plan) != 1 {

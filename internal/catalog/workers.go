@@ -202,31 +202,6 @@ func (c *Catalog) ExpireWorkers(ctx context.Context) ([]Orphan, error) {
 	return orphans, nil
 }
 
-// Stranded is a task taken by ClaimStranded: it waited for a node that is no longer registered.
-type Stranded struct {
-	TaskID int64   `db:"id"`
-	Token  int64   `db:"attempt_token"`
-	Node   string  `db:"node"`       // "" for a task bound to a node group
-	Group  *string `db:"node_group"` // the group of a task bound to one: it has no node left
-}
-
-// ClaimStranded takes, for worker (the leader), up to 1,000 runnable tasks bound to a node that
-// is no longer registered (deckhand node remove), or to a node group that has no node left (an
-// export's parts, once every member is removed): no claim ever picks them, since a worker
-// reaches a node through its registered conninfo only, so they would keep their jobs running
-// for ever. The caller fails each through Complete, which unschedules its dependents; a
-// leader that dies in between leaves them to the rescue, as any dead worker's tasks. The nodes
-// come from the runnable indexes one probe each (a loose index scan), so that a queue of many
-// tasks on few nodes costs the leader's rounds few reads.
-func (c *Catalog) ClaimStranded(ctx context.Context, worker int64) ([]Stranded, error) {
-	rows, _ := c.Pool.Query(ctx, claimStrandedSQL, worker, c.now())
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Stranded])
-	if err != nil {
-		return nil, fmt.Errorf("claim the tasks of removed nodes: %w", err)
-	}
-	return out, nil
-}
-
 // Setting reads a catalog-wide setting, or def when it is not set.
 func (c *Catalog) Setting(ctx context.Context, name, def string) (string, error) {
 	var v string
@@ -331,74 +306,3 @@ func (c *Catalog) DeleteUnusedExportDestinations(ctx context.Context, limit int)
 	}
 	return n, nil
 }
-
-// claimStrandedSQL is ClaimStranded's statement ($1 the leader's worker id, $2 the injected
-// time or NULL).
-const claimStrandedSQL = `
-		WITH RECURSIVE queued(node) AS (
-			(SELECT t.node FROM deckhand.task t
-			 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
-			 ORDER BY t.node LIMIT 1)
-			UNION ALL
-			SELECT (SELECT t.node FROM deckhand.task t
-			        WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
-			          AND t.node > q.node ORDER BY t.node LIMIT 1)
-			FROM queued q WHERE q.node IS NOT NULL
-		), coordinators(node) AS (
-			(SELECT t.node FROM deckhand.task t
-			 WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind = 'export'
-			 ORDER BY t.node LIMIT 1)
-			UNION ALL
-			SELECT (SELECT t.node FROM deckhand.task t
-			        WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export'
-			          AND t.node > q.node ORDER BY t.node LIMIT 1)
-			FROM coordinators q WHERE q.node IS NOT NULL
-		), groups(node_group) AS (
-			(SELECT t.node_group FROM deckhand.task t
-			 WHERE t.state = 'runnable' AND t.node_group IS NOT NULL
-			 ORDER BY t.node_group LIMIT 1)
-			UNION ALL
-			SELECT (SELECT t.node_group FROM deckhand.task t
-			        WHERE t.state = 'runnable' AND t.node_group IS NOT NULL AND t.node_group > q.node_group
-			        ORDER BY t.node_group LIMIT 1)
-			FROM groups q WHERE q.node_group IS NOT NULL
-		), gone AS MATERIALIZED (
-			SELECT q.node FROM (SELECT node FROM queued UNION SELECT node FROM coordinators) q
-			WHERE q.node IS NOT NULL AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.name = q.node)
-		), gone_groups AS MATERIALIZED (
-			SELECT q.node_group FROM groups q
-			WHERE q.node_group IS NOT NULL AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.node_group = q.node_group)
-		), picked AS (
-			-- From each gone node through the runnable index of its tasks, never from the
-			-- task table in id order: with no node gone (the usual round) that would read every
-			-- task the catalog keeps, finished ones included.
-			SELECT p.id FROM (
-				SELECT x.id FROM gone g CROSS JOIN LATERAL (
-					SELECT t.id FROM deckhand.task t
-					WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node IS NOT NULL AND t.kind <> 'export'
-					  AND t.node = g.node
-					LIMIT 1000 FOR UPDATE SKIP LOCKED) x
-				UNION ALL
-				-- An export's coordinator whose group has one primary is moved there
-				-- (RebindStrandedCoordinators), not failed: one that became runnable since
-				-- that round (its job resumed in between) waits for the next.
-				SELECT x.id FROM gone g CROSS JOIN LATERAL (
-					SELECT t.id FROM deckhand.task t
-					WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.kind = 'export' AND t.node = g.node
-					  AND NOT EXISTS (
-						SELECT 1 FROM deckhand.export e WHERE e.job_id = t.job_id
-						  AND (SELECT count(*) FROM deckhand.node n WHERE n.node_group = e.node_group
-						       AND n.role = 'primary' AND n.last_error IS NULL) = 1)
-					LIMIT 1000 FOR UPDATE SKIP LOCKED) x
-				UNION ALL
-				SELECT x.id FROM gone_groups g CROSS JOIN LATERAL (
-					SELECT t.id FROM deckhand.task t
-					WHERE t.state = 'runnable' AND t.node_group = g.node_group
-					LIMIT 1000 FOR UPDATE SKIP LOCKED) x
-			) p LIMIT 1000
-		)
-		UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
-			attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = $1,
-			started_at = coalesce($2, clock_timestamp()), finished_at = NULL, queued = false
-		FROM picked p WHERE t.id = p.id AND t.state = 'runnable'
-		RETURNING t.id, t.attempt_token, coalesce(t.node, '') AS node, t.node_group`
