@@ -36,11 +36,13 @@ func Parse(data []byte) (*Job, error) {
 		return nil, err
 	}
 	// Decode the job with its tasks left raw, so that each task's errors can name the task.
+	// checkFields has refused every field that is not exactly one of the job's (and every
+	// task's, below), which is stricter than DisallowUnknownFields: Unmarshal suffices.
 	var raw struct {
 		Job
 		Tasks []json.RawMessage `json:"tasks"`
 	}
-	if err := decodeStrict(doc, &raw); err != nil {
+	if err := json.Unmarshal(doc, &raw); err != nil {
 		return nil, decodeError("", err)
 	}
 	job := raw.Job
@@ -58,7 +60,7 @@ func Parse(data []byte) (*Job, error) {
 		if err := checkFields(fields, taskFields, label); err != nil {
 			return nil, err
 		}
-		if err := decodeStrict(rt, &job.Tasks[i]); err != nil {
+		if err := json.Unmarshal(rt, &job.Tasks[i]); err != nil {
 			return nil, decodeError(label+": ", err)
 		}
 	}
@@ -74,11 +76,12 @@ func toJSON(data []byte) ([]byte, error) {
 		return nil, Invalidf("spec: empty input")
 	}
 	if trimmed[0] == '{' || trimmed[0] == '[' {
-		var v any
-		jerr := json.Unmarshal(data, &v)
-		if jerr == nil {
+		// Validity alone, without building the document: a spec of 100,000 tasks is megabytes.
+		if json.Valid(data) {
 			return trimmed, nil
 		}
+		var v any
+		jerr := json.Unmarshal(data, &v)
 		// Maybe a YAML flow mapping such as {tasks: [...]}; if not, the JSON error is the useful
 		// one. JSON followed by more text reads as YAML's first document with the rest
 		// dropped: that is a JSON error too. The YAML is converted only once it is known to
@@ -192,12 +195,6 @@ func yamlMessage(err error) string {
 		}
 	}
 	return strings.Join(parts, "; ")
-}
-
-func decodeStrict(doc []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v) // doc is known to hold exactly one JSON value
 }
 
 // decodeError turns a decoding error into one line naming the field.
