@@ -41,22 +41,7 @@ type Rebound struct {
 // the group would throw away an export the group can finish. Coordinators whose group has no
 // such primary are left to ClaimStranded.
 func (c *Catalog) RebindStrandedCoordinators(ctx context.Context) ([]Rebound, error) {
-	rows, _ := c.Pool.Query(ctx, `
-		WITH primaries AS (
-			SELECT n.node_group, min(n.name) AS name FROM deckhand.node n
-			WHERE n.role = 'primary' AND n.last_error IS NULL
-			GROUP BY n.node_group HAVING count(*) = 1
-		), stranded AS (
-			SELECT t.id, t.node AS old_node, p.name AS node FROM deckhand.task t
-			JOIN deckhand.export e ON e.job_id = t.job_id
-			JOIN primaries p ON p.node_group = e.node_group
-			WHERE t.state = 'runnable' AND t.kind = 'export' AND t.node_group IS NULL
-			  AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.name = t.node)
-			FOR UPDATE OF t SKIP LOCKED
-		)
-		UPDATE deckhand.task t SET node = s.node FROM stranded s
-		WHERE t.id = s.id AND t.state = 'runnable'
-		RETURNING t.id, s.old_node, t.node`)
+	rows, _ := c.Pool.Query(ctx, rebindStrandedSQL)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[Rebound])
 	if err != nil {
 		return nil, fmt.Errorf("rebind the export coordinators of removed nodes: %w", err)
@@ -95,3 +80,27 @@ func (c *Catalog) ExportTimeline(ctx context.Context, exportID int64, epoch int)
 	}
 	return *tli, nil
 }
+
+// rebindStrandedSQL is RebindStrandedCoordinators' statement. The leader runs it every round,
+// and almost always nothing is stranded: the EXISTS, which has no column of the task table, is
+// a test the plan makes once, before its join, so that no plan (the generic one made while the
+// task table was empty, say, which scanned the whole table for the update's join: 6,074
+// buffers, 44 ms, every second, with 300,000 finished tasks) reads the task table then.
+const rebindStrandedSQL = `
+		WITH stranded AS (
+			-- From the runnable coordinators (task_runnable_export_idx, in its order), never
+			-- from the exports or the nodes: the catalog keeps every export until retention.
+			SELECT c.id, c.node AS old_node, p.name AS node
+			FROM (SELECT t.id, t.job_id, t.node FROM deckhand.task t
+				WHERE t.state = 'runnable' AND t.kind = 'export' AND t.node_group IS NULL
+				  AND NOT EXISTS (SELECT 1 FROM deckhand.node n WHERE n.name = t.node)
+				ORDER BY t.node, t.claim_key, t.id LIMIT 1000 FOR UPDATE OF t SKIP LOCKED) c
+			CROSS JOIN LATERAL (SELECT e.node_group FROM deckhand.export e WHERE e.job_id = c.job_id LIMIT 1) e
+			-- The group's primary, when exactly one member is recorded primary and answered.
+			CROSS JOIN LATERAL (SELECT min(n.name) AS name FROM deckhand.node n
+				WHERE n.node_group = e.node_group AND n.role = 'primary' AND n.last_error IS NULL
+				HAVING count(*) = 1) p
+		)
+		UPDATE deckhand.task t SET node = s.node FROM stranded s
+		WHERE t.id = s.id AND t.state = 'runnable' AND EXISTS (SELECT 1 FROM stranded)
+		RETURNING t.id, s.old_node, t.node`
