@@ -2,11 +2,7 @@ package catalog
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
-
-	"github.com/deckhandhq/deckhand/internal/pgcluster"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
 // The leader's looks for stranded tasks run every round on the plans its session made at the
@@ -16,16 +12,7 @@ import (
 // round reads next to nothing, whatever the plan.
 func TestLeaderRoundsPlannedOnAnEmptyCatalogReadFewTasks(t *testing.T) {
 	ctx := context.Background()
-	cl := pgtest.Shared(t)
-	db := pgtest.NewDatabase(t)
-	cat, err := Open(ctx, cl.DSN(db, pgcluster.Superuser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := freshCatalog(t)
 	tx, err := cat.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -37,19 +24,12 @@ func TestLeaderRoundsPlannedOnAnEmptyCatalogReadFewTasks(t *testing.T) {
 		"expire":   `PREPARE expire(timestamptz) AS ` + expireWorkersSQL,
 	}
 	runs := map[string]string{"rebind": `EXECUTE rebind`, "stranded": `EXECUTE stranded(1, NULL, '', 256)`, "expire": `EXECUTE expire(NULL)`}
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
-		t.Fatal(err)
-	}
+	execAll(t, tx, `SET LOCAL plan_cache_mode = force_generic_plan`)
 	for name, sql := range statements {
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
 		// The first execution makes the generic plan, on the empty tables.
-		if _, err := tx.Exec(ctx, runs[name]); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		execAll(t, tx, sql, runs[name])
 	}
-	for _, sql := range []string{
+	execAll(t, tx,
 		`INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)
 		 SELECT 'n' || g, 'host=/nonexistent', 'g' || g, 'primary', 4 FROM generate_series(1, 20) g`,
 		`WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total, state) VALUES ('old', 'sql', 300000, 'finished') RETURNING id)
@@ -59,28 +39,10 @@ func TestLeaderRoundsPlannedOnAnEmptyCatalogReadFewTasks(t *testing.T) {
 		`INSERT INTO deckhand.worker (id, name, concurrency, lease_expires_at) VALUES (7, 'w', 20000, 'infinity')`,
 		`WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total, state) VALUES ('now', 'sql', 20000, 'running') RETURNING id)
 		 INSERT INTO deckhand.task (job_id, name, kind, node, owner, sql, max_attempts, timeout, state, worker_id)
-		 SELECT j.id, 't' || g, 'sql', 'n' || (1 + g % 20), 'app', 'SELECT 1', 3, '1 hour', 'running', 7 FROM j, generate_series(1, 20000) g`,
-	} {
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+		 SELECT j.id, 't' || g, 'sql', 'n' || (1 + g % 20), 'app', 'SELECT 1', 3, '1 hour', 'running', 7 FROM j, generate_series(1, 20000) g`)
 	for name, run := range runs {
-		var doc []byte
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+run).Scan(&doc); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan []struct {
-			Plan struct {
-				Hit  int64 `json:"Shared Hit Blocks"`
-				Read int64 `json:"Shared Read Blocks"`
-			}
-		}
-		if err := json.Unmarshal(doc, &plan); err != nil || len(plan) != 1 {
-			t.Fatalf("%s: plan %s: %v", name, doc, err)
-		}
-		if blocks := plan[0].Plan.Hit + plan[0].Plan.Read; blocks > 100 {
-			t.Errorf("%s, on a plan made while the catalog was empty, read %d blocks with nothing stranded and no worker dead; want few:\n%s", name, blocks, doc)
+		if blocks, plan := blocksRead(t, tx, run); blocks > 100 {
+			t.Errorf("%s, on a plan made while the catalog was empty, read %d blocks with nothing stranded and no worker dead; want few:\n%s", name, blocks, plan)
 		}
 	}
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"slices"
 	"testing"
-
-	"github.com/deckhandhq/deckhand/internal/pgcluster"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
 // A leader's round looks at StrandedWalkNodes nodes with work, not at all of them, and the
@@ -14,18 +11,9 @@ import (
 // tasks are found whatever its name, however many nodes have work.
 func TestClaimStrandedWalksTheNodesInBoundedRounds(t *testing.T) {
 	ctx := context.Background()
-	cl := pgtest.Shared(t)
-	db := pgtest.NewDatabase(t)
-	cat, err := Open(ctx, cl.DSN(db, pgcluster.Superuser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
-	if _, err := cat.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cat := freshCatalog(t)
 	const nodes = 1000
-	for _, sql := range []string{
+	execAll(t, cat.Pool,
 		`INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)
 		 SELECT 'n' || lpad(g::text, 4, '0'), 'host=/nonexistent', 'g' || g, 'primary', 4 FROM generate_series(1, 1000) g`,
 		// A task on every registered node, and on two that are not: one whose name sorts
@@ -35,12 +23,7 @@ func TestClaimStrandedWalksTheNodesInBoundedRounds(t *testing.T) {
 		 SELECT j.id, 't' || n, 'sql', n, 'app', 'SELECT 1', 3, '1 hour', 'runnable'
 		 FROM j, (SELECT 'n' || lpad(g::text, 4, '0') FROM generate_series(1, 1000) g
 		          UNION ALL VALUES ('a-gone'), ('z-gone')) AS x(n)`,
-		`ANALYZE deckhand.task`,
-	} {
-		if _, err := cat.Pool.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+		`ANALYZE deckhand.task`)
 	var taken []string
 	from, rounds := "", 0
 	for {
