@@ -38,7 +38,7 @@ func (w *Worker) probeLoop(ctx context.Context) {
 // under way goes in the next one, so a node that does not answer holds back no other's check,
 // and a fleet that answers at once is recorded in a few statements rather than one per node.
 func (w *Worker) probeNodes(ctx context.Context) {
-	nodes, err := w.cat.Nodes(ctx)
+	nodes, err := w.cat.NodesToProbe(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("could not list nodes to probe", "err", err)

@@ -54,6 +54,18 @@ func (c *Catalog) Nodes(ctx context.Context) ([]deckhandtype.Node, error) {
 	return nodes, nil
 }
 
+// NodesToProbe lists every node's name, conninfo and latest probe error, by name: what the
+// leader's probes need, without each node's count of running tasks (Nodes), which reads every
+// running task every few seconds.
+func (c *Catalog) NodesToProbe(ctx context.Context) ([]deckhandtype.Node, error) {
+	rows, _ := c.Pool.Query(ctx, `SELECT name, dsn, last_error FROM deckhand.node ORDER BY name`)
+	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByNameLax[deckhandtype.Node])
+	if err != nil {
+		return nil, fmt.Errorf("list nodes to probe: %w", err)
+	}
+	return nodes, nil
+}
+
 // NodesByName returns the named nodes that exist, keyed by name.
 func (c *Catalog) NodesByName(ctx context.Context, names []string) (map[string]deckhandtype.Node, error) {
 	rows, _ := c.Pool.Query(ctx, `SELECT `+nodeColumns+` FROM deckhand.nodes WHERE name = ANY($1)`, names)
