@@ -31,6 +31,12 @@ func TestMoveCopiesOddShapes(t *testing.T) {
 		CREATE TABLE shapes.tree_hi PARTITION OF shapes.tree FOR VALUES FROM (50) TO (100);
 		INSERT INTO shapes.tree SELECT i, i % 100, i::text FROM generate_series(1, 2000) i;`)
 	tables := []string{"shapes.big", "shapes.ident", "shapes.tree"}
+	// A reader in a long transaction on the source keeps it from being dropped once the move
+	// has finished, until its rows are compared with the target's.
+	reader := e.NodeConn(e.src, pgcluster.Superuser)
+	if _, err := reader.Exec(ctx, `BEGIN; SELECT count(*) FROM shapes.big`); err != nil {
+		t.Fatal(err)
+	}
 	// Changes made after the copy, applied by key in the catch-up.
 	var once sync.Once
 	e.worker(move.Mover{AfterStep: func(_ context.Context, step string) error {
