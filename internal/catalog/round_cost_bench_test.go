@@ -1,0 +1,160 @@
+package catalog_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
+	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/pgcluster"
+	"github.com/deckhandhq/deckhand/internal/pgtest"
+)
+
+// BenchmarkRoundServerCPU measures what one worker's claim and completion rounds cost the
+// catalog's server in CPU, read from the backends' own counters (/proc: the harness's server
+// runs on this machine): an idle claim (nothing runnable), a claim of one task and its
+// completion, and a claim of 100 tasks and their completion. The first two are a round's
+// fixed cost, which small batches (many workers of low concurrency, a chain's hand-offs) pay
+// per task; the last shows what a task adds. The counters tick every 10 ms, so run enough
+// rounds:
+//
+//	go test ./internal/catalog -run '^$' -bench RoundServerCPU -benchtime 3000x
+func BenchmarkRoundServerCPU(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		batch int // tasks claimed and completed per round; 0: an idle claim
+	}{{"idle-claim", 0}, {"claim-complete-1", 1}, {"claim-complete-100", 100}} {
+		b.Run(c.name, func(b *testing.B) {
+			cl := pgtest.Shared(b)
+			db := pgtest.NewDatabase(b)
+			cat, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cat.Close()
+			if _, err := cat.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			tasks := b.N * c.batch
+			for _, sql := range []string{
+				`INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 100, 'infinity')`,
+				`WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('bench', 'noop', ` + fmt.Sprint(max(tasks, 1)) + `) RETURNING id)
+				 INSERT INTO deckhand.task (job_id, name, kind, owner, max_attempts, timeout, state)
+				 SELECT j.id, 't' || g, 'noop', 'app', 3, '1 hour', 'runnable' FROM j, generate_series(1, ` + fmt.Sprint(tasks) + `) g`,
+				`VACUUM ANALYZE deckhand.task`,
+			} {
+				if _, err := cat.Pool.Exec(ctx, sql); err != nil {
+					b.Fatalf("%s: %v", sql, err)
+				}
+			}
+			var workerID int64
+			if err := cat.Pool.QueryRow(ctx, `SELECT id FROM deckhand.worker`).Scan(&workerID); err != nil {
+				b.Fatal(err)
+			}
+			limit := c.batch
+			if limit == 0 {
+				limit = 4
+			}
+			round := func() error {
+				got, err := cat.Claim(ctx, workerID, limit)
+				if err != nil || c.batch == 0 {
+					if err == nil && len(got) > 0 {
+						err = fmt.Errorf("an idle claim took %d tasks", len(got))
+					}
+					return err
+				}
+				if len(got) != c.batch {
+					return fmt.Errorf("claimed %d tasks, want %d", len(got), c.batch)
+				}
+				results := make([]catalog.Result, len(got))
+				for i, t := range got {
+					results[i] = catalog.Result{TaskID: t.ID, Token: t.Token, WorkerID: workerID, Outcome: deckhandtype.OutcomeDone}
+				}
+				_, err = cat.Complete(ctx, results)
+				return err
+			}
+			// The pool's connections exist, and their plans are made, before the count starts.
+			if err := round(); err != nil {
+				b.Fatal(err)
+			}
+			// Every vacuumRounds rounds the task table is vacuumed, outside the count, as
+			// autovacuum keeps a busy catalog: otherwise the last rounds of a drained job
+			// would read the dead index entries of every task claimed before them.
+			const vacuumRounds = 200
+			var used int64
+			b.ResetTimer()
+			for i := 1; i < b.N; i += vacuumRounds {
+				before, err := backendTicks(ctx, cat, db)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for j := i; j < min(i+vacuumRounds, b.N); j++ {
+					if err := round(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				after, err := backendTicks(ctx, cat, db)
+				if err != nil {
+					b.Fatal(err)
+				}
+				used += after - before
+				b.StopTimer()
+				if _, err := cat.Pool.Exec(ctx, `VACUUM deckhand.task`); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.StopTimer()
+			if b.N > 1 {
+				perRound := float64(used) * 10_000 / float64(b.N-1) // a tick is 10 ms
+				b.ReportMetric(perRound, "server-µs/round")
+				if c.batch > 0 {
+					b.ReportMetric(perRound/float64(c.batch), "server-µs/task")
+				}
+			}
+		})
+	}
+}
+
+// backendTicks sums the CPU time (user and system, in clock ticks) the server's backends
+// connected to db have used so far.
+func backendTicks(ctx context.Context, cat *catalog.Catalog, db string) (int64, error) {
+	rows, err := cat.Pool.Query(ctx, `SELECT pid FROM pg_catalog.pg_stat_activity WHERE datname = $1`, db)
+	if err != nil {
+		return 0, err
+	}
+	var pids []int
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			return 0, err
+		}
+		pids = append(pids, pid)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, pid := range pids {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return 0, fmt.Errorf("the server's backends must run on this machine: %w", err)
+		}
+		// Fields after the command's closing parenthesis; utime and stime are the 14th and
+		// 15th of the whole line.
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		for _, f := range fields[11:13] {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+			}
+			sum += n
+		}
+	}
+	return sum, nil
+}
