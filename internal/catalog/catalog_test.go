@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // emptyCatalog opens a new database of the shared cluster as the superuser, with no schema yet.
-func emptyCatalog(t *testing.T) (*catalog.Catalog, *pgcluster.Cluster, string) {
+func emptyCatalog(t testing.TB) (*catalog.Catalog, *pgcluster.Cluster, string) {
 	t.Helper()
 	cl := pgtest.Shared(t)
 	db := pgtest.NewDatabase(t)
@@ -28,7 +28,7 @@ func emptyCatalog(t *testing.T) (*catalog.Catalog, *pgcluster.Cluster, string) {
 
 // migratedCatalog opens a new database of the shared cluster as the superuser, with the
 // newest schema.
-func migratedCatalog(t *testing.T) *catalog.Catalog {
+func migratedCatalog(t testing.TB) *catalog.Catalog {
 	t.Helper()
 	cat, _, _ := emptyCatalog(t)
 	if _, err := cat.Migrate(context.Background()); err != nil {

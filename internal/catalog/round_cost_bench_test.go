@@ -10,8 +10,6 @@ import (
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
-	"github.com/deckhandhq/deckhand/internal/pgcluster"
-	"github.com/deckhandhq/deckhand/internal/pgtest"
 )
 
 // BenchmarkRoundServerCPU measures what one worker's claim and completion rounds cost the
@@ -29,16 +27,7 @@ func BenchmarkRoundServerCPU(b *testing.B) {
 		batch int // tasks claimed and completed per round; 0: an idle claim
 	}{{"idle-claim", 0}, {"claim-complete-1", 1}, {"claim-complete-100", 100}} {
 		b.Run(c.name, func(b *testing.B) {
-			cl := pgtest.Shared(b)
-			db := pgtest.NewDatabase(b)
-			cat, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cat.Close()
-			if _, err := cat.Migrate(ctx); err != nil {
-				b.Fatal(err)
-			}
+			cat := migratedCatalog(b)
 			tasks := b.N * c.batch
 			for _, sql := range []string{
 				`INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 100, 'infinity')`,
@@ -88,7 +77,7 @@ func BenchmarkRoundServerCPU(b *testing.B) {
 			var used int64
 			b.ResetTimer()
 			for i := 1; i < b.N; i += vacuumRounds {
-				before, err := backendTicks(ctx, cat, db)
+				before, err := backendTicks(ctx, cat)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -97,7 +86,7 @@ func BenchmarkRoundServerCPU(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				after, err := backendTicks(ctx, cat, db)
+				after, err := backendTicks(ctx, cat)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -121,9 +110,9 @@ func BenchmarkRoundServerCPU(b *testing.B) {
 }
 
 // backendTicks sums the CPU time (user and system, in clock ticks) the server's backends
-// connected to db have used so far.
-func backendTicks(ctx context.Context, cat *catalog.Catalog, db string) (int64, error) {
-	rows, err := cat.Pool.Query(ctx, `SELECT pid FROM pg_catalog.pg_stat_activity WHERE datname = $1`, db)
+// connected to the catalog's database have used so far.
+func backendTicks(ctx context.Context, cat *catalog.Catalog) (int64, error) {
+	rows, err := cat.Pool.Query(ctx, `SELECT pid FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database()`)
 	if err != nil {
 		return 0, err
 	}
