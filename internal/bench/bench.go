@@ -40,7 +40,9 @@ type Result struct {
 	WorkTasksPerS  float64 // noop, submitted to all done
 	NodeTasksPerS  float64
 	SQLTasksPerS   float64
+	SQLCost        *sqlCost // nil when the server is not on this machine
 	PgbenchTPS     float64
+	PgbenchCPUUS   float64 // CPU per pgbench transaction, server and pgbench (0: not measured)
 	ChainP50MS     float64
 	ChainP99MS     float64
 	Scale          *Scale
@@ -56,6 +58,7 @@ type Result struct {
 // Scale holds the figures with Options.Finished finished tasks in the catalog.
 type Scale struct {
 	TasksPerS, NodeTasksPerS, SQLTasksPerS float64
+	SQLCost                                *sqlCost
 	IdleClaimMS                            float64
 }
 
@@ -118,6 +121,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 		return nil, err
 	}
 	defer dropNode()
+	cpu := &sqlCPU{meter: newCPUMeter(ctx, admin), catalogDB: dbName(dsn), nodeDB: nodeDB}
 	for _, n := range []deckhandtype.Node{
 		{Name: sqlNode, DSN: withDB(server, nodeDB), MaxTasks: o.NodeMax},
 		{Name: wideNode, DSN: withDB(server, nodeDB), MaxTasks: o.Concurrency * o.Workers},
@@ -162,7 +166,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 		res.ChainP50MS, res.ChainP99MS = p50, p99
 		fmt.Fprintf(out, "chain: %d dependent tasks; completion-to-dependent-start p50 %.2f ms, p99 %.2f ms\n", o.Chain, p50, p99)
 	}
-	if res.NodeTasksPerS, res.SQLTasksPerS, err = nodeRuns(ctx, client, o, out, ""); err != nil {
+	if res.NodeTasksPerS, res.SQLTasksPerS, res.SQLCost, err = nodeRuns(ctx, client, o, out, "", cpu); err != nil {
 		return nil, err
 	}
 	if o.Workers > 1 {
@@ -183,15 +187,18 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		res.PgbenchTPS, err = pgbenchSelect(ctx, withDB(server, pgbenchDB), o.Pgbench)
+		res.PgbenchTPS, res.PgbenchCPUUS, err = pgbenchSelect(ctx, withDB(server, pgbenchDB), o.Pgbench, cpu.meter)
 		dropPgbench()
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(out, "pgbench -S -c 16: %.0f transactions/s on the same server\n", res.PgbenchTPS)
+		if res.PgbenchCPUUS > 0 {
+			fmt.Fprintf(out, "pgbench -S -c 16: %.0f µs of CPU per transaction, the server's and pgbench's\n", res.PgbenchCPUUS)
+		}
 	}
 	if o.Finished > 0 {
-		if res.Scale, err = scale(ctx, client, o, out); err != nil {
+		if res.Scale, err = scale(ctx, client, o, out, cpu); err != nil {
 			return nil, err
 		}
 		res.printScale(out)
@@ -205,29 +212,35 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	return res, nil
 }
 
-// nodeRuns measures node-bound noop tasks and SQL tasks.
-func nodeRuns(ctx context.Context, client *engine.Client, o Options, out io.Writer, label string) (node, sql float64, err error) {
+// nodeRuns measures node-bound noop tasks and SQL tasks, and what the SQL tasks cost in CPU
+// when cpu can tell.
+func nodeRuns(ctx context.Context, client *engine.Client, o Options, out io.Writer, label string, cpu *sqlCPU) (
+	node, sql float64, cost *sqlCost, err error) {
 	d, err := runJob(ctx, client, noopJob(o.Tasks, wideNode))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	node = rate(o.Tasks, d)
 	fmt.Fprintf(out, "%snode:  %d noop tasks bound to one node in %s = %.0f tasks/s\n", label, o.Tasks, d.Round(time.Millisecond), node)
 	if o.SQLTasks > 0 {
+		measure := cpu.start(ctx)
 		d, err = runJob(ctx, client, sqlJob(o.SQLTasks, sqlNode))
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		sql = rate(o.SQLTasks, d)
 		fmt.Fprintf(out, "%ssql:   %d `SELECT 1` tasks on one node (max_tasks %d) in %s = %.0f tasks/s\n",
 			label, o.SQLTasks, o.NodeMax, d.Round(time.Millisecond), sql)
+		if cost = measure(o.SQLTasks); cost != nil {
+			fmt.Fprintf(out, "%ssql:   %s\n", label, cost)
+		}
 	}
-	return node, sql, nil
+	return node, sql, cost, nil
 }
 
 // scale loads the finished tasks and measures again: noop, node-bound and SQL tasks, an idle
 // claim, and the submission of large jobs.
-func scale(ctx context.Context, client *engine.Client, o Options, out io.Writer) (*Scale, error) {
+func scale(ctx context.Context, client *engine.Client, o Options, out io.Writer, cpu *sqlCPU) (*Scale, error) {
 	fmt.Fprintf(out, "scale: loading %d finished tasks into the catalog...\n", o.Finished)
 	if err := preloadFinished(ctx, client, o.Finished); err != nil {
 		return nil, err
@@ -239,7 +252,7 @@ func scale(ctx context.Context, client *engine.Client, o Options, out io.Writer)
 	}
 	s.TasksPerS = rate(o.Tasks, d)
 	fmt.Fprintf(out, "scale: noop:  %d tasks in %s = %.0f tasks/s\n", o.Tasks, d.Round(time.Millisecond), s.TasksPerS)
-	if s.NodeTasksPerS, s.SQLTasksPerS, err = nodeRuns(ctx, client, o, out, "scale: "); err != nil {
+	if s.NodeTasksPerS, s.SQLTasksPerS, s.SQLCost, err = nodeRuns(ctx, client, o, out, "scale: ", cpu); err != nil {
 		return nil, err
 	}
 	if s.IdleClaimMS, err = idleClaim(ctx, client, 200); err != nil {
@@ -286,7 +299,16 @@ func (r *Result) Summary() Summary {
 	s.add("work_tasks_per_s", r.WorkTasksPerS, 0)
 	s.add("node_tasks_per_s", r.NodeTasksPerS, 0)
 	s.add("sql_tasks_per_s", r.SQLTasksPerS, 0)
+	if c := r.SQLCost; c != nil {
+		s.add("sql_cpu_us_per_task", c.TotalUS, 0)
+		s.add("sql_node_cpu_us", c.NodeUS, 0)
+		s.add("sql_catalog_cpu_us", c.CatalogUS, 0)
+		s.add("sql_deckhand_cpu_us", c.BenchUS, 0)
+	}
 	s.add("pgbench_select_tps", r.PgbenchTPS, 0)
+	if r.PgbenchCPUUS > 0 {
+		s.add("pgbench_cpu_us_per_txn", r.PgbenchCPUUS, 0)
+	}
 	s.add("chain_p50_ms", r.ChainP50MS, 2)
 	s.add("chain_p99_ms", r.ChainP99MS, 2)
 	if sc := r.Scale; sc != nil {

@@ -3,13 +3,14 @@ package catalog_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/deckhandhq/deckhand/internal/catalog"
+	"github.com/deckhandhq/deckhand/internal/procstat"
 )
 
 // BenchmarkRoundServerCPU measures what one worker's claim and completion rounds cost the
@@ -109,41 +110,24 @@ func BenchmarkRoundServerCPU(b *testing.B) {
 	}
 }
 
-// backendTicks sums the CPU time (user and system, in clock ticks) the server's backends
-// connected to the catalog's database have used so far.
+// backendTicks sums the CPU time (user and system, in 10 ms clock ticks) the server's
+// backends connected to the catalog's database have used so far.
 func backendTicks(ctx context.Context, cat *catalog.Catalog) (int64, error) {
 	rows, err := cat.Pool.Query(ctx, `SELECT pid FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database()`)
 	if err != nil {
 		return 0, err
 	}
-	var pids []int
-	for rows.Next() {
-		var pid int
-		if err := rows.Scan(&pid); err != nil {
-			return 0, err
-		}
-		pids = append(pids, pid)
-	}
-	if err := rows.Err(); err != nil {
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
 		return 0, err
 	}
-	var sum int64
+	var sum time.Duration
 	for _, pid := range pids {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return 0, fmt.Errorf("the server's backends must run on this machine: %w", err)
+		s, ok := procstat.Of(pid)
+		if !ok {
+			return 0, fmt.Errorf("the server's backend %d is not a process of this machine", pid)
 		}
-		// Fields after the command's closing parenthesis; utime and stime are the 14th and
-		// 15th of the whole line.
-		s := string(stat)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		for _, f := range fields[11:13] {
-			n, err := strconv.ParseInt(f, 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-			}
-			sum += n
-		}
+		sum += s.CPU
 	}
-	return sum, nil
+	return int64(sum / (10 * time.Millisecond)), nil
 }

@@ -1,7 +1,6 @@
 package pgcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/deckhandhq/deckhand/internal/procstat"
 )
 
 // Stop shuts the server down (fast shutdown, SIGKILL if that takes too long) and removes its
@@ -103,26 +104,6 @@ func (c *Cluster) killLocked() {
 	}
 }
 
-// procStat returns the state and parent pid of a process from /proc; ok is false if it is gone.
-func procStat(pid int) (state string, ppid int, ok bool) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0, false
-	}
-	// The command name in parentheses may contain spaces; the fields after it are
-	// "state ppid pgrp ...".
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return "", 0, false
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 2 {
-		return "", 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return f[0], ppid, true
-}
-
 func childPids(parent int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -134,7 +115,7 @@ func childPids(parent int) []int {
 		if err != nil {
 			continue
 		}
-		if _, ppid, ok := procStat(pid); ok && ppid == parent {
+		if s, ok := procstat.Of(pid); ok && s.Parent == parent {
 			kids = append(kids, pid)
 		}
 	}
@@ -145,7 +126,7 @@ func childPids(parent int) []int {
 // whatever init the machine runs.
 func anyAlive(pids []int) bool {
 	for _, pid := range pids {
-		if state, _, ok := procStat(pid); ok && state != "Z" {
+		if s, ok := procstat.Of(pid); ok && s.State != "Z" {
 			return true
 		}
 	}
