@@ -14,8 +14,8 @@ import (
 
 // cpuMeter reads what a run costs in CPU, by process: the server's sessions of each database,
 // the rest of the server, and the bench's own process (deckhand's workers and client). It
-// works when the server runs on this machine, where /proc shows its processes; a rate says
-// how fast the machine was at that moment, the cost what the work needed of it.
+// works when the server runs on this machine, where /proc shows its processes. Where a rate
+// says how fast the work went, the cost says which process spent the time.
 type cpuMeter struct {
 	admin      *pgx.Conn
 	postmaster int

@@ -27,7 +27,7 @@ afterwards) or, when none is configured, on a throwaway cluster it starts itself
   - pgbench -S -c 16 on the same server, the ceiling for SQL tasks;
   - when the server runs on this machine, what a SQL task costs in CPU, by process (the
     node's sessions, the catalog's, the server's other processes, deckhand), and what a
-    pgbench transaction costs: rates follow the machine's speed of the moment, costs less so;
+    pgbench transaction costs in the same run: where the time of a task goes;
   - the same throughputs with many finished tasks in the catalog, an idle claim there, and the
     submission of a chain and of a fan-out/fan-in of --submit tasks each;
   - with --workers W above 1, the work-only noop rate of one worker of concurrency

@@ -1,8 +1,7 @@
 // Package procstat reads what /proc says of a process of this machine: its name, state and
 // parent (the test harness finds a server's children by them), and the CPU time it and its
-// children have used. The benchmarks report what work costs in CPU beside how fast it went:
-// on a machine whose speed varies from one hour to the next (a shared host), the cost holds
-// better than the rate, and it says which process spent it.
+// children have used. The benchmarks report what work costs in CPU, by process, beside how
+// fast it went: which process spends the time a task takes.
 package procstat
 
 import (
