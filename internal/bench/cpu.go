@@ -23,11 +23,10 @@ type cpuMeter struct {
 
 // cpuSample is the CPU the server's processes and the bench's have used up to a moment.
 type cpuSample struct {
-	byPid  map[int]time.Duration // the server's live processes, the postmaster's own included
-	dbOf   map[int]string        // their databases ("" for processes of none)
-	ended  time.Duration         // processes the postmaster started that ended (its children's counter)
-	bench  time.Duration
-	sample time.Time
+	byPid map[int]time.Duration // the server's live processes, the postmaster's own included
+	dbOf  map[int]string        // their databases ("" for processes of none)
+	ended time.Duration         // processes the postmaster started that ended (its children's counter)
+	bench time.Duration
 }
 
 // cpuCost is what was spent between two samples.
@@ -79,7 +78,7 @@ func (m *cpuMeter) sample(ctx context.Context) (cpuSample, error) {
 	if err != nil {
 		return cpuSample{}, err
 	}
-	s := cpuSample{byPid: map[int]time.Duration{}, dbOf: map[int]string{}, bench: procstat.Self(), sample: time.Now()}
+	s := cpuSample{byPid: map[int]time.Duration{}, dbOf: map[int]string{}, bench: procstat.Self()}
 	pm, ok := procstat.Of(m.postmaster)
 	if !ok {
 		return cpuSample{}, fmt.Errorf("the server's postmaster (pid %d) is gone", m.postmaster)
