@@ -14,6 +14,7 @@ type Metrics struct {
 	Claimed      prometheus.Counter       // tasks claimed by this process
 	ClaimedAhead prometheus.Counter       // of those, tasks claimed ahead of a free slot on their node
 	HandedOver   prometheus.Counter       // node slots handed from an ended task to one claimed ahead
+	SideBatches  prometheus.Counter       // batches of results recorded beside the completer's own (sideCompleter)
 	Leader       prometheus.Gauge         // 1 while this process leads
 }
 
@@ -50,13 +51,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "deckhand_node_slots_handed_over_total",
 			Help: "Node slots handed from an ended task to a task claimed ahead, without a catalog round trip in between.",
 		}),
+		SideBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "deckhand_result_batches_beside_total",
+			Help: "Batches of results recorded without a claim, on a catalog connection of their own, while the worker's own batch was being written.",
+		}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "deckhand_leader",
 			Help: "1 while a worker of this process is the leader.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ClaimLatency, m.TaskDuration, m.Attempts, m.Retries, m.Claimed, m.ClaimedAhead, m.HandedOver, m.Leader)
+		reg.MustRegister(m.ClaimLatency, m.TaskDuration, m.Attempts, m.Retries, m.Claimed, m.ClaimedAhead, m.HandedOver, m.SideBatches, m.Leader)
 	}
 	return m
 }

@@ -56,14 +56,16 @@ func releasedEffect(t *deckhandtype.ClaimedTask) string {
 func (w *Worker) completer(ctx context.Context) {
 	defer close(w.completerDone)
 	defer w.parked.Wait()
-	const maxBatch = 2000
-	batch := make([]catalog.Result, 0, maxBatch)
+	stopSide := make(chan struct{})
+	side := startSideCompleter(ctx, w, stopSide)
+	defer side.wait()
+	defer close(stopSide)
 	for {
 		var r catalog.Result
 		select {
 		case r = <-w.results:
 		case <-w.tasksEnded:
-			// Every task has returned, so every result is in the channel.
+			// Every task has returned, so every result is in the channel (or the side's).
 			select {
 			case r = <-w.results:
 			default:
@@ -72,18 +74,12 @@ func (w *Worker) completer(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		batch = append(batch[:0], r)
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case r := <-w.results:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
+		batch := drainResults(w.results, append(make([]catalog.Result, 0, 64), r))
 		w.sealVacancies(batch)
-		if !w.record(ctx, batch) {
+		side.open()
+		ok := w.record(ctx, batch, true)
+		side.close()
+		if !ok {
 			return
 		}
 	}
@@ -95,13 +91,13 @@ func (w *Worker) completer(ctx context.Context) {
 // transaction: a dependent the batch releases starts at once, and the slots it frees on a node
 // change hands in one catalog commit rather than two (with a node's max_tasks reached, that
 // commit is what every next task there waits for).
-func (w *Worker) record(ctx context.Context, batch []catalog.Result) bool {
+func (w *Worker) record(ctx context.Context, batch []catalog.Result, claim bool) bool {
 	// The results of a job whose rows are held wait with those already parked.
 	if batch = w.parkHeld(ctx, batch); len(batch) == 0 {
 		return true
 	}
 	for try := 1; ; try++ {
-		err := w.recordOnce(ctx, batch)
+		err := w.recordOnce(ctx, batch, claim)
 		if err == nil {
 			w.recorded(batch)
 			if try > 1 {
@@ -113,8 +109,9 @@ func (w *Worker) record(ctx context.Context, batch []catalog.Result) bool {
 				}
 			}
 			// The batch's own claim took what fitted; when it filled every slot it asked
-			// for, more may be waiting: the fetch loop claims again.
-			if w.saturated.Load() {
+			// for, more may be waiting: the fetch loop claims again. A batch recorded without
+			// a claim leaves its slots to it too.
+			if !claim || w.saturated.Load() {
 				w.Nudge()
 			}
 			return true
@@ -150,7 +147,7 @@ func (w *Worker) recordEach(ctx context.Context, batch []catalog.Result) {
 			continue
 		}
 		one := []catalog.Result{r}
-		err := w.recordOnce(ctx, one)
+		err := w.recordOnce(ctx, one, true)
 		switch {
 		case err == nil:
 			w.recorded(one)
@@ -263,11 +260,15 @@ func (w *Worker) recordParked(ctx context.Context, key int64) {
 	}
 }
 
-// recordOnce makes one attempt at recording a batch and claiming into the free slots, within
-// CatalogTimeout.
-func (w *Worker) recordOnce(ctx context.Context, batch []catalog.Result) error {
+// recordOnce makes one attempt at recording a batch and, with claim, claiming into the free
+// slots, within CatalogTimeout.
+func (w *Worker) recordOnce(ctx context.Context, batch []catalog.Result, claim bool) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CatalogTimeout)
 	defer cancel()
+	if !claim {
+		_, err := w.cat.Complete(ctx, batch)
+		return err
+	}
 	_, _, err := w.claimWith(ctx, "complete", func(limit int) ([]deckhandtype.ClaimedTask, error) {
 		_, claimed, err := w.cat.CompleteAndClaimAhead(ctx, batch, w.ID(), limit, w.aheadWanted())
 		return claimed, err
