@@ -87,7 +87,8 @@ func (w *Worker) completer(ctx context.Context) {
 
 // record writes a batch, retrying with backoff until the catalog takes it: results are never
 // dropped, however long the catalog is away, until ctx ends (a shutdown giving up). It
-// reports whether the batch was recorded. It claims work for the free slots in the same
+// reports whether the batch was recorded. With claim (the completer's own batches; the side
+// completer's go without, sidecompleter.go) it claims work for the free slots in the same
 // transaction: a dependent the batch releases starts at once, and the slots it frees on a node
 // change hands in one catalog commit rather than two (with a node's max_tasks reached, that
 // commit is what every next task there waits for).
