@@ -95,6 +95,14 @@ func OpenWith(ctx context.Context, dsn string, o Options) (*Catalog, error) {
 	if cfg.ConnConfig.RuntimeParams["plan_cache_mode"] == "" {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
+	// A generic plan's estimates can cross jit_above_cost (the leader's walk of the nodes with
+	// work, estimated at a million once tens of thousands of tasks are runnable), and
+	// PostgreSQL then compiles the plan's expressions with LLVM on every execution: 1.4–4.9 s
+	// of the catalog's CPU each round of that walk, measured, for statements that read a few
+	// index entries. No catalog statement gains from JIT.
+	if cfg.ConnConfig.RuntimeParams["jit"] == "" {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	// A catalog that accepts the connection and never answers (a stopped server, packets
 	// dropped silently) would otherwise hold every command, and every new connection of a
 	// worker, for ever: libpq's default is no limit. connect_timeout (or PGCONNECT_TIMEOUT)
