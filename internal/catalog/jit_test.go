@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deckhandhq/deckhand/internal/catalog"
 	"github.com/deckhandhq/deckhand/internal/pgcluster"
 )
 
@@ -58,5 +59,20 @@ func TestCatalogSessionsCompileNothing(t *testing.T) {
 	}
 	if got := jitPlanned(conn); got != available {
 		t.Errorf("plain session: JIT planned %v, want %v (the server's JIT available: %v)", got, available, available)
+	}
+}
+
+// A conninfo that names jit keeps its value: the setting is deckhand's default, not a rule.
+func TestCatalogConninfoMaySetJIT(t *testing.T) {
+	ctx := context.Background()
+	_, cl, db := emptyCatalog(t)
+	cat, err := catalog.Open(ctx, cl.DSN(db, pgcluster.Superuser)+" jit=on")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	var setting string
+	if err := cat.Pool.QueryRow(ctx, `SELECT current_setting('jit')`).Scan(&setting); err != nil || setting != "on" {
+		t.Errorf("catalog opened with jit=on in its conninfo: jit = %q (%v)", setting, err)
 	}
 }
