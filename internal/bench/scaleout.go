@@ -98,34 +98,56 @@ func workOnly(ctx context.Context, admin *pgx.Conn, server string, workers, conc
 }
 
 // nodesRuns runs Options.SQLTasks `SELECT 1` tasks on one node whose max_tasks is the
-// workers' total concurrency, then spread round-robin over Options.Nodes nodes of max_tasks
+// workers' total concurrency, and spread round-robin over Options.Nodes nodes of max_tasks
 // max(1, total concurrency / nodes) each: as many slots in all as the one node has (more
 // when there are more nodes than that). Every node is the database nodeDSN names, so that
-// the figures differ by the catalog's work alone.
+// the figures differ by the catalog's work alone. The runs go in the order one node, many,
+// many, one node, so that neither is favoured by when it runs (the machine's speed drifts);
+// each figure is the mean of its two runs.
 func nodesRuns(ctx context.Context, admin *pgx.Conn, server, nodeDSN string, o Options, out io.Writer) (*Nodes, error) {
 	total := o.Workers * o.Concurrency
 	n := &Nodes{Nodes: o.Nodes, MaxTasks: max(1, total/o.Nodes)}
 	one := []deckhandtype.Node{{Name: "bench-one", DSN: nodeDSN, MaxTasks: total}}
-	r, err := sqlOnNodes(ctx, admin, server, o, one, out)
-	if err != nil {
-		return nil, err
-	}
-	n.OneNodeTasksPerS, n.OneNodeWorkTasksPerS, n.OneNodeClaimP99MS = r.rate, r.workRate, r.claimP99MS
 	many := make([]deckhandtype.Node, o.Nodes)
 	for i := range many {
 		many[i] = deckhandtype.Node{Name: fmt.Sprintf("bench-%04d", i), DSN: nodeDSN, MaxTasks: n.MaxTasks}
 	}
-	if r, err = sqlOnNodes(ctx, admin, server, o, many, out); err != nil {
-		return nil, err
+	var ones, manys []sqlRun
+	for _, nodes := range [][]deckhandtype.Node{one, many, many, one} {
+		r, err := sqlOnNodes(ctx, admin, server, o, nodes, out)
+		if err != nil {
+			return nil, err
+		}
+		if len(nodes) == 1 {
+			ones = append(ones, r)
+		} else {
+			manys = append(manys, r)
+		}
 	}
-	n.TasksPerS, n.WorkTasksPerS, n.ClaimP99MS = r.rate, r.workRate, r.claimP99MS
-	n.AddS, n.SubmitS = r.add.Seconds(), r.submit.Seconds()
-	fmt.Fprintf(out, "nodes: %d nodes %.0f SQL tasks/s against one node's %.0f: %.2fx (once submitted %.0f against %.0f); claim p99 %.1f ms against %.1f ms\n",
+	o1, m := meanRuns(ones), meanRuns(manys)
+	n.OneNodeTasksPerS, n.OneNodeWorkTasksPerS, n.OneNodeClaimP99MS = o1.rate, o1.workRate, o1.claimP99MS
+	n.TasksPerS, n.WorkTasksPerS, n.ClaimP99MS = m.rate, m.workRate, m.claimP99MS
+	n.AddS, n.SubmitS = m.add.Seconds(), m.submit.Seconds()
+	fmt.Fprintf(out, "nodes: %d nodes %.0f SQL tasks/s against one node's %.0f: %.2fx (once submitted %.0f against %.0f); claim p99 %.1f ms against %.1f ms (means of runs in the order 1, %d, %d, 1)\n",
 		o.Nodes, n.TasksPerS, n.OneNodeTasksPerS, ratio(n.TasksPerS, n.OneNodeTasksPerS), n.WorkTasksPerS, n.OneNodeWorkTasksPerS,
-		n.ClaimP99MS, n.OneNodeClaimP99MS)
+		n.ClaimP99MS, n.OneNodeClaimP99MS, o.Nodes, o.Nodes)
 	return n, nil
 }
 
+// meanRuns is the mean of each figure of runs.
+func meanRuns(runs []sqlRun) sqlRun {
+	var m sqlRun
+	for _, r := range runs {
+		m.rate += r.rate / float64(len(runs))
+		m.workRate += r.workRate / float64(len(runs))
+		m.claimP99MS += r.claimP99MS / float64(len(runs))
+		m.submit += r.submit / time.Duration(len(runs))
+		m.add += r.add / time.Duration(len(runs))
+	}
+	return m
+}
+
+// sqlRun is what one run of sqlOnNodes measured.
 type sqlRun struct {
 	rate       float64       // tasks/s, submission to all done
 	workRate   float64       // tasks/s, submission's commit to all done

@@ -18,23 +18,43 @@ import (
 // runs on this machine): an idle claim (nothing runnable), a claim of one task and its
 // completion, and a claim of 100 tasks and their completion. The first two are a round's
 // fixed cost, which small batches (many workers of low concurrency, a chain's hand-offs) pay
-// per task; the last shows what a task adds. The counters tick every 10 ms, so run enough
-// rounds:
+// per task; the last shows what a task adds. Then rounds of 4 tasks bound to nodes, as a
+// worker of 4 slots makes them: on one node of 32 slots (the claim looks at every node), and
+// over 1,000 nodes of one slot each (the claim walks a few of them). The counters tick every
+// 10 ms, so run enough rounds:
 //
 //	go test ./internal/catalog -run '^$' -bench RoundServerCPU -benchtime 3000x
 func BenchmarkRoundServerCPU(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		batch int // tasks claimed and completed per round; 0: an idle claim
-	}{{"idle-claim", 0}, {"claim-complete-1", 1}, {"claim-complete-100", 100}} {
+		// nodes, when not 0, is how many nodes of nodeSlots slots each the tasks are spread
+		// over (SQL tasks, round-robin); otherwise they run anywhere (noop).
+		nodes, nodeSlots int
+	}{
+		{"idle-claim", 0, 0, 0}, {"claim-complete-1", 1, 0, 0}, {"claim-complete-100", 100, 0, 0},
+		{"one-node-claim-complete-4", 4, 1, 32}, {"1000-nodes-claim-complete-4", 4, 1000, 1},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			cat := migratedCatalog(b)
 			tasks := b.N * c.batch
+			seed := `WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('bench', 'noop', ` + fmt.Sprint(max(tasks, 1)) + `) RETURNING id)
+				 INSERT INTO deckhand.task (job_id, name, kind, owner, max_attempts, timeout, state)
+				 SELECT j.id, 't' || g, 'noop', 'app', 3, '1 hour', 'runnable' FROM j, generate_series(1, ` + fmt.Sprint(tasks) + `) g`
+			if c.nodes > 0 {
+				// Twice as many as the rounds take: claims start at random nodes and drain
+				// some sooner than others, and each round must still find 4 nodes with work.
+				tasks *= 2
+				seed = fmt.Sprintf(`INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks)
+					SELECT 'n' || g, 'host=/nonexistent', 'n' || g, 'primary', %d FROM generate_series(1, %d) g`, c.nodeSlots, c.nodes) + `;
+				WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('bench', 'sql', ` + fmt.Sprint(tasks) + `) RETURNING id)
+				 INSERT INTO deckhand.task (job_id, name, kind, node, owner, sql, max_attempts, timeout, state)
+				 SELECT j.id, 't' || g, 'sql', 'n' || (1 + g % ` + fmt.Sprint(c.nodes) + `), 'app', 'SELECT 1', 3, '1 hour', 'runnable'
+				 FROM j, generate_series(1, ` + fmt.Sprint(tasks) + `) g`
+			}
 			for _, sql := range []string{
 				`INSERT INTO deckhand.worker (name, concurrency, lease_expires_at) VALUES ('w', 100, 'infinity')`,
-				`WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('bench', 'noop', ` + fmt.Sprint(max(tasks, 1)) + `) RETURNING id)
-				 INSERT INTO deckhand.task (job_id, name, kind, owner, max_attempts, timeout, state)
-				 SELECT j.id, 't' || g, 'noop', 'app', 3, '1 hour', 'runnable' FROM j, generate_series(1, ` + fmt.Sprint(tasks) + `) g`,
+				seed,
 				`VACUUM ANALYZE deckhand.task`,
 			} {
 				if _, err := cat.Pool.Exec(ctx, sql); err != nil {
