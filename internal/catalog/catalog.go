@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,7 +34,10 @@ type Catalog struct {
 	InitLockWait time.Duration
 
 	starts claimStarts
-	bound  *roundTripBound // nil unless opened with Options.BoundRoundTrips
+	// claimSets are the sets of runnable tasks the last claim found, as claimSets bits with
+	// setsKnown (claim.go); zero before the first claim.
+	claimSets atomic.Uint32
+	bound     *roundTripBound // nil unless opened with Options.BoundRoundTrips
 }
 
 // New wraps a pool. The pool's connections must reach the catalog database.

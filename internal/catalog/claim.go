@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
@@ -15,6 +16,8 @@ import (
 // nodes others hold); the second, with a fresh snapshot taken under those locks, counts what
 // runs on them and claims within their free capacity. A single statement
 // could not do this safely: its snapshot would predate the lock and miss a concurrent claim.
+// The second takes only from the sets of tasks that had runnable work at the worker's last
+// claim (claim, below): PostgreSQL sets up every part of a statement, used or not.
 func (c *Catalog) Claim(ctx context.Context, workerID int64, limit int) ([]deckhandtype.ClaimedTask, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -71,11 +74,51 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, ahea
 	return claimed, nil
 }
 
+// claim runs a claim transaction whose claim statement takes from the sets the worker's
+// previous claim found runnable work in (claimSets), or none when it found nothing: an idle
+// worker's claims only lock and look. When the statement that locks the nodes finds work in a
+// set left out, the claim statement claims nothing (claimInputs) and another transaction claims
+// from the sets found, then from every set. Only a change of what is runnable (work after an
+// idle spell, a first job of a new kind) costs the second transaction.
 func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, ahead Ahead, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
-	var claimed []deckhandtype.ClaimedTask
+	sets := allSets
+	if known := c.claimSets.Load(); known != 0 {
+		sets = claimSets(known).normalized()
+	}
+	var all []deckhandtype.ClaimedTask
+	for try := 0; ; try++ {
+		claimed, found, err := c.claimFrom(ctx, conn, sets, workerID, limit-len(all), ahead, first, after)
+		if err != nil {
+			return all, err
+		}
+		// What it claimed (nothing, when a set was left out) is the worker's whatever follows.
+		all = append(all, claimed...)
+		c.claimSets.Store(uint32(found) | setsKnown)
+		if found&^sets == 0 || len(all) >= limit {
+			return all, nil
+		}
+		// first and after ran in the transaction before.
+		first, after = nil, nil
+		if sets = found.normalized(); try > 0 {
+			sets = allSets
+		}
+	}
+}
+
+// setsKnown marks Catalog.claimSets as set by a claim, whatever sets it found.
+const setsKnown = 1 << 8
+
+// claimFrom runs one claim transaction in one round trip with the claim statement of sets (none
+// when sets is empty), and returns what it claimed and the sets the node-locking statement
+// found runnable work in.
+func (c *Catalog) claimFrom(ctx context.Context, conn *pgx.Conn, sets claimSets, workerID int64, limit int, ahead Ahead, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, claimSets, error) {
+	var (
+		claimed []deckhandtype.ClaimedTask
+		found   int32
+	)
 	startNode, startGroup, manyNodes, err := c.claimStart(ctx, conn)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -83,217 +126,61 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 	if first != nil {
 		first(b)
 	}
-	aheadNodes, aheadCounts := make([]string, 0, len(ahead)), make([]int32, 0, len(ahead))
-	for node, n := range ahead {
-		if n > 0 {
-			aheadNodes, aheadCounts = append(aheadNodes, node), append(aheadCounts, int32(n))
+	stmt, claims := claimStatements[sets]
+	var args []any
+	if claims {
+		if args, err = claimArgs(stmt, c.now(), workerID, limit, ahead, c.random); err != nil {
+			return nil, 0, err
 		}
 	}
-	args, err := claimStmt.args(pgx.StrictNamedArgs{"limit": limit, "now": c.now(), "worker": workerID, "spread": c.random(),
-		"ahead_nodes": aheadNodes, "ahead_counts": aheadCounts})
-	if err != nil {
-		return nil, err
-	}
+	readSets := func(row pgx.Row) error { return row.Scan(nil, nil, nil, nil, nil, &found) }
 	if manyNodes {
 		lockArgs, err := lockNodesStmt.args(pgx.StrictNamedArgs{"limit": limit, "nodes": min(limit, maxClaimNodes),
 			"start_node": startNode, "start_group": startGroup, "now": c.now()})
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		b.Queue(orderedProbes)
-		b.Queue(lockNodesStmt.sql, lockArgs...)
+		b.Queue(lockNodesStmt.sql, lockArgs...).QueryRow(readSets)
 	} else {
 		lockArgs, err := lockEveryNodeStmt.args(pgx.StrictNamedArgs{"start_node": startNode})
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		b.Queue(lockEveryNodeStmt.sql, lockArgs...)
+		b.Queue(lockEveryNodeStmt.sql, lockArgs...).QueryRow(readSets)
 	}
-	b.Queue(claimStmt.sql, args...).Query(func(rows pgx.Rows) error {
-		var err error
-		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.ClaimedTask])
-		return err
-	})
+	if claims {
+		b.Queue(stmt.sql, args...).Query(func(rows pgx.Rows) error {
+			var err error
+			claimed, err = pgx.CollectRows(rows, pgx.RowToStructByName[deckhandtype.ClaimedTask])
+			return err
+		})
+	}
 	b.Queue("COMMIT")
 	if after != nil {
 		after(b)
 	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return claimed, nil
+	return claimed, claimSets(found), nil
 }
 
-// claimSQL runs with a snapshot taken after the node (and global) locks were granted, so its
-// counts of running tasks include every earlier claimer's. Tasks that name a node take that
-// node's free slots first; tasks that target a node group are then dealt round-robin over the
-// remaining slots of the group's members that have replayed past the task's min_lsn (a primary
-// always has), so parts of one export spread over the group.
-var claimSQL = claimHead + claimGroups + claimPick + claimTail
-
-var claimStmt = mustNamed(claimSQL)
-
-var claimHead = `
-WITH inputs AS (
-	-- Set by lockNodesSQL in this transaction.
-	SELECT coalesce(nullif(pg_catalog.current_setting('deckhand.claim_nodes', true), ''), '{}')::text[] AS nodes,
-		coalesce(nullif(pg_catalog.current_setting('deckhand.claim_caps', true), ''), '{}')::int[] AS caps,
-		coalesce(nullif(pg_catalog.current_setting('deckhand.claim_global', true), ''), '0')::int AS global
-), cap AS (
-	-- An export's coordinator only holds a lock while its parts work: it takes no slot, or its
-	-- parts could never run. Coordinators have slots of their own, as many as the node's, so
-	-- that exports cannot make the node hold a session each.
-	-- Counting stops just past the cap: what runs beyond it changes nothing, but a node past
-	-- its cap (lowered while the node was busy) gets no tasks ahead, so that its slots, which
-	-- tasks claimed ahead would keep passing on, empty down to the new cap.
-	SELECT c.node, c.rank, greatest(c.cap - h.n, 0) AS free,
-		c.cap - (SELECT count(*) FROM (SELECT FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND NOT t.queued AND t.kind = 'export' ORDER BY t.id LIMIT c.cap) r) AS coordinators,
-		-- What the worker asks for beyond the free slots, to start in its own slots there as its
-		-- tasks end (Ahead): taken after the free slots' tasks, and holding none of the node's.
-		CASE WHEN h.n > c.cap THEN 0
-		     ELSE coalesce((SELECT a.n FROM unnest(@ahead_nodes::text[], @ahead_counts::int[]) AS a(node, n) WHERE a.node = c.node LIMIT 1), 0)
-		END AS ahead
-	FROM inputs, unnest(inputs.nodes, inputs.caps) WITH ORDINALITY AS c(node, cap, rank)
-	CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT FROM deckhand.task t
-		WHERE t.node = c.node AND t.state IN ('running', 'cancelling') AND NOT t.queued AND t.kind <> 'export' ORDER BY t.id LIMIT c.cap + 1) r) h
-), budget AS (
-	SELECT CASE WHEN inputs.global > 0
-		THEN least(@limit::int, inputs.global - (SELECT count(*) FROM (SELECT FROM deckhand.task t
-			WHERE t.state IN ('running', 'cancelling') ORDER BY t.worker_id LIMIT inputs.global) r))
-		ELSE @limit::int END AS n
-	FROM inputs
-), anywhere_head AS (
-	-- The earliest claim_key among tasks that run anywhere, and where in its tasks (one job's,
-	-- mostly) this claim starts: a random fraction (the spread argument) of the way from its
-	-- first id to its last, so that concurrent claimers take different tasks of a large job
-	-- rather than all start at its first, pass each other's locked rows and lock rows that
-	-- others took after their snapshot. Priorities hold: tasks of a later claim_key come only
-	-- after all of these.
-	SELECT h.claim_key, h.id + floor(@spread::float8 * (l.id - h.id + 1))::bigint AS pivot
-	FROM (SELECT t.claim_key, t.id FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
-		ORDER BY t.claim_key, t.id LIMIT 1) h
-	CROSS JOIN LATERAL (SELECT t.id FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.claim_key = h.claim_key
-		ORDER BY t.claim_key DESC, t.id DESC LIMIT 1) l
-), anywhere AS (
-	-- From the pivot to the last of the earliest claim_key's tasks, then from its first to the
-	-- pivot, then the later claim_keys': each part is read only if the ones before fall short.
-	SELECT a.id, a.claim_key FROM anywhere_head h CROSS JOIN LATERAL (
-		` + anywherePart(`t.claim_key = h.claim_key AND t.id >= h.pivot`) + `
-		UNION ALL ` + anywherePart(`t.claim_key = h.claim_key AND t.id < h.pivot`) + `
-		UNION ALL ` + anywherePart(`t.claim_key > h.claim_key`) + `
-		LIMIT (SELECT n FROM budget)) a
-), node_tasks AS (
-	-- The node's first tasks take its free slots; those after them, up to what the worker
-	-- asked for ahead, are queued in the worker.
-	SELECT p.id, cap.node, cap.rank, p.claim_key, p.rn > cap.free AS queued FROM cap CROSS JOIN LATERAL (
-		SELECT l.id, l.claim_key, row_number() OVER (ORDER BY l.claim_key, l.id) AS rn FROM (
-			SELECT t.id, t.claim_key FROM deckhand.task t
-			WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
-			  AND t.kind <> 'export'
-			ORDER BY t.claim_key, t.id LIMIT cap.free + cap.ahead FOR UPDATE SKIP LOCKED) l) p
-), node_coordinators AS (
-	SELECT p.id, cap.node, cap.rank, p.claim_key FROM cap CROSS JOIN LATERAL (
-		SELECT t.id, t.claim_key FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node_group IS NULL AND t.node = cap.node AND t.not_before <= coalesce(@now, now())
-		  AND t.kind = 'export'
-		ORDER BY t.claim_key, t.id LIMIT cap.coordinators FOR UPDATE SKIP LOCKED) p
-), on_nodes AS (
-	SELECT id, node, false AS coordinator, rank, claim_key, queued FROM node_tasks
-	UNION ALL SELECT id, node, true, rank, claim_key, false FROM node_coordinators
-`
-
-// anywherePart is one part of claimSQL's anywhere CTE: the runnable tasks that run anywhere and
-// meet cond, in claim order, locked (SKIP LOCKED), at most the claim's budget. A subquery of
-// its own, since PostgreSQL refuses FOR UPDATE in a branch of a UNION.
-func anywherePart(cond string) string {
-	return `(SELECT * FROM (SELECT t.id, t.claim_key FROM deckhand.task t
-		 WHERE t.state = 'runnable' AND t.node IS NULL AND t.node_group IS NULL AND t.not_before <= coalesce(@now, now())
-		   AND ` + cond + `
-		 ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget) FOR UPDATE OF t SKIP LOCKED) p)`
+// claimArgs are stmt's arguments: those of every claim statement, and those of the sets it
+// takes from (where the anywhere part starts, what the worker asks for ahead on nodes).
+func claimArgs(stmt named, now *time.Time, workerID int64, limit int, ahead Ahead, random func() float64) ([]any, error) {
+	named := pgx.StrictNamedArgs{"limit": limit, "now": now, "worker": workerID}
+	if stmt.uses("spread") {
+		named["spread"] = random()
+	}
+	if stmt.uses("ahead_nodes") {
+		aheadNodes, aheadCounts := make([]string, 0, len(ahead)), make([]int32, 0, len(ahead))
+		for node, n := range ahead {
+			if n > 0 {
+				aheadNodes, aheadCounts = append(aheadNodes, node), append(aheadCounts, int32(n))
+			}
+		}
+		named["ahead_nodes"], named["ahead_counts"] = aheadNodes, aheadCounts
+	}
+	return stmt.args(named)
 }
-
-const claimGroups = `), group_tasks AS (
-	-- Each group's first tasks, as many as the claim may take.
-	SELECT t.id, g.node_group, t.min_lsn, row_number() OVER (PARTITION BY g.node_group ORDER BY t.claim_key, t.id) AS rn
-	FROM (SELECT DISTINCT n.node_group FROM inputs, deckhand.node n WHERE n.name = ANY (inputs.nodes)) g
-	CROSS JOIN LATERAL (
-		SELECT t.id, t.min_lsn, t.claim_key FROM deckhand.task t
-		WHERE t.state = 'runnable' AND t.node_group = g.node_group AND t.not_before <= coalesce(@now, now())
-		ORDER BY t.claim_key, t.id LIMIT (SELECT n FROM budget)) t
-), group_slots AS (
-	-- Each member's free slots, as many as its group has tasks to deal (none, mostly).
-	SELECT n.name AS node, n.node_group, row_number() OVER (PARTITION BY n.node_group ORDER BY s, n.name) AS rn
-	FROM cap JOIN deckhand.node n ON n.name = cap.node
-	CROSS JOIN LATERAL (SELECT count(*) AS tasks, max(g.min_lsn) AS min_lsn FROM group_tasks g WHERE g.node_group = n.node_group) g
-	CROSS JOIN LATERAL generate_series(1, least(g.tasks,
-		cap.free - (SELECT count(*) FROM on_nodes o WHERE o.node = cap.node AND NOT o.coordinator AND NOT o.queued))) s
-	-- A member whose latest probe failed gets none: after a failover the old primary, down,
-	-- keeps the role it last had, and every task dealt to it would fail to connect.
-	WHERE n.last_error IS NULL AND (n.role = 'primary' OR n.replay_lsn >= g.min_lsn)
-), dealt AS MATERIALIZED (
-	-- Through unnest, like picks below: primary key probes whatever the estimates.
-	SELECT d.id, d.node
-	FROM (SELECT array_agg(g.id) AS ids, array_agg(s.node) AS nodes
-	      FROM group_tasks g JOIN group_slots s ON s.node_group = g.node_group AND s.rn = g.rn) a,
-	     unnest(a.ids, a.nodes) AS d(id, node)
-), in_groups AS (
-	-- Read as runnable in the statement's snapshot; locked, they are checked again in the state
-	-- a transaction that committed since (another claim, a cancel, a pause) left them in.
-	SELECT t.id, d.node, t.claim_key FROM dealt d JOIN deckhand.task t ON t.id = d.id
-	WHERE t.state = 'runnable'
-	FOR UPDATE OF t SKIP LOCKED
-`
-
-// claimPick takes the candidates of every set in one order, claim_key first, so that
-// priorities hold across the sets: a task that runs anywhere does not pass a node's task of a
-// higher priority, nor one that has waited longer. Among tasks of equal claim_key (one job's),
-// nodes take turns from the claim's random start (their rank in the locked nodes), so that a
-// claim that cannot take every node's share does not always serve the same nodes. Tasks
-// claimed ahead come last: they are only to hand a slot on to.
-const claimPick = `), picked AS (
-	SELECT id, node, queued FROM (
-		SELECT id, NULL::text AS node, 0::bigint AS rank, claim_key, false AS queued FROM anywhere
-		UNION ALL SELECT id, NULL, rank, claim_key, queued FROM on_nodes
-		UNION ALL SELECT id, node, 0, claim_key, false FROM in_groups) c
-	ORDER BY queued, claim_key, rank, id
-`
-
-// claimTail takes the picked tasks. It reaches them through unnest of an array, which the
-// planner takes for a handful of rows whatever it believes about the table, so that it always
-// probes the primary key (never a hash join over the whole table); the rows it returns are
-// joined to their job and node the same way. The unnested rows are a CTE of their own: rows
-// joined to an UPDATE or FOR UPDATE are copied whole into each row it locks, arrays included.
-const claimTail = `	LIMIT (SELECT n FROM budget)
-), picks AS MATERIALIZED (
-	SELECT p.id, p.node, p.queued
-	FROM (SELECT array_agg(id) AS ids, array_agg(node) AS nodes, array_agg(queued) AS queued FROM picked) a,
-		unnest(a.ids, a.nodes, a.queued) AS p(id, node, queued)
-), claimed AS (
-	UPDATE deckhand.task t SET state = 'running', attempts = t.attempts + 1, runs = t.runs + 1,
-		attempt_token = nextval('deckhand.attempt_token_seq'), worker_id = @worker,
-		started_at = coalesce(@now, clock_timestamp()), finished_at = NULL,
-		node = coalesce(p.node, t.node), queued = p.queued
-	-- Checked again on the row as locked, the one guard every set of picks passes: a claim,
-	-- cancel or pause that committed after this statement's snapshot has moved it on.
-	FROM picks p WHERE t.id = p.id AND t.state = 'runnable'
-	RETURNING t.*
-), started AS (
-	-- The first claim of a job marks it started; concurrent first claims of the same job pass
-	-- its row (SKIP LOCKED) rather than queue for it, each behind the whole transaction of the
-	-- one before (a row locked and found started already stays locked to the end). A claim
-	-- that passes it for another holder (a pause, say) leaves the mark to the job's next claim.
-	UPDATE deckhand.job j SET started_at = coalesce(@now, clock_timestamp())
-	WHERE j.id = ANY (ARRAY(SELECT l.id FROM deckhand.job l
-		WHERE l.id = ANY (ARRAY(SELECT DISTINCT job_id FROM claimed)) AND l.started_at IS NULL
-		FOR NO KEY UPDATE OF l SKIP LOCKED))
-)
-SELECT c.id, c.job_id, c.name, c.kind, c.node, n.dsn AS node_dsn, c.owner, c.sql, c.payload,
-	c.in_transaction, (extract(epoch FROM c.timeout) * 1000)::bigint AS timeout_ms, c.attempts,
-	c.max_attempts, c.runs, c.attempt_token, c.started_at, j.search_path, j.settings, j.submitted_by,
-	c.has_dependents, c.queued
-FROM claimed c JOIN deckhand.job j ON j.id = c.job_id LEFT JOIN deckhand.node n ON n.name = c.node
--- In claim order: the worker gives the slots that come free to tasks claimed ahead in this order.
-ORDER BY c.queued, c.claim_key, c.id`

@@ -95,17 +95,21 @@ WITH RECURSIVE own_walk(node, max_tasks, est, wrapped, n, locks, total) AS (
 var lockNodesStmt = mustNamed(lockNodesSQL)
 
 // lockedTail ends both statements that lock nodes: inputs holds the nodes locked, their caps
-// and the global cap.
-const lockedTail = `
+// and the global cap. It also finds which sets of runnable tasks have any (claimSetsSQL), for
+// the claim statement to check and the caller to read (the last column).
+var lockedTail = `, sets AS (
+	SELECT ` + claimSetsSQL + ` AS bits
+)
 -- The claim reads what this statement locked from the transaction's settings: it runs in the
 -- same round trip, and may count only on nodes locked before its snapshot was taken. A global
 -- cap needs one serialization point, taken once the node locks are held: the setting's row,
 -- which only workers may lock. (An advisory lock, which any role that may connect to the
 -- catalog's database may take and keep, let such a role stop every claim.)
 SELECT pg_catalog.set_config('deckhand.claim_nodes', nodes::text, true), pg_catalog.set_config('deckhand.claim_caps', caps::text, true),
-	pg_catalog.set_config('deckhand.claim_global', global::text, true),
-	CASE WHEN global > 0 THEN (SELECT 1 FROM deckhand.setting s WHERE s.name = 'max_running_tasks' FOR UPDATE) END
-FROM inputs`
+	pg_catalog.set_config('deckhand.claim_global', global::text, true), pg_catalog.set_config('deckhand.claim_sets', sets.bits::text, true),
+	CASE WHEN global > 0 THEN (SELECT 1 FROM deckhand.setting s WHERE s.name = 'max_running_tasks' FOR UPDATE) END,
+	sets.bits
+FROM inputs, sets`
 
 // ownStep locks node c.node (l, without a row if another claimer holds it: the walk passes it
 // unread) and estimates what it could give the claim beyond w.total (e.est, 0 when it is not

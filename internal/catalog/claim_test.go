@@ -104,11 +104,12 @@ func TestClaimReadsFewBuffersWhateverThePlanner(t *testing.T) {
 			FROM j, generate_series(1, 30) g`); err != nil {
 			t.Fatal(err)
 		}
-		// 10 tasks anywhere, and the node's 10 slots for its own tasks and its group's.
+		// 10 tasks anywhere, and the node's 10 slots for its own tasks and its group's. Locking
+		// reads a few buffers more than when idle: each set's probe (claimSetsSQL) finds a task.
 		_, lockEvery := explainBuffers(t, conn, c.lockEvery)
 		_, lock := explainBuffers(t, conn, c.lock)
 		lock = max(lock, lockEvery)
-		if n, b := explainBuffers(t, conn, c.claim); lock > 40 || n != 20 || b > 40+20*30 {
+		if n, b := explainBuffers(t, conn, c.claim); lock > 60 || n != 20 || b > 40+20*30 {
 			t.Errorf("the claim locked nodes reading %d buffers, claimed %d tasks (want 20) reading %d", lock, n, b)
 		}
 	}

@@ -57,3 +57,6 @@ func (n named) args(values pgx.StrictNamedArgs) ([]any, error) {
 	}
 	return out, nil
 }
+
+// uses reports whether the statement takes the argument name.
+func (n named) uses(name string) bool { return slices.Contains(n.names, name) }

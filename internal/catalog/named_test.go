@@ -25,7 +25,11 @@ func TestNamedArguments(t *testing.T) {
 	if _, err := n.args(pgx.StrictNamedArgs{"a": 1, "b": 2, "c": 3}); err == nil {
 		t.Error("an argument the statement does not use was accepted")
 	}
-	for _, s := range []named{claimStmt, completeStmt} {
+	statements := []named{completeStmt}
+	for _, s := range claimStatements {
+		statements = append(statements, s)
+	}
+	for _, s := range statements {
 		if len(s.names) == 0 || argName.MatchString(s.sql) {
 			t.Errorf("not rewritten: %v", s.names)
 		}
