@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,11 +32,9 @@ type Catalog struct {
 	// that other sessions hold; zero means DefaultInitLockWait.
 	InitLockWait time.Duration
 
-	starts claimStarts
-	// claimSets are the sets of runnable tasks the last claim found, as claimSets bits with
-	// setsKnown (claim.go); zero before the first claim.
-	claimSets atomic.Uint32
-	bound     *roundTripBound // nil unless opened with Options.BoundRoundTrips
+	starts   claimStarts
+	seenSets seenSets        // what the claims found runnable lately (claim_sets.go)
+	bound    *roundTripBound // nil unless opened with Options.BoundRoundTrips
 }
 
 // New wraps a pool. The pool's connections must reach the catalog database.

@@ -74,17 +74,14 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, ahea
 	return claimed, nil
 }
 
-// claim runs a claim transaction whose claim statement takes from the sets the worker's
-// previous claim found runnable work in (claimSets), or none when it found nothing: an idle
-// worker's claims only lock and look. When the statement that locks the nodes finds work in a
+// claim runs a claim transaction whose claim statement takes from the sets the worker's claims
+// found runnable work in lately (seenSets), or none when they found nothing: an idle worker's
+// claims only lock and look. When the statement that locks the nodes finds work in a
 // set left out, the claim statement claims nothing (claimInputs) and another transaction claims
 // from the sets found, then from every set. Only a change of what is runnable (work after an
 // idle spell, a first job of a new kind) costs the second transaction.
 func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, limit int, ahead Ahead, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
-	sets := allSets
-	if known := c.claimSets.Load(); known != 0 {
-		sets = claimSets(known).normalized()
-	}
+	sets := c.seenSets.recent(c.clock())
 	var all []deckhandtype.ClaimedTask
 	for try := 0; ; try++ {
 		claimed, found, err := c.claimFrom(ctx, conn, sets, workerID, limit-len(all), ahead, first, after)
@@ -93,20 +90,25 @@ func (c *Catalog) claim(ctx context.Context, conn *pgx.Conn, workerID int64, lim
 		}
 		// What it claimed (nothing, when a set was left out) is the worker's whatever follows.
 		all = append(all, claimed...)
-		c.claimSets.Store(uint32(found) | setsKnown)
+		c.seenSets.note(found, c.clock())
 		if found&^sets == 0 || len(all) >= limit {
 			return all, nil
 		}
 		// first and after ran in the transaction before.
 		first, after = nil, nil
-		if sets = found.normalized(); try > 0 {
+		if sets = (sets | found).normalized(); try > 0 {
 			sets = allSets
 		}
 	}
 }
 
-// setsKnown marks Catalog.claimSets as set by a claim, whatever sets it found.
-const setsKnown = 1 << 8
+// clock is Now, or the machine's clock when Now is not set.
+func (c *Catalog) clock() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
 
 // claimFrom runs one claim transaction in one round trip with the claim statement of sets (none
 // when sets is empty), and returns what it claimed and the sets the node-locking statement

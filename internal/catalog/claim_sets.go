@@ -1,11 +1,16 @@
 package catalog
 
-import "fmt"
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
 
 // claimSets are the sets of runnable tasks a claim takes from, as bits. The statement that
 // locks the nodes finds which of them have runnable tasks (claimSetsSQL) and leaves that in
 // the transaction's settings; the claim statement is then one reduced to those sets
-// (claimSQLFor), chosen before the round trip from what the worker's previous claim found.
+// (claimSQLFor), chosen before the round trip from what the worker's claims found lately
+// (seenSets).
 type claimSets uint8
 
 const (
@@ -50,3 +55,41 @@ var claimSetsSQL = fmt.Sprintf(`(CASE WHEN EXISTS (SELECT FROM deckhand.task t
 	| CASE WHEN EXISTS (SELECT FROM deckhand.task t
 		WHERE t.state = 'runnable' AND t.node_group IS NOT NULL) THEN %d ELSE 0 END)`,
 	setAnywhere, setNodes, setCoordinators, setGroups)
+
+// claimSetsMemory is how long a set stays in a worker's claim statement after its claims last
+// found work there. Work that comes and goes between claims (a chain's next task, released by
+// the completion that carries the claim, while tasks run on nodes beside it) so keeps its set
+// in the statement, rather than cost a second transaction each time it comes back; an idle
+// worker drops to claims without a statement within this long.
+const claimSetsMemory = time.Second
+
+// seenSets remembers when a worker's claims last found work in each set.
+type seenSets struct {
+	claimed atomic.Bool     // a claim has run: until then every set counts
+	at      [4]atomic.Int64 // by bit of claimSets: unix nanoseconds
+}
+
+// recent is the sets found within claimSetsMemory of now, normalized; every set before the
+// first claim.
+func (m *seenSets) recent(now time.Time) claimSets {
+	if !m.claimed.Load() {
+		return allSets
+	}
+	var s claimSets
+	for i := range m.at {
+		if now.UnixNano()-m.at[i].Load() < int64(claimSetsMemory) {
+			s |= 1 << i
+		}
+	}
+	return s.normalized()
+}
+
+// note records what a claim at now found.
+func (m *seenSets) note(found claimSets, now time.Time) {
+	for i := range m.at {
+		if found&(1<<i) != 0 {
+			m.at[i].Store(now.UnixNano())
+		}
+	}
+	m.claimed.Store(true)
+}

@@ -2,16 +2,20 @@ package catalog_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/deckhandhq/deckhand/deckhandtype"
 )
 
-// A worker's claim statement takes only from the sets of tasks its last claim found runnable
-// work in. Work that comes to another set must still be taken in priority order, at once: the
+// A worker's claim statement takes only from the sets of tasks its claims found runnable work
+// in lately. Work that comes to another set must still be taken in priority order, at once: the
 // reduced statement takes nothing when another set has work, and the same Claim takes again
 // from every set.
 func TestClaimTakesWorkOfASetItsLastClaimFoundEmpty(t *testing.T) {
 	cat := migratedCatalog(t)
+	// The catalog's clock, which also says how long ago a set last had work (seenSets).
+	now := time.Now()
+	cat.Now = func() time.Time { return now }
 	exec := execOn(t, cat)
 	exec(`INSERT INTO deckhand.node (name, dsn, node_group, role, max_tasks) VALUES
 		('n1', 'host=/nonexistent', 'n1', 'primary', 4), ('g1-primary', 'host=/nonexistent', 'g1', 'primary', 4)`)
@@ -44,7 +48,9 @@ func TestClaimTakesWorkOfASetItsLastClaimFoundEmpty(t *testing.T) {
 	claimOne("in-group")
 	claimOne("on-node-3")
 
-	// Nothing runnable: an idle claim. The work that comes next is taken by the next Claim.
+	// Nothing runnable for longer than the sets are remembered: idle claims run no claim
+	// statement. The work that comes next is taken by the next Claim all the same.
+	now = now.Add(2 * time.Second)
 	if claimed, err := cat.Claim(ctx, 1, 4); err != nil || len(claimed) != 0 {
 		t.Fatalf("an idle claim took %v (%v)", names(claimed), err)
 	}
