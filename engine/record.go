@@ -12,7 +12,8 @@ import (
 
 // result classifies how an attempt ended.
 func (w *Worker) result(t *deckhandtype.ClaimedTask, err, cause error) catalog.Result {
-	r := catalog.Result{TaskID: t.ID, Token: t.Token, JobID: t.JobID, WorkerID: w.ID(), FinishedAt: w.injectedNow()}
+	r := catalog.Result{TaskID: t.ID, Token: t.Token, JobID: t.JobID, WorkerID: w.ID(), FinishedAt: w.injectedNow(),
+		HasDependents: t.HasDependents}
 	switch {
 	case err == nil:
 		r.Outcome = deckhandtype.OutcomeDone

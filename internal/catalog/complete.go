@@ -35,6 +35,11 @@ type Result struct {
 	// started in this attempt's slot on its node: recording this result hands it the slot.
 	// Zero: none.
 	HandedTo, HandedToken int64
+	// HasDependents is the task's ClaimedTask.HasDependents: whether other tasks waited on it
+	// when it was claimed. A batch none of whose tasks had any is recorded by a statement
+	// without the parts that release dependents (completeAloneSQL), which checks it again on the
+	// rows as locked: a task that gained dependents since costs the batch a second statement.
+	HasDependents bool
 }
 
 // Completion summarizes what Complete changed.
@@ -75,18 +80,25 @@ func (c *Catalog) CompleteAndClaimAhead(ctx context.Context, results []Result, w
 	named["released_by"] = strconv.FormatInt(results[0].WorkerID, 10)
 	named["completer"] = results[0].WorkerID
 	named["notify_anywhere"] = limit <= 0
-	args, err := completeStmt.args(named)
+	stmt := completeAloneStmt
+	for _, r := range results {
+		if r.HasDependents {
+			stmt = completeStmt
+		}
+	}
+	args, err := stmt.args(named)
 	if err != nil {
 		return Completion{}, nil, err
 	}
 	for try := 0; ; try++ {
 		var (
-			out     Completion
-			claimed []deckhandtype.ClaimedTask
-			err     error
+			out      Completion
+			claimed  []deckhandtype.ClaimedTask
+			err      error
+			anywhere int
+			deferred bool
 		)
-		var anywhere int
-		scan := func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable, &anywhere) }
+		scan := func(row pgx.Row) error { return row.Scan(&out.Applied, &out.Runnable, &anywhere, &deferred) }
 		// Right after the commit, in the same round trip: the jobs these results may have
 		// ended are settled if, in a snapshot taken then, all their tasks have ended.
 		settle := func(b *pgx.Batch) { b.Queue(`SELECT deckhand.settle_ended($1::bigint[])`, named["ids"]) }
@@ -95,15 +107,34 @@ func (c *Catalog) CompleteAndClaimAhead(ctx context.Context, results []Result, w
 			b.Queue("BEGIN")
 			b.Queue(probesOnly)
 			b.Queue(boundLockWait)
-			b.Queue(completeStmt.sql, args...).QueryRow(scan)
+			b.Queue(stmt.sql, args...).QueryRow(scan)
 			b.Queue("COMMIT")
 			settle(b)
 			err = c.inTx(ctx, b)
 		} else {
 			claimed, err = c.inClaimTx(ctx, workerID, limit, ahead, func(b *pgx.Batch) {
 				b.Queue(boundLockWait)
-				b.Queue(completeStmt.sql, args...).QueryRow(scan)
+				b.Queue(stmt.sql, args...).QueryRow(scan)
 			}, settle)
+		}
+		if err == nil && deferred {
+			// A task gained dependents after its claim (or its result did not say it had some):
+			// nothing of the batch was recorded, and what the claim took stands. The batch is
+			// recorded by the statement that releases dependents, claiming into what is left of
+			// the slots, so that a released dependent starts as it would have.
+			all := slices.Clone(results)
+			for i := range all {
+				all[i].HasDependents = true
+			}
+			more := 0
+			if limit > 0 {
+				more = max(limit-len(claimed), 0)
+			}
+			out, again, err := c.CompleteAndClaimAhead(ctx, all, workerID, more, ahead)
+			if err != nil {
+				return Completion{}, nil, err
+			}
+			return out, append(claimed, again...), nil
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "40P01" && try < 5 {
@@ -214,9 +245,37 @@ func completeArgs(results []Result) (pgx.StrictNamedArgs, error) {
 		"backoffs": backoffs, "errors": errs, "finished_at": finished, "handed_ids": handedIDs, "handed_tokens": handedTokens}, nil
 }
 
-var completeStmt = mustNamed(completeSQL)
+// completeStmt records results of tasks that may have dependents; completeAloneStmt those of
+// tasks that had none when they were claimed (Result.HasDependents false for every result).
+var (
+	completeStmt      = mustNamed(completeSQL)
+	completeAloneStmt = mustNamed(completeAloneSQL)
+)
 
-const completeSQL = `
+// completeSQL records a batch of results, releasing and unscheduling their dependents.
+var completeSQL = fmt.Sprintf(completeHead+completeDependents+completeDelta+completeTail,
+	"", completeFollowedDelta, completeFollowedWoken, "false", "")
+
+// completeAloneSQL is completeSQL without the parts that release and unschedule dependents, which
+// PostgreSQL would set up on every run though they find nothing (docs/architecture.md, What a
+// worker costs the catalog). A task may gain dependents after its claim (tasks added to a
+// running job): when one of the tasks, as locked, has any, it records nothing and says so
+// (deferred), and the caller records the batch with completeSQL.
+var completeAloneSQL = fmt.Sprintf(completeHead+completeDelta+completeTail,
+	"WHERE "+completeAloneOK, "", "", "NOT "+completeAloneOK, " AND "+completeAloneOK)
+
+// completeAloneOK says that none of the results' tasks, as locked, has dependents.
+const completeAloneOK = `(SELECT NOT coalesce(bool_or(l.has_dependents), false) FROM locked l)`
+
+const completeFollowedDelta = `		UNION ALL
+		SELECT job_id, 0, 0, 0, (state = 'unscheduled')::int, 0, false FROM followed
+`
+
+const completeFollowedWoken = `SELECT bound FROM followed WHERE state = 'runnable' UNION ALL `
+
+// completeHead locks the results' tasks and moves them on; its verb is completeAloneSQL's guard
+// of the tasks moved.
+const completeHead = `
 WITH RECURSIVE held AS MATERIALIZED (
 	-- The results' tasks and those they hand their slots to, locked together in id order, as
 	-- every writer of tasks locks them (a cancel of a job whose task one hands its slot to
@@ -226,7 +285,7 @@ WITH RECURSIVE held AS MATERIALIZED (
 		WHERE cardinality(@handed_ids::bigint[]) > 0 AND t.id = ANY (@ids::bigint[] || @handed_ids::bigint[])
 		ORDER BY t.id FOR UPDATE OF t) l
 ), locked AS MATERIALIZED (
-	SELECT i.*, t.state AS old_state, t.attempts < t.max_attempts AS can_retry
+	SELECT i.*, t.state AS old_state, t.attempts < t.max_attempts AS can_retry, t.has_dependents
 	FROM unnest(@ids::bigint[], @tokens::bigint[], @workers::bigint[], @outcomes::text[], @backoffs::interval[], @errors::jsonb[], @finished_at::timestamptz[])
 		AS i(id, token, worker_id, outcome, backoff, err, finished_at)
 	JOIN deckhand.task t ON t.id = i.id AND t.attempt_token = i.token
@@ -247,6 +306,7 @@ WITH RECURSIVE held AS MATERIALIZED (
 		     WHEN l.outcome IN ('retry', 'lost') AND l.can_retry THEN 'runnable'
 		     ELSE 'failed' END AS new_state
 	FROM locked l
+	%[1]s
 ), moved AS (
 	-- A task of a paused job that would be runnable again is paused instead (t is the row as
 	-- locked: a pause that committed meanwhile is seen).
@@ -271,7 +331,11 @@ WITH RECURSIVE held AS MATERIALIZED (
 		     ELSE m.outcome END,
 		m.started_at, m.finished_at, m.err ->> 'sqlstate', m.err ->> 'message', m.err ->> 'detail', m.err ->> 'hint'
 	FROM moved m
-), downstream(id) AS (
+`
+
+// completeDependents releases the dependents of finished tasks and unschedules, transitively,
+// those of failed ones.
+const completeDependents = `), downstream(id) AS (
 	SELECT d.task_id FROM deckhand.task_dep d JOIN moved m ON m.id = d.depends_on WHERE m.new_state = 'failed'
 	UNION
 	SELECT d.task_id FROM deckhand.task_dep d JOIN downstream s ON d.depends_on = s.id
@@ -304,7 +368,10 @@ WITH RECURSIVE held AS MATERIALIZED (
 		finished_at = CASE WHEN d.doomed THEN coalesce(@now, now()) END
 	FROM dependents d WHERE t.id = d.id
 	RETURNING t.id, t.job_id, t.state, t.node IS NOT NULL OR t.node_group IS NOT NULL AS bound
-), delta AS (
+`
+
+// completeDelta counts what moved by job; its verb is where the dependents' count goes.
+const completeDelta = `), delta AS (
 	-- A job takes the slow path, through its own row, when its counters other than done change
 	-- or it is being paused (its tasks carry the pause, as locked above): those are rare. The
 	-- fast path adds done counts to the completer's tally (0013_job_tally.sql).
@@ -315,9 +382,7 @@ WITH RECURSIVE held AS MATERIALIZED (
 		SELECT job_id, (new_state = 'done')::int AS done, (new_state = 'failed')::int AS failed,
 			(new_state = 'cancelled')::int AS cancelled, 0 AS unscheduled, 1 AS stopped, pause IS NOT NULL AS paused
 		FROM moved
-		UNION ALL
-		SELECT job_id, 0, 0, 0, (state = 'unscheduled')::int, 0, false FROM followed
-	) x GROUP BY job_id
+%[2]s	) x GROUP BY job_id
 ), counted AS (
 	-- A pausing job counts down the tasks it waits for (every moved task has stopped running).
 	UPDATE deckhand.job j SET tasks_done = j.tasks_done + d.done, tasks_failed = j.tasks_failed + d.failed,
@@ -330,25 +395,29 @@ WITH RECURSIVE held AS MATERIALIZED (
 	SELECT job_id, @completer::bigint, done FROM delta WHERE NOT slow AND done > 0 ORDER BY job_id
 	ON CONFLICT (job_id, completer) DO UPDATE SET done = y.done + excluded.done
 	RETURNING y.job_id
-), handed AS (
+`
+
+// completeTail hands slots over and answers; its verbs are the dependents woken, whether the
+// batch was deferred and completeAloneSQL's guard of the slots handed over.
+const completeTail = `), handed AS (
 	-- Tasks claimed ahead that their worker started in the slots of tasks these results ended:
 	-- the slots pass to them in this transaction, so the node's count of slots in use stays
 	-- what runs there. None has its own result in this batch (completeArgs).
 	UPDATE deckhand.task q SET queued = false
 	FROM unnest(@handed_ids::bigint[], @handed_tokens::bigint[]) AS h(id, token)
-	WHERE (SELECT n FROM held) IS NOT NULL AND q.id = h.id AND q.attempt_token = h.token AND q.queued
+	WHERE (SELECT n FROM held) IS NOT NULL%[5]s AND q.id = h.id AND q.attempt_token = h.token AND q.queued
 		AND q.state` + isActive + `
 	RETURNING q.id
 ), woken AS (
 	SELECT count(*) FILTER (WHERE NOT bound) AS anywhere, count(*) FILTER (WHERE bound) AS bound
-	FROM (SELECT bound FROM followed WHERE state = 'runnable' UNION ALL SELECT bound FROM moved WHERE state = 'runnable') r
+	FROM (%[3]sSELECT bound FROM moved WHERE state = 'runnable') r
 )
 -- Other workers are woken for tasks bound to a node or group (a claim in this transaction may
 -- have passed their node, locked by another claimer that cannot see them yet), and for tasks
 -- that run anywhere unless this transaction claims too (notify_anywhere false): its claim sees
 -- them, holds their rows, and takes them unless it fills its slots, when the caller wakes the
 -- others (CompleteAndClaim).
-SELECT (SELECT count(*) FROM moved)::int, (w.anywhere + w.bound)::int, w.anywhere::int
+SELECT (SELECT count(*) FROM moved)::int, (w.anywhere + w.bound)::int, w.anywhere::int, %[4]s AS deferred
 FROM woken w, LATERAL (SELECT CASE WHEN w.bound > 0 OR (w.anywhere > 0 AND @notify_anywhere::bool)
 	THEN pg_notify('deckhand_runnable', @released_by::text) END) notify,
 	LATERAL (SELECT count(*) FROM counted) c, LATERAL (SELECT count(*) FROM tallied) t, LATERAL (SELECT count(*) FROM handed) h`

@@ -145,7 +145,7 @@ func completeIn(t *testing.T, tx pgx.Tx, results []catalog.Result) {
 	}
 	args["completer"] = results[0].WorkerID
 	var applied, runnable int
-	if err := tx.QueryRow(context.Background(), catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, new(int)); err != nil || applied != len(results) {
+	if err := tx.QueryRow(context.Background(), catalog.CompleteSQL, pgx.StrictNamedArgs(args)).Scan(&applied, &runnable, new(int), new(bool)); err != nil || applied != len(results) {
 		t.Fatalf("complete %d tasks: applied %d (%v)", len(results), applied, err)
 	}
 }
