@@ -178,7 +178,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 		if err := checkConnections(ctx, admin, o, out); err != nil {
 			return nil, err
 		}
-		if res.Nodes, err = nodesRuns(ctx, admin, server, withDB(server, nodeDB), o, out); err != nil {
+		if res.Nodes, err = nodesRuns(ctx, admin, server, withDB(server, nodeDB), o, cpu.meter, out); err != nil {
 			return nil, err
 		}
 	}

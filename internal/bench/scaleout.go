@@ -103,8 +103,9 @@ func workOnly(ctx context.Context, admin *pgx.Conn, server string, workers, conc
 // when there are more nodes than that). Every node is the database nodeDSN names, so that
 // the figures differ by the catalog's work alone. The runs go in the order one node, many,
 // many, one node, so that neither is favoured by when it runs (the machine's speed drifts);
-// each figure is the mean of its two runs.
-func nodesRuns(ctx context.Context, admin *pgx.Conn, server, nodeDSN string, o Options, out io.Writer) (*Nodes, error) {
+// each figure is the mean of its two runs. With a meter (nil when the server is elsewhere),
+// each run also says what a task cost in CPU, by process.
+func nodesRuns(ctx context.Context, admin *pgx.Conn, server, nodeDSN string, o Options, meter *cpuMeter, out io.Writer) (*Nodes, error) {
 	total := o.Workers * o.Concurrency
 	n := &Nodes{Nodes: o.Nodes, MaxTasks: max(1, total/o.Nodes)}
 	one := []deckhandtype.Node{{Name: "bench-one", DSN: nodeDSN, MaxTasks: total}}
@@ -114,7 +115,7 @@ func nodesRuns(ctx context.Context, admin *pgx.Conn, server, nodeDSN string, o O
 	}
 	var ones, manys []sqlRun
 	for _, nodes := range [][]deckhandtype.Node{one, many, many, one} {
-		r, err := sqlOnNodes(ctx, admin, server, o, nodes, out)
+		r, err := sqlOnNodes(ctx, admin, server, o, nodes, &sqlCPU{meter: meter, nodeDB: dbName(nodeDSN)}, out)
 		if err != nil {
 			return nil, err
 		}
@@ -158,14 +159,16 @@ type sqlRun struct {
 
 // sqlOnNodes registers nodes in a fresh catalog, starts Options.Workers workers there, warms
 // them up (a task per slot, at most Options.SQLTasks, which opens the node's connections) and
-// runs Options.SQLTasks SQL tasks over the nodes, round-robin, timing the claims meanwhile.
-func sqlOnNodes(ctx context.Context, admin *pgx.Conn, server string, o Options, nodes []deckhandtype.Node, out io.Writer) (sqlRun, error) {
+// runs Options.SQLTasks SQL tasks over the nodes, round-robin, timing the claims and metering
+// cpu (its catalogDB is this run's) meanwhile.
+func sqlOnNodes(ctx context.Context, admin *pgx.Conn, server string, o Options, nodes []deckhandtype.Node, cpu *sqlCPU, out io.Writer) (sqlRun, error) {
 	var r sqlRun
 	dsn, client, dropCatalog, err := scratchCatalog(ctx, admin, server)
 	if err != nil {
 		return r, err
 	}
 	defer dropCatalog()
+	cpu.catalogDB = dbName(dsn)
 	names := make([]string, len(nodes))
 	began := time.Now()
 	for i, n := range nodes {
@@ -189,7 +192,9 @@ func sqlOnNodes(ctx context.Context, admin *pgx.Conn, server string, o Options, 
 	vias := []string{"", "fetch", "complete"} // both, then each alone for the report
 	before := make([]claimCounts, len(vias))
 	var snapErr error
+	var cost func(tasks int) *sqlCost
 	d, work, err := runJobThen(ctx, client, sqlJob(o.SQLTasks, names...), func() {
+		cost = cpu.start(ctx)
 		for i, via := range vias {
 			var err error
 			before[i], err = h.snapshot(via)
@@ -199,6 +204,7 @@ func sqlOnNodes(ctx context.Context, admin *pgx.Conn, server string, o Options, 
 	if err = errors.Join(err, snapErr); err != nil {
 		return r, err
 	}
+	spent := cost(o.SQLTasks)
 	p99 := make([]float64, len(vias))
 	rounds := make([]uint64, len(vias))
 	var p50 float64
@@ -220,6 +226,9 @@ func sqlOnNodes(ctx context.Context, admin *pgx.Conn, server string, o Options, 
 		r.submit.Round(time.Millisecond), r.workRate)
 	fmt.Fprintf(out, "nodes:   claim rounds p50 %.1f ms, p99 %.1f ms (%d rounds); p99 via fetch %.1f ms (%d), via complete %.1f ms (%d)\n",
 		p50, p99[0], rounds[0], p99[1], rounds[1], p99[2], rounds[2])
+	if spent != nil {
+		fmt.Fprintf(out, "nodes:   %s\n", spent)
+	}
 	return r, nil
 }
 

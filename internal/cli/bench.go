@@ -54,6 +54,8 @@ progress lines then go to stderr).`,
 				o.RiverDir = ""
 				if _, err := os.Stat("bench/rivercmp/go.mod"); err == nil {
 					o.RiverDir = "bench/rivercmp"
+				} else {
+					fmt.Fprintln(a.progress(), "river: skipped: no bench/rivercmp in the current directory (run from deckhand's source tree, or pass --river DIR)")
 				}
 			}
 			if cpuProfile != "" {
