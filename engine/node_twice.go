@@ -20,24 +20,9 @@ import (
 // that does not answer is not judged: the node may be registered before it is up, and the
 // leader's probe reports it.
 func (c *Client) refuseServerTwice(ctx context.Context, n deckhandtype.Node) error {
-	nodes, err := c.cat.Nodes(ctx)
+	group, others, err := c.cat.GroupMembers(ctx, n.Name, n.Group)
 	if err != nil {
 		return err
-	}
-	group := n.Group
-	var others []deckhandtype.Node
-	for _, m := range nodes {
-		if m.Name == n.Name && group == "" {
-			group = m.Group // an update keeps the node's group
-		}
-	}
-	if group == "" {
-		group = n.Name
-	}
-	for _, m := range nodes {
-		if m.Group == group && m.Name != n.Name {
-			others = append(others, m)
-		}
 	}
 	if len(others) == 0 {
 		return nil

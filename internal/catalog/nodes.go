@@ -54,6 +54,30 @@ func (c *Catalog) Nodes(ctx context.Context) ([]deckhandtype.Node, error) {
 	return nodes, nil
 }
 
+// GroupMembers returns the group node name is in once registered with group (an empty group:
+// the one it is in now, or its name for a new node) and that group's other members, with
+// their conninfo: what registering it must check, read by the group's index rather than from
+// every node, so that registering a fleet node by node does not grow with its square.
+func (c *Catalog) GroupMembers(ctx context.Context, name, group string) (string, []deckhandtype.Node, error) {
+	rows, _ := c.Pool.Query(ctx, `WITH g AS (
+			SELECT coalesce(nullif($2::text, ''), (SELECT n.node_group FROM deckhand.nodes n WHERE n.name = $1::text), $1::text) AS node_group)
+		SELECT g.node_group, n.name, n.dsn FROM g
+		LEFT JOIN deckhand.nodes n ON n.node_group = g.node_group AND n.name <> $1::text
+		ORDER BY n.name`, name, group)
+	var members []deckhandtype.Node
+	var member, dsn *string
+	_, err := pgx.ForEachRow(rows, []any{&group, &member, &dsn}, func() error {
+		if member != nil {
+			members = append(members, deckhandtype.Node{Name: *member, DSN: *dsn, Group: group})
+		}
+		return nil
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("read the members of node %s's group: %w", name, err)
+	}
+	return group, members, nil
+}
+
 // NodesToProbe lists every node's name, conninfo and latest probe error, by name: what the
 // leader's probes need, without each node's count of running tasks (Nodes), which reads every
 // running task every few seconds.

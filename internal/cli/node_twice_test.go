@@ -13,7 +13,7 @@ import (
 // One server registered twice in a group, under two names whose conninfos reach it by
 // different routes (its address, its socket), reads as a group of two primaries, and every
 // export, move and rebalance of the group is refused later. node add refuses the second name
-// at once, in one line naming the first; a standby of the group, the same server in another
+// at once, in one line naming the first (also when the group is the one a re-added node is in); a standby of the group, the same server in another
 // group and the same node re-added with another route to its server are all still taken.
 func TestNodeAddRefusesAServerRegisteredInTheGroupUnderAnotherName(t *testing.T) {
 	t.Parallel()
@@ -33,6 +33,9 @@ func TestNodeAddRefusesAServerRegisteredInTheGroupUnderAnotherName(t *testing.T)
 	// The same server in a group of its own, and p1 re-added with the socket route.
 	want(t, e.run("node", "add", "p3", "--group", "h", "--dsn", viaSocket), 0)
 	want(t, e.run("node", "add", "p1", "--dsn", viaSocket), 0)
+	// Re-added without --group, s1 stays in g, where p1 reaches the primary already.
+	r = e.run("node", "add", "s1", "--dsn", viaAddress)
+	wantOneLineError(t, r, cli.ExitUsage, "node s1", "node p1 of group g already reaches")
 
 	nodes := decode[[]deckhandtype.Node](t, e.run("node", "list", "-o", "json"))
 	var names []string
