@@ -55,13 +55,6 @@ type Result struct {
 	riverWorkRatio float64
 }
 
-// Scale holds the figures with Options.Finished finished tasks in the catalog.
-type Scale struct {
-	TasksPerS, NodeTasksPerS, SQLTasksPerS float64
-	SQLCost                                *sqlCost
-	IdleClaimMS                            float64
-}
-
 // Run performs every measurement and writes a report to out.
 func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -198,7 +191,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Result, error) {
 		}
 	}
 	if o.Finished > 0 {
-		if res.Scale, err = scale(ctx, client, o, out, cpu); err != nil {
+		if res.Scale, err = scale(ctx, admin, server, withDB(server, nodeDB), client, res.SQLTasksPerS, o, out, cpu); err != nil {
 			return nil, err
 		}
 		res.printScale(out)
@@ -238,30 +231,6 @@ func nodeRuns(ctx context.Context, client *engine.Client, o Options, out io.Writ
 	return node, sql, cost, nil
 }
 
-// scale loads the finished tasks and measures again: noop, node-bound and SQL tasks, an idle
-// claim, and the submission of large jobs.
-func scale(ctx context.Context, client *engine.Client, o Options, out io.Writer, cpu *sqlCPU) (*Scale, error) {
-	fmt.Fprintf(out, "scale: loading %d finished tasks into the catalog...\n", o.Finished)
-	if err := preloadFinished(ctx, client, o.Finished); err != nil {
-		return nil, err
-	}
-	s := &Scale{}
-	d, err := runJob(ctx, client, noopJob(o.Tasks, ""))
-	if err != nil {
-		return nil, err
-	}
-	s.TasksPerS = rate(o.Tasks, d)
-	fmt.Fprintf(out, "scale: noop:  %d tasks in %s = %.0f tasks/s\n", o.Tasks, d.Round(time.Millisecond), s.TasksPerS)
-	if s.NodeTasksPerS, s.SQLTasksPerS, s.SQLCost, err = nodeRuns(ctx, client, o, out, "scale: ", cpu); err != nil {
-		return nil, err
-	}
-	if s.IdleClaimMS, err = idleClaim(ctx, client, 200); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(out, "scale: idle claim (nothing runnable): %.2f ms (median of 200)\n", s.IdleClaimMS)
-	return s, nil
-}
-
 // submissions times the submission of a chain and of a fan-out/fan-in of n tasks each.
 func submissions(ctx context.Context, client *engine.Client, n int, out io.Writer) (map[string]float64, error) {
 	jobs := bigJobs(n)
@@ -275,12 +244,6 @@ func submissions(ctx context.Context, client *engine.Client, n int, out io.Write
 		fmt.Fprintf(out, "submit: a %s of %d tasks took %.2f s\n", shape, n, d.Seconds())
 	}
 	return took, nil
-}
-
-func (r *Result) printScale(out io.Writer) {
-	s := r.Scale
-	fmt.Fprintf(out, "scale: with the finished tasks: noop %.0f%%, node-bound %.0f%%, SQL %.0f%% of the empty catalog's\n",
-		100*ratio(s.TasksPerS, r.TasksPerS), 100*ratio(s.NodeTasksPerS, r.NodeTasksPerS), 100*ratio(s.SQLTasksPerS, r.SQLTasksPerS))
 }
 
 func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
@@ -316,7 +279,8 @@ func (r *Result) Summary() Summary {
 		s.add("scale_ratio", ratio(sc.TasksPerS, r.TasksPerS), 2)
 		s.add("scale_node_ratio", ratio(sc.NodeTasksPerS, r.NodeTasksPerS), 2)
 		s.add("scale_sql_tasks_per_s", sc.SQLTasksPerS, 0)
-		s.add("scale_sql_ratio", ratio(sc.SQLTasksPerS, r.SQLTasksPerS), 2)
+		s.add("scale_sql_empty_tasks_per_s", sc.EmptySQLTasksPerS, 0)
+		s.add("scale_sql_ratio", sc.sqlRatio(), 2)
 		s.add("idle_claim_ms", sc.IdleClaimMS, 2)
 	}
 	if len(r.SubmitS) > 0 {

@@ -31,14 +31,14 @@ func TestBenchOnURLServer(t *testing.T) {
 	if res.TasksPerS <= 0 || res.NodeTasksPerS <= 0 || res.SQLTasksPerS <= 0 || res.ChainP50MS <= 0 || res.PgbenchTPS <= 0 {
 		t.Errorf("bench measured nothing: %+v", res)
 	}
-	if s := res.Scale; s == nil || s.TasksPerS <= 0 || s.SQLTasksPerS <= 0 || s.IdleClaimMS <= 0 || len(res.SubmitS) != 2 {
+	if s := res.Scale; s == nil || s.TasksPerS <= 0 || s.SQLTasksPerS <= 0 || s.EmptySQLTasksPerS <= 0 || s.IdleClaimMS <= 0 || len(res.SubmitS) != 2 {
 		t.Errorf("bench measured nothing at scale: %+v", s)
 	}
 	// The harness's server runs on this machine: the SQL tasks' and pgbench's CPU is read.
 	if res.SQLCost == nil || res.SQLCost.TotalUS <= 0 || res.PgbenchCPUUS <= 0 {
 		t.Errorf("bench read no CPU cost from a server on this machine: SQL tasks %+v, pgbench %v µs", res.SQLCost, res.PgbenchCPUUS)
 	}
-	for _, key := range []string{"pgbench_select_tps=", "scale_sql_ratio=", "idle_claim_ms=", "submit_100k_s=", "sql_cpu_us_per_task=",
+	for _, key := range []string{"pgbench_select_tps=", "scale_sql_ratio=", "scale_sql_empty_tasks_per_s=", "idle_claim_ms=", "submit_100k_s=", "sql_cpu_us_per_task=",
 		"sql_node_cpu_us=", "sql_catalog_cpu_us=", "sql_deckhand_cpu_us=", "pgbench_cpu_us_per_txn="} {
 		if !strings.Contains(res.Summary().String(), key) {
 			t.Errorf("the last line lacks %s: %s", key, res.Summary().String())
