@@ -32,9 +32,10 @@ type Catalog struct {
 	// that other sessions hold; zero means DefaultInitLockWait.
 	InitLockWait time.Duration
 
-	starts   claimStarts
-	seenSets seenSets        // what the claims found runnable lately (claim_sets.go)
-	bound    *roundTripBound // nil unless opened with Options.BoundRoundTrips
+	starts    claimStarts
+	seenSets  seenSets        // what the claims found runnable lately (claim_sets.go)
+	claimConn claimConn       // the connection kept for claims (claim_conn.go)
+	bound     *roundTripBound // nil unless opened with Options.BoundRoundTrips
 }
 
 // New wraps a pool. The pool's connections must reach the catalog database.
@@ -182,6 +183,7 @@ func (c *Catalog) Close() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		c.releaseClaimConn()
 		c.Pool.Close()
 	}()
 	t := time.NewTimer(closeTimeout)

@@ -56,21 +56,23 @@ const orderedProbes = `SELECT pg_catalog.set_config('enable_bitmapscan', 'off', 
 type Ahead map[string]int
 
 // inClaimTx runs a claim transaction in one round trip: BEGIN, whatever first queues, the node
-// locks, the claim itself and COMMIT, then whatever after queues.
+// locks, the claim itself and COMMIT, then whatever after queues; on the connection kept for
+// claims when it is free (claim_conn.go).
 func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, ahead Ahead, first, after func(*pgx.Batch)) ([]deckhandtype.ClaimedTask, error) {
-	conn, err := c.Pool.Acquire(ctx)
+	conn, release, err := c.acquireForClaim(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Release()
 	claimed, err := c.claim(ctx, conn.Conn(), workerID, limit, ahead, first, after)
 	if err != nil {
 		// Leave no transaction open on a pooled connection.
 		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
 			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
 		}
+		release(false)
 		return nil, err
 	}
+	release(true)
 	return claimed, nil
 }
 
