@@ -13,10 +13,11 @@ import (
 // statement once per connection (plan_cache_mode force_generic_plan), and again on each after
 // an invalidation (an ANALYZE of the task table, say); the claim statements are the costliest
 // to plan (the walk over the nodes about 2.3 ms on an idle server, 5 ms on a connection's
-// first statements, 18–20 ms a plan under load, measured), and a worker's claims spread over
+// first statements, 18–40 ms a plan under load, measured), and a worker's claims spread over
 // the pool's connections (heartbeats, the leader's rounds and completions take connections
-// meanwhile) planned each statement on every one of them: 49 plans of the walk in a run of
-// 2,945 claims by 8 workers, each such claim that much longer.
+// meanwhile) planned each statement on every one of them: 15–19 plans of the walk in a run of
+// about 3,000 claims by 8 workers with no invalidation (autovacuum off), 8 with one connection
+// each (docs/benchmarks.md).
 //
 // Claims of one worker take turns (its claim lock), so one connection serves them; a claim that
 // finds it in use (another caller of the same Catalog) takes any connection of the pool, as
