@@ -138,20 +138,21 @@ func (c *Catalog) claimFrom(ctx context.Context, conn *pgx.Conn, sets claimSets,
 		}
 	}
 	readSets := func(row pgx.Row) error { return row.Scan(nil, nil, nil, nil, nil, &found) }
+	lock := lockStatements[sets&nodeBound]
 	if manyNodes {
-		lockArgs, err := lockNodesStmt.args(pgx.StrictNamedArgs{"limit": limit, "nodes": min(limit, maxClaimNodes),
+		lockArgs, err := lock.walk.argsOf(pgx.StrictNamedArgs{"limit": limit, "nodes": min(limit, maxClaimNodes),
 			"start_node": startNode, "start_group": startGroup, "now": c.now()})
 		if err != nil {
 			return nil, 0, err
 		}
 		b.Queue(orderedProbes)
-		b.Queue(lockNodesStmt.sql, lockArgs...).QueryRow(readSets)
+		b.Queue(lock.walk.sql, lockArgs...).QueryRow(readSets)
 	} else {
-		lockArgs, err := lockEveryNodeStmt.args(pgx.StrictNamedArgs{"start_node": startNode})
+		lockArgs, err := lock.every.argsOf(pgx.StrictNamedArgs{"start_node": startNode})
 		if err != nil {
 			return nil, 0, err
 		}
-		b.Queue(lockEveryNodeStmt.sql, lockArgs...).QueryRow(readSets)
+		b.Queue(lock.every.sql, lockArgs...).QueryRow(readSets)
 	}
 	if claims {
 		b.Queue(stmt.sql, args...).Query(func(rows pgx.Rows) error {

@@ -58,5 +58,17 @@ func (n named) args(values pgx.StrictNamedArgs) ([]any, error) {
 	return out, nil
 }
 
+// argsOf lists, by position, those of values the statement takes: for statements built in
+// variants, of which some leave out what others take.
+func (n named) argsOf(values pgx.StrictNamedArgs) ([]any, error) {
+	used := pgx.StrictNamedArgs{}
+	for k, v := range values {
+		if n.uses(k) {
+			used[k] = v
+		}
+	}
+	return n.args(used)
+}
+
 // uses reports whether the statement takes the argument name.
 func (n named) uses(name string) bool { return slices.Contains(n.names, name) }
