@@ -138,7 +138,7 @@ func (c *Catalog) claimFrom(ctx context.Context, conn *pgx.Conn, sets claimSets,
 		}
 	}
 	readSets := func(row pgx.Row) error { return row.Scan(nil, nil, nil, nil, nil, &found) }
-	lock := lockStatements[sets&nodeBound]
+	lock := lockStatements[sets.normalized()&nodeBound]
 	if manyNodes {
 		lockArgs, err := lock.walk.argsOf(pgx.StrictNamedArgs{"limit": limit, "nodes": min(limit, maxClaimNodes),
 			"start_node": startNode, "start_group": startGroup, "now": c.now()})

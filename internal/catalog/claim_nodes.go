@@ -67,7 +67,7 @@ var lockNodesSQL = lockNodesSQLFor(allSets)
 // idle server, 18–40 ms on a busy one, and a plan is made again on each connection after every
 // invalidation (an ANALYZE of the task table, say).
 func lockNodesSQLFor(s claimSets) string {
-	if s&(setNodes|setCoordinators) == 0 {
+	if s = s.normalized(); s&(setNodes|setCoordinators) == 0 {
 		return lockNoNodeSQL
 	}
 	sql := `
@@ -245,6 +245,7 @@ var lockEveryNodeSQL = lockEveryNodeSQLFor(allSets)
 // lockEveryNodeSQLFor is lockEveryNodeSQL for a claim of the sets s (normalized): each node is
 // probed for work of the node-bound sets in s alone (as lockNodesSQLFor walks them).
 func lockEveryNodeSQLFor(s claimSets) string {
+	s = s.normalized()
 	var probes []string
 	if s&setNodes != 0 {
 		probes = append(probes, `(SELECT t.id FROM deckhand.task t
