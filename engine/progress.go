@@ -56,18 +56,8 @@ func (w *Worker) sampleProgress(ctx context.Context) {
 // readProgress samples the running tasks' progress: a sample for each task whose statement
 // reports one, and an empty one for each that reported one last time but no longer does.
 func (w *Worker) readProgress(ctx context.Context, reported map[attempt]bool) []catalog.ProgressSample {
-	groups := map[nodeconn.Owner][]*deckhandtype.ClaimedTask{}
-	running := map[attempt]bool{}
 	w.mu.Lock()
-	for _, r := range w.running {
-		t := r.task
-		if t == nil || t.Node == nil || t.NodeDSN == nil {
-			continue
-		}
-		running[attempt{t.ID, t.Token}] = true
-		o := nodeconn.Owner{Node: *t.Node, DSN: *t.NodeDSN, Role: t.Owner, Submitter: t.SubmittedBy}
-		groups[o] = append(groups[o], t)
-	}
+	groups, running := progressDue(w.running, w.cfg.Clock.Now().Add(-w.cfg.ProgressInterval))
 	w.mu.Unlock()
 	for a := range reported {
 		if !running[a] {
@@ -106,4 +96,28 @@ func (w *Worker) readProgress(ctx context.Context, reported map[attempt]bool) []
 	}
 	wg.Wait()
 	return samples
+}
+
+// progressDue groups by node and owner the running tasks on nodes that began by since (a
+// sampling interval ago): a task that runs for less than an interval has no progress worth
+// showing, and asking every node a worker's short tasks run on, in a session of each owner,
+// would cost the nodes more than the tasks (a thousand nodes, a session each per second). It
+// also says which attempts are running, sampled or not, so that the samples of those that
+// ended are dropped.
+func progressDue(tasks map[int64]*runningTask, since time.Time) (map[nodeconn.Owner][]*deckhandtype.ClaimedTask, map[attempt]bool) {
+	groups := map[nodeconn.Owner][]*deckhandtype.ClaimedTask{}
+	running := map[attempt]bool{}
+	for _, r := range tasks {
+		t := r.task
+		if t == nil || t.Node == nil || t.NodeDSN == nil {
+			continue
+		}
+		running[attempt{t.ID, t.Token}] = true
+		if r.began.After(since) {
+			continue
+		}
+		o := nodeconn.Owner{Node: *t.Node, DSN: *t.NodeDSN, Role: t.Owner, Submitter: t.SubmittedBy}
+		groups[o] = append(groups[o], t)
+	}
+	return groups, running
 }

@@ -96,6 +96,7 @@ type runningTask struct {
 	token  int64
 	cancel context.CancelCauseFunc
 	task   *deckhandtype.ClaimedTask // for sampling its progress on the node
+	began  time.Time                 // on Config.Clock: its progress is sampled once it has run an interval
 }
 
 // attempt names one attempt of a task: the task and the attempt's fencing token.
@@ -364,7 +365,7 @@ func (w *Worker) reserve(n int) int {
 func (w *Worker) start(t *deckhandtype.ClaimedTask) {
 	ctx, cancel := context.WithCancelCause(w.tasksCtx)
 	w.mu.Lock()
-	w.running[t.ID] = &runningTask{token: t.Token, cancel: cancel, task: t}
+	w.running[t.ID] = &runningTask{token: t.Token, cancel: cancel, task: t, began: w.cfg.Clock.Now()}
 	w.outstanding[attempt{t.ID, t.Token}] = struct{}{}
 	waiting, noSlot := w.addSlotTask(t)
 	w.mu.Unlock()
