@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// A worker's claims (and the completions that carry one) run on one connection of the pool,
+// A worker's claims and completions (with a claim or without) run on one connection of the pool,
 // kept between them, rather than on whichever the pool hands out. The catalog plans a
 // statement once per connection (plan_cache_mode force_generic_plan), and again on each after
 // an invalidation (an ANALYZE of the task table, say); the claim statements are the costliest

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deckhandhq/deckhand/deckhandtype"
 )
 
 // claimBackend is the backend of the connection kept for claims (0: none kept).
@@ -91,5 +93,51 @@ func TestClaimsKeepOneConnection(t *testing.T) {
 	case <-closed:
 	case <-time.After(closeTimeout / 2):
 		t.Fatal("Close waited for the connection kept for claims")
+	}
+}
+
+// A completion that claims nothing (the worker is full) runs on the connection kept for claims
+// too: its statement is the one completions that claim run there, and is prepared on it
+// rather than on another connection of the pool.
+func TestCompletionsWithoutAClaimUseTheKeptConnection(t *testing.T) {
+	ctx := context.Background()
+	cat := freshCatalog(t)
+	execAll(t, cat.Pool, `INSERT INTO deckhand.worker (id, name, concurrency, lease_expires_at) VALUES (1, 'w', 10, 'infinity')`,
+		`WITH j AS (INSERT INTO deckhand.job (description, kind, tasks_total) VALUES ('one', 'noop', 1) RETURNING id)
+		 INSERT INTO deckhand.task (job_id, name, kind, owner, max_attempts, timeout, state)
+		 SELECT j.id, 'only', 'noop', 'app', 3, '1 hour', 'runnable' FROM j`)
+	claimed, err := cat.Claim(ctx, 1, 4)
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim: %d tasks, %v", len(claimed), err)
+	}
+	kept := claimBackend(cat)
+	prepared := func() (n int) {
+		t.Helper()
+		k := &cat.claimConn
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.conn == nil {
+			t.Fatal("no connection kept")
+		}
+		if err := k.conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_prepared_statements
+			WHERE (statement LIKE '%deckhand.settle_ended%' OR statement LIKE '%held AS MATERIALIZED%')
+			  AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := prepared(); n != 0 {
+		t.Fatalf("%d completion statements prepared before any completion", n)
+	}
+	if _, err := cat.Complete(ctx, []Result{{TaskID: claimed[0].ID, Token: claimed[0].Token, WorkerID: 1,
+		Outcome: deckhandtype.OutcomeDone}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimBackend(cat); got != kept {
+		t.Fatalf("the kept connection changed from backend %d to %d", kept, got)
+	}
+	// The completion statement and the settling that follows it.
+	if n := prepared(); n != 2 {
+		t.Errorf("%d completion statements prepared on the kept connection, want 2", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/deckhandhq/deckhand/deckhandtype"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Result is the end of one attempt, reported by the worker that ran it (or, for OutcomeLost,
@@ -110,7 +111,7 @@ func (c *Catalog) CompleteAndClaimAhead(ctx context.Context, results []Result, w
 			b.Queue(stmt.sql, args...).QueryRow(scan)
 			b.Queue("COMMIT")
 			settle(b)
-			err = c.inTx(ctx, b)
+			err = c.inKeptTx(ctx, b)
 		} else {
 			claimed, err = c.inClaimTx(ctx, workerID, limit, ahead, func(b *pgx.Batch) {
 				b.Queue(boundLockWait)
@@ -190,6 +191,22 @@ func (c *Catalog) SettleJobs(ctx context.Context, ids []int64) error {
 	return nil
 }
 
+// inKeptTx is inTx on the connection kept for claims when it is free: a completion without a
+// claim runs the same completion statement as those with one, which would otherwise be planned
+// again on every connection of the pool it lands on (claim_conn.go).
+func (c *Catalog) inKeptTx(ctx context.Context, b *pgx.Batch) error {
+	conn, release, err := c.acquireForClaim(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sendTx(ctx, conn, b); err != nil {
+		release(false)
+		return err
+	}
+	release(true)
+	return nil
+}
+
 // inTx sends b, a whole transaction, in one round trip on a connection of its own.
 func (c *Catalog) inTx(ctx context.Context, b *pgx.Batch) error {
 	conn, err := c.Pool.Acquire(ctx)
@@ -197,8 +214,13 @@ func (c *Catalog) inTx(ctx context.Context, b *pgx.Batch) error {
 		return err
 	}
 	defer conn.Release()
+	return sendTx(ctx, conn, b)
+}
+
+// sendTx sends b, a whole transaction, on conn, and rolls it back if it failed: no transaction
+// is left open on a pooled connection.
+func sendTx(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) error {
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		// Leave no transaction open on a pooled connection.
 		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
 			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
 		}
