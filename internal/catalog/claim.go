@@ -65,10 +65,7 @@ func (c *Catalog) inClaimTx(ctx context.Context, workerID int64, limit int, ahea
 	}
 	claimed, err := c.claim(ctx, conn.Conn(), workerID, limit, ahead, first, after)
 	if err != nil {
-		// Leave no transaction open on a pooled connection.
-		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
-			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
-		}
+		leaveNoTx(ctx, conn)
 		release(false)
 		return nil, err
 	}

@@ -217,16 +217,21 @@ func (c *Catalog) inTx(ctx context.Context, b *pgx.Batch) error {
 	return sendTx(ctx, conn, b)
 }
 
-// sendTx sends b, a whole transaction, on conn, and rolls it back if it failed: no transaction
-// is left open on a pooled connection.
+// sendTx sends b, a whole transaction, on conn, and rolls it back if it failed.
 func sendTx(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) error {
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
-			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
-		}
+		leaveNoTx(ctx, conn)
 		return err
 	}
 	return nil
+}
+
+// leaveNoTx rolls back whatever transaction a failed call may have left open on conn, or
+// closes it: no transaction is left open on a pooled connection.
+func leaveNoTx(ctx context.Context, conn *pgxpool.Conn) {
+	if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
+	}
 }
 
 // completeArgs spreads the results over one array per column, for completeSQL's unnest;
